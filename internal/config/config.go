@@ -1,0 +1,86 @@
+package config
+
+import (
+	"os"
+	"sort"
+)
+
+// Setting is one SP_* environment variable with its default and when to change it.
+type Setting struct {
+	Name    string
+	Default string
+	Help    string
+}
+
+// Value returns the environment's value for the setting, or its default when
+// the variable is unset or empty.
+func (s Setting) Value() string {
+	if v, ok := os.LookupEnv(s.Name); ok && v != "" {
+		return v
+	}
+	return s.Default
+}
+
+// IsSet reports whether the environment sets the variable to a non-empty value.
+func (s Setting) IsSet() bool {
+	v, ok := os.LookupEnv(s.Name)
+	return ok && v != ""
+}
+
+// Every SP_* setting. Pipelines read the same names through the engine's
+// ${SP_X:default} interpolation; TestPipelinesUseDocumentedDefaults keeps the
+// two in step.
+var (
+	KafkaBrokers           = Setting{"SP_KAFKA_BROKERS", "localhost:19092", "Comma-separated seed brokers. Unset under `speculapro dev` to use the embedded broker"}
+	KafkaTLSEnabled        = Setting{"SP_KAFKA_TLS_ENABLED", "false", "Set to true when the brokers speak TLS (TLS 1.2 minimum)"}
+	KafkaTLSCAFile         = Setting{"SP_KAFKA_TLS_CA_FILE", "", "PEM file of the CA that signed the brokers' certificates, when it is a private CA"}
+	KafkaTLSCertFile       = Setting{"SP_KAFKA_TLS_CERT_FILE", "", "Client certificate (PEM) for mutual TLS; set together with SP_KAFKA_TLS_KEY_FILE"}
+	KafkaTLSKeyFile        = Setting{"SP_KAFKA_TLS_KEY_FILE", "", "Client private key (PEM) for mutual TLS"}
+	KafkaSASLMechanism     = Setting{"SP_KAFKA_SASL_MECHANISM", "", "SCRAM-SHA-512 (recommended), SCRAM-SHA-256 or PLAIN (PLAIN only with TLS); empty for no SASL"}
+	KafkaUsername          = Setting{"SP_KAFKA_USERNAME", "", "SASL user name"}
+	KafkaPassword          = Setting{"SP_KAFKA_PASSWORD", "", "SASL password"}
+	KafkaTopicPrefix       = Setting{"SP_KAFKA_TOPIC_PREFIX", "sp.", "Prefix of every topic name; give each environment sharing a cluster its own"}
+	KafkaPartitions        = Setting{"SP_KAFKA_PARTITIONS", "64", "Partitions per topic created by `speculapro topics`; choose before go-live, 3-6 on a laptop"}
+	KafkaReplicationFactor = Setting{"SP_KAFKA_REPLICATION_FACTOR", "-1", "Replicas per partition for new topics; -1 is the broker's default, use 3 in production"}
+
+	DBURL       = Setting{"SP_DB_URL", "postgres://speculapro_app:speculapro_app@127.0.0.1:5432/speculapro?sslmode=disable", "PostgreSQL URL of the speculapro_app role (row-level security applies)"}
+	DBSystemURL = Setting{"SP_DB_SYSTEM_URL", "", "PostgreSQL URL of speculapro_system (BYPASSRLS) for persist, stream and worker; defaults to SP_DB_URL"}
+	DBOwnerURL  = Setting{"SP_DB_OWNER_URL", "postgres://speculapro_owner:speculapro_owner@127.0.0.1:5432/speculapro?sslmode=disable", "PostgreSQL URL of speculapro_owner, the only role that runs migrations"}
+
+	RedisURL = Setting{"SP_REDIS_URL", "redis://127.0.0.1:6379/0", "Redis URL for running totals and the decision spool"}
+
+	PersistGroup    = Setting{"SP_PERSIST_GROUP", "speculapro-persist", "Consumer group of the persister; renaming it replays the whole topic"}
+	PersistWorkers  = Setting{"SP_PERSIST_WORKERS", "4", "Concurrent writers per persist process; raise when consumer lag keeps growing"}
+	PersistBatchMax = Setting{"SP_PERSIST_BATCH_MAX", "5000", "Most records written in one database transaction"}
+	StreamGroup     = Setting{"SP_STREAM_GROUP", "speculapro-stream", "Consumer group of the stream evaluator; renaming it replays the whole topic"}
+
+	EncryptionKey  = Setting{"SP_ENCRYPTION_KEY", "", "AES-256 key for identifiers, as <key-id>:<64 hex chars>; required outside `speculapro dev`"}
+	FingerprintKey = Setting{"SP_FINGERPRINT_KEY", "", "HMAC-SHA256 key (hex) for identifier fingerprints; never change it once data is stored"}
+
+	HTTPAddr     = Setting{"SP_HTTP_ADDR", "127.0.0.1:4195", "Address of the engine's HTTP server (/metrics, /ping, /ready)"}
+	DataDir      = Setting{"SP_DATA_DIR", "./.speculapro", "Where `speculapro dev` keeps its embedded broker's data"}
+	LogLevel     = Setting{"SP_LOG_LEVEL", "INFO", "Engine log level: ERROR, WARN, INFO, DEBUG or TRACE"}
+	OTLPEndpoint = Setting{"SP_OTLP_ENDPOINT", "", "host:port of an OTLP/gRPC collector for traces; empty disables tracing"}
+	OTLPSampling = Setting{"SP_OTLP_SAMPLING_RATIO", "1.0", "Share of traces sampled, 0.0 to 1.0; lower it under heavy load"}
+)
+
+// All returns every setting, sorted by name.
+func All() []Setting {
+	all := []Setting{
+		KafkaBrokers, KafkaTLSEnabled, KafkaTLSCAFile, KafkaTLSCertFile, KafkaTLSKeyFile,
+		KafkaSASLMechanism, KafkaUsername, KafkaPassword, KafkaTopicPrefix, KafkaPartitions,
+		KafkaReplicationFactor, DBURL, DBSystemURL, DBOwnerURL, RedisURL, PersistGroup,
+		PersistWorkers, PersistBatchMax, StreamGroup, EncryptionKey, FingerprintKey,
+		HTTPAddr, DataDir, LogLevel, OTLPEndpoint, OTLPSampling,
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].Name < all[j].Name })
+	return all
+}
+
+// SystemDBURL is SP_DB_SYSTEM_URL, falling back to SP_DB_URL as the spec says.
+func SystemDBURL() string {
+	if DBSystemURL.IsSet() {
+		return DBSystemURL.Value()
+	}
+	return DBURL.Value()
+}

@@ -1,0 +1,8 @@
+// Package all imports every SpeculaPro plugin family, and the engine's own
+// pure and io components, so that one blank import registers them all.
+package all
+
+import (
+	_ "github.com/redpanda-data/benthos/v4/public/components/io"
+	_ "github.com/redpanda-data/benthos/v4/public/components/pure"
+)
