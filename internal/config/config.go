@@ -47,6 +47,8 @@ var (
 	DBSystemURL = Setting{"SP_DB_SYSTEM_URL", "", "PostgreSQL URL of speculapro_system (BYPASSRLS) for persist, stream and worker; defaults to SP_DB_URL"}
 	DBOwnerURL  = Setting{"SP_DB_OWNER_URL", "postgres://speculapro_owner:speculapro_owner@127.0.0.1:5432/speculapro?sslmode=disable", "PostgreSQL URL of speculapro_owner, the only role that runs migrations"}
 
+	DBSuperuserURL = Setting{"SP_DB_SUPERUSER_URL", "postgres://postgres:postgres@127.0.0.1:5432/postgres?sslmode=disable", "Superuser URL used only by `speculapro migrate --bootstrap` (and the tests) to create roles and the database"}
+
 	RedisURL = Setting{"SP_REDIS_URL", "redis://127.0.0.1:6379/0", "Redis URL for running totals and the decision spool"}
 
 	PersistGroup    = Setting{"SP_PERSIST_GROUP", "speculapro-persist", "Consumer group of the persister; renaming it replays the whole topic"}
@@ -69,7 +71,7 @@ func All() []Setting {
 	all := []Setting{
 		KafkaBrokers, KafkaTLSEnabled, KafkaTLSCAFile, KafkaTLSCertFile, KafkaTLSKeyFile,
 		KafkaSASLMechanism, KafkaUsername, KafkaPassword, KafkaTopicPrefix, KafkaPartitions,
-		KafkaReplicationFactor, DBURL, DBSystemURL, DBOwnerURL, RedisURL, PersistGroup,
+		KafkaReplicationFactor, DBURL, DBSystemURL, DBOwnerURL, DBSuperuserURL, RedisURL, PersistGroup,
 		PersistWorkers, PersistBatchMax, StreamGroup, EncryptionKey, FingerprintKey,
 		HTTPAddr, DataDir, LogLevel, OTLPEndpoint, OTLPSampling,
 	}
