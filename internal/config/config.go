@@ -28,7 +28,7 @@ func (s Setting) IsSet() bool {
 }
 
 // Every SP_* setting. Pipelines read the same names through the engine's
-// ${SP_X:default} interpolation; TestPipelinesUseDocumentedDefaults keeps the
+// ${NAME:default} interpolation; TestPipelinesUseDocumentedDefaults keeps the
 // two in step.
 var (
 	KafkaBrokers           = Setting{"SP_KAFKA_BROKERS", "localhost:19092", "Comma-separated seed brokers. Unset under `speculapro dev` to use the embedded broker"}
