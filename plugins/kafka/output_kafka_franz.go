@@ -1,0 +1,435 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redpanda-data/benthos/v4/public/service"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/speculapro/speculapro/internal/kafkaconf"
+)
+
+const (
+	kfoFieldTopic           = "topic"
+	kfoFieldKey             = "key"
+	kfoFieldMetadata        = "metadata"
+	kfoFieldIncludePrefixes = "include_prefixes"
+	kfoFieldIncludePatterns = "include_patterns"
+	kfoFieldExcludePrefixes = "exclude_prefixes"
+	kfoFieldExcludePatterns = "exclude_patterns"
+	kfoFieldCompression     = "compression"
+	kfoFieldTimeout         = "timeout"
+	kfoFieldClientID        = "client_id"
+	kfoFieldBatching        = "batching"
+
+	// kfoStickyBytes is how much an unkeyed partition receives before the
+	// partitioner moves on, the Java client's batch.size default.
+	kfoStickyBytes = 16 << 10
+	// kfoCheckTimeout bounds the connection check in Connect, so a broker
+	// that is down does not keep the output from taking (and timing out)
+	// writes.
+	kfoCheckTimeout = 5 * time.Second
+)
+
+func kfoSpec() *service.ConfigSpec {
+	return service.NewConfigSpec().
+		Beta().
+		Categories("Services").
+		Summary("Writes batches of messages to Kafka with franz-go: key, headers from metadata, acks=all with the idempotent producer, and a delivery timeout.").
+		Description(`
+Every write waits for all in-sync replicas (`+"`acks=all`"+`) and uses the idempotent producer, so a
+retried write is not duplicated within a partition. A message that Kafka has not taken within `+"`timeout`"+`
+fails (it is nacked and the engine retries or reports it) instead of waiting forever.
+
+Keyed messages are assigned partitions exactly like the Java client's default partitioner (murmur2 of the
+key, made positive, modulo the partition count), so a key lands on the same partition whichever client
+wrote it. Messages without a key (an empty `+"`key`"+`) are spread over partitions in sticky batches.
+
+### Headers
+
+Headers come from message metadata: a metadata key becomes a header when it matches `+"`metadata.include_prefixes`"+`
+or `+"`metadata.include_patterns`"+` and matches neither `+"`metadata.exclude_prefixes`"+` nor
+`+"`metadata.exclude_patterns`"+`. Nothing is included by default. The exclusions default to `+"`kafka_`"+`,
+so the metadata the `+"`kafka_franz`"+` input adds about where a record came from (`+"`kafka_key`"+`,
+`+"`kafka_topic`"+`, `+"`kafka_partition`"+`, `+"`kafka_offset`"+`, `+"`kafka_timestamp_ms`"+`) is
+never written back as headers, while the record's own headers are (with `+"`include_patterns: [ '.*' ]`"+`).
+
+### Dead letters
+
+With the `+"`kafka_franz`"+` input, `+"`key: ${! @kafka_key }`"+`, `+"`topic: ${! @kafka_topic }.dlq`"+`
+and `+"`metadata: {include_patterns: [ '.*' ]}`"+` write a record back to its topic's `+"`.dlq`"+` twin with
+its original key, value and headers; see `+"`config/examples/dlq.yaml`"+`.
+
+### Connection
+
+`+"`seed_brokers`"+`, `+"`tls`"+` and `+"`sasl`"+` default to the `+"`SP_KAFKA_*`"+` settings. TLS 1.2 is
+the minimum; SASL `+"`PLAIN`"+` without TLS is refused at start.`).
+		Fields(kafkaconf.Fields()...).
+		Fields(
+			service.NewInterpolatedStringField(kfoFieldTopic).
+				Description("The topic to write each message to.").
+				Examples("sp.txn.ingested", `${! meta("kafka_topic") }.dlq`),
+			service.NewInterpolatedStringField(kfoFieldKey).
+				Description("The key of each message. Empty means no key. Write the `kafka_franz` input's key back with `${! @kafka_key }`, which is empty for a record without a key (`meta(\"kafka_key\")` renders an empty or absent key as `null`).").
+				Examples(`${! json("workspace_id") }:${! json("account_external_id") }`, `${! @kafka_key }`).
+				Default(""),
+			service.NewObjectField(kfoFieldMetadata,
+				service.NewStringListField(kfoFieldIncludePrefixes).
+					Description("Metadata keys with any of these prefixes become headers.").
+					Example([]string{"sp_"}).Default([]any{}),
+				service.NewStringListField(kfoFieldIncludePatterns).
+					Description("Metadata keys matching any of these regular expressions become headers.").
+					Example([]string{".*"}).Default([]any{}),
+				service.NewStringListField(kfoFieldExcludePrefixes).
+					Description("Metadata keys with any of these prefixes never become headers, even when included.").
+					Default([]any{"kafka_"}),
+				service.NewStringListField(kfoFieldExcludePatterns).
+					Description("Metadata keys matching any of these regular expressions never become headers, even when included.").
+					Default([]any{}),
+			).Description("Which metadata becomes record headers."),
+			service.NewStringEnumField(kfoFieldCompression, "none", "gzip", "snappy", "lz4", "zstd").
+				Description("Compression of the record batches.").
+				Default("none"),
+			service.NewDurationField(kfoFieldTimeout).
+				Description("How long a write may wait for Kafka to take it before it fails (and is nacked). Kafka taking a write means all in-sync replicas have it.").
+				Default("10s"),
+			service.NewStringField(kfoFieldClientID).
+				Description("The client ID the brokers see, for their logs and quotas.").
+				Advanced().Default("speculapro"),
+			service.NewOutputMaxInFlightField().Default(10),
+			service.NewBatchPolicyField(kfoFieldBatching),
+		).
+		Example("Transactions keyed by account", "", `
+output:
+  kafka_franz:
+    topic: ${SP_KAFKA_TOPIC_PREFIX:sp.}txn.ingested
+    key: ${! json("workspace_id") }:${! json("account_external_id") }
+    timeout: 10s
+    batching:
+      count: 500
+      period: 5ms
+`)
+}
+
+func init() {
+	err := service.RegisterBatchOutput("kafka_franz", kfoSpec(),
+		func(conf *service.ParsedConfig, mgr *service.Resources) (out service.BatchOutput, policy service.BatchPolicy, maxInFlight int, err error) {
+			if maxInFlight, err = conf.FieldMaxInFlight(); err != nil {
+				return
+			}
+			if policy, err = conf.FieldBatchPolicy(kfoFieldBatching); err != nil {
+				return
+			}
+			out, err = newKfoWriter(conf, mgr)
+			return
+		})
+	if err != nil {
+		panic(err)
+	}
+}
+
+// kfoHeaderFilter decides which metadata keys become headers.
+type kfoHeaderFilter struct {
+	includePrefixes []string
+	includePatterns []*regexp.Regexp
+	excludePrefixes []string
+	excludePatterns []*regexp.Regexp
+}
+
+func (f kfoHeaderFilter) match(key string) bool {
+	return kfoMatches(key, f.includePrefixes, f.includePatterns) &&
+		!kfoMatches(key, f.excludePrefixes, f.excludePatterns)
+}
+
+func kfoMatches(key string, prefixes []string, patterns []*regexp.Regexp) bool {
+	for _, p := range prefixes {
+		if strings.HasPrefix(key, p) {
+			return true
+		}
+	}
+	for _, re := range patterns {
+		if re.MatchString(key) {
+			return true
+		}
+	}
+	return false
+}
+
+// kfoPartitioner is the Java client's default for keyed records (murmur2 of
+// the key, high bit cleared, modulo the partition count; KafkaHasher in
+// franz-go) and KIP-794's uniform sticky batches for records without a key.
+func kfoPartitioner() kgo.Partitioner {
+	return kgo.UniformBytesPartitioner(kfoStickyBytes, true, true, nil)
+}
+
+type kfoWriter struct {
+	conn        kafkaconf.Config
+	topic       *service.InterpolatedString
+	key         *service.InterpolatedString
+	headers     kfoHeaderFilter
+	compression kgo.CompressionCodec
+	timeout     time.Duration
+	clientID    string
+
+	log      *service.Logger
+	timedOut *service.MetricCounter
+
+	mu     sync.RWMutex
+	client *kgo.Client
+}
+
+func newKfoWriter(conf *service.ParsedConfig, mgr *service.Resources) (*kfoWriter, error) {
+	w := &kfoWriter{
+		log:      mgr.Logger(),
+		timedOut: mgr.Metrics().NewCounter("kafka_franz_output_timed_out"),
+	}
+	var err error
+	if w.conn, err = kafkaconf.FromParsed(conf); err != nil {
+		return nil, err
+	}
+	if w.topic, err = conf.FieldInterpolatedString(kfoFieldTopic); err != nil {
+		return nil, err
+	}
+	if keyStr, _ := conf.FieldString(kfoFieldKey); keyStr != "" {
+		if w.key, err = conf.FieldInterpolatedString(kfoFieldKey); err != nil {
+			return nil, err
+		}
+	}
+	if w.headers, err = kfoHeaderFilterFromParsed(conf.Namespace(kfoFieldMetadata)); err != nil {
+		return nil, err
+	}
+	codec, err := conf.FieldString(kfoFieldCompression)
+	if err != nil {
+		return nil, err
+	}
+	switch codec {
+	case "none":
+		w.compression = kgo.NoCompression()
+	case "gzip":
+		w.compression = kgo.GzipCompression()
+	case "snappy":
+		w.compression = kgo.SnappyCompression()
+	case "lz4":
+		w.compression = kgo.Lz4Compression()
+	case "zstd":
+		w.compression = kgo.ZstdCompression()
+	default:
+		return nil, fmt.Errorf("compression %q: use none, gzip, snappy, lz4 or zstd", codec)
+	}
+	if w.timeout, err = conf.FieldDuration(kfoFieldTimeout); err != nil {
+		return nil, err
+	}
+	if w.timeout <= 0 {
+		return nil, fmt.Errorf("timeout %v: must be positive", w.timeout)
+	}
+	if w.clientID, err = conf.FieldString(kfoFieldClientID); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+func kfoHeaderFilterFromParsed(conf *service.ParsedConfig) (kfoHeaderFilter, error) {
+	var f kfoHeaderFilter
+	var err error
+	if f.includePrefixes, err = conf.FieldStringList(kfoFieldIncludePrefixes); err != nil {
+		return f, err
+	}
+	if f.excludePrefixes, err = conf.FieldStringList(kfoFieldExcludePrefixes); err != nil {
+		return f, err
+	}
+	for _, p := range []struct {
+		field string
+		dst   *[]*regexp.Regexp
+	}{{kfoFieldIncludePatterns, &f.includePatterns}, {kfoFieldExcludePatterns, &f.excludePatterns}} {
+		pats, err := conf.FieldStringList(p.field)
+		if err != nil {
+			return f, err
+		}
+		for _, s := range pats {
+			re, err := regexp.Compile(s)
+			if err != nil {
+				return f, fmt.Errorf("metadata.%s %q: %w", p.field, s, err)
+			}
+			*p.dst = append(*p.dst, re)
+		}
+	}
+	return f, nil
+}
+
+// Connect builds the producer and checks that a broker lets us in. A broker
+// that cannot be reached is only a warning: writes are then taken and fail
+// after `timeout` each, which is what callers waiting on them (the ingest
+// API answers `retry`) need, rather than the engine holding them while it
+// reconnects. A broker that refuses us (TLS, SASL) is an error, because no
+// write can ever succeed.
+func (w *kfoWriter) Connect(ctx context.Context) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.client != nil {
+		return nil
+	}
+	opts, err := w.conn.ClientOpts()
+	if err != nil {
+		return err
+	}
+	opts = append(opts,
+		kgo.ClientID(w.clientID),
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.ProducerBatchCompression(w.compression),
+		kgo.RecordPartitioner(kfoPartitioner()),
+		// The client gives up on its own too, so records a timed-out
+		// write left behind do not pile up while the broker is away
+		// (franz-go allows no less than a second).
+		kgo.RecordDeliveryTimeout(max(w.timeout, time.Second)),
+	)
+	client, err := kgo.NewClient(opts...)
+	if err != nil {
+		return fmt.Errorf("creating Kafka producer: %w", err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, kfoCheckTimeout)
+	defer cancel()
+	if err := w.conn.Check(cctx, client); err != nil {
+		var opErr *net.OpError
+		if ctx.Err() == nil && (errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &opErr) && opErr.Op == "dial")) {
+			w.log.Warnf("kafka_franz output: %v; writes will fail after %v until a broker answers", err, w.timeout)
+		} else {
+			client.Close()
+			return err
+		}
+	}
+	w.client = client
+	return nil
+}
+
+// WriteBatch produces every message of the batch and waits until Kafka has
+// taken each one or `timeout` has passed. Messages that failed or timed out
+// are reported one by one, so the engine retries only those.
+func (w *kfoWriter) WriteBatch(ctx context.Context, batch service.MessageBatch) error {
+	w.mu.RLock()
+	client := w.client
+	w.mu.RUnlock()
+	if client == nil {
+		return service.ErrNotConnected
+	}
+
+	errs := make([]error, len(batch))
+	records := make([]*kgo.Record, len(batch))
+	for i, msg := range batch {
+		records[i], errs[i] = w.record(batch, i, msg)
+	}
+
+	wctx, cancel := context.WithTimeout(ctx, w.timeout)
+	defer cancel()
+	type outcome struct {
+		i   int
+		err error
+	}
+	// Buffered for every record, so callbacks that fire after we stopped
+	// waiting never block franz-go's delivery goroutine.
+	done := make(chan outcome, len(records))
+	pending := 0
+	for i, r := range records {
+		if r == nil {
+			continue
+		}
+		pending++
+		client.Produce(wctx, r, func(_ *kgo.Record, err error) { done <- outcome{i, err} })
+	}
+	answered := make([]bool, len(records))
+wait:
+	for pending > 0 {
+		select {
+		case o := <-done:
+			errs[o.i], answered[o.i] = o.err, true
+			pending--
+		case <-wctx.Done():
+			break wait
+		}
+	}
+	if ctx.Err() != nil && pending > 0 {
+		// Shutting down: the engine decides what happens to the batch.
+		return ctx.Err()
+	}
+
+	var berr *service.BatchError
+	timedOut := 0
+	for i, r := range records {
+		err := errs[i]
+		switch {
+		case r == nil:
+		case !answered[i] || errors.Is(err, context.DeadlineExceeded):
+			timedOut++
+			err = fmt.Errorf("writing to topic %s: Kafka did not take the message within %v: %w", r.Topic, w.timeout, context.DeadlineExceeded)
+		case err != nil:
+			err = fmt.Errorf("writing to topic %s: %w", r.Topic, err)
+		}
+		if err == nil {
+			continue
+		}
+		if berr == nil {
+			berr = service.NewBatchError(batch, err)
+		}
+		berr = berr.Failed(i, err)
+	}
+	if timedOut > 0 {
+		w.timedOut.Incr(int64(timedOut))
+	}
+	if berr != nil {
+		return berr
+	}
+	return nil
+}
+
+// record builds the Kafka record of message i.
+func (w *kfoWriter) record(batch service.MessageBatch, i int, msg *service.Message) (*kgo.Record, error) {
+	topic, err := batch.TryInterpolatedString(i, w.topic)
+	if err != nil {
+		return nil, fmt.Errorf("interpolating topic: %w", err)
+	}
+	if topic == "" {
+		return nil, errors.New("interpolating topic: empty topic name")
+	}
+	value, err := msg.AsBytes()
+	if err != nil {
+		return nil, fmt.Errorf("reading message: %w", err)
+	}
+	r := &kgo.Record{Topic: topic, Value: value}
+	if w.key != nil {
+		key, err := batch.TryInterpolatedString(i, w.key)
+		if err != nil {
+			return nil, fmt.Errorf("interpolating key: %w", err)
+		}
+		if key != "" {
+			r.Key = []byte(key)
+		}
+	}
+	_ = msg.MetaWalk(func(k, v string) error {
+		if w.headers.match(k) {
+			r.Headers = append(r.Headers, kgo.RecordHeader{Key: k, Value: []byte(v)})
+		}
+		return nil
+	})
+	// Metadata has no order; sorted headers make equal messages equal records.
+	sort.Slice(r.Headers, func(a, b int) bool { return r.Headers[a].Key < r.Headers[b].Key })
+	return r, nil
+}
+
+// Close stops the producer. Records it still buffers fail, which fails the
+// writes waiting on them.
+func (w *kfoWriter) Close(context.Context) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.client != nil {
+		w.client.Close()
+		w.client = nil
+	}
+	return nil
+}

@@ -1,0 +1,357 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redpanda-data/benthos/v4/public/service"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/speculapro/speculapro/internal/kafkaconf"
+)
+
+// kfoClearEnv keeps the SP_KAFKA_* settings of the machine out of a test.
+func kfoClearEnv(t *testing.T) {
+	t.Helper()
+	for _, k := range []string{"SP_KAFKA_BROKERS", "SP_KAFKA_TLS_ENABLED", "SP_KAFKA_TLS_CA_FILE", "SP_KAFKA_TLS_CERT_FILE",
+		"SP_KAFKA_TLS_KEY_FILE", "SP_KAFKA_SASL_MECHANISM", "SP_KAFKA_USERNAME", "SP_KAFKA_PASSWORD"} {
+		t.Setenv(k, "")
+	}
+}
+
+func kfoFromYAML(t *testing.T, yaml string) (*kfoWriter, error) {
+	t.Helper()
+	conf, err := kfoSpec().ParseYAML(yaml, nil)
+	if err != nil {
+		t.Fatalf("parsing output YAML: %v", err)
+	}
+	return newKfoWriter(conf, service.MockResources())
+}
+
+func kfoConnected(t *testing.T, yaml string) *kfoWriter {
+	t.Helper()
+	w, err := kfoFromYAML(t, yaml)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := w.Connect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Close(context.Background()) })
+	return w
+}
+
+func kfoCluster(t *testing.T, opts ...kfake.Opt) *kfake.Cluster {
+	t.Helper()
+	c, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// kfoConsume reads n records of topic from the start.
+func kfoConsume(t *testing.T, brokers []string, topic string, n int) []*kgo.Record {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	var out []*kgo.Record
+	for len(out) < n {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("read %d of %d records from %s", len(out), n, topic)
+		}
+		fs.EachRecord(func(r *kgo.Record) { out = append(out, r) })
+	}
+	return out
+}
+
+func kfoMessage(value string, meta map[string]string) *service.Message {
+	m := service.NewMessage([]byte(value))
+	for k, v := range meta {
+		m.MetaSetMut(k, v)
+	}
+	return m
+}
+
+func kfoHeaders(r *kgo.Record) map[string]string {
+	h := map[string]string{}
+	for _, x := range r.Headers {
+		h[x.Key] = string(x.Value)
+	}
+	return h
+}
+
+func TestKfoHeaderFilter(t *testing.T) {
+	tests := []struct {
+		name string
+		yaml string
+		keys map[string]bool // metadata key -> becomes a header
+	}{
+		{"nothing by default", ``, map[string]bool{"trace": false, "kafka_key": false}},
+		{"everything but kafka_", `include_patterns: [ '.*' ]`, map[string]bool{"trace": true, "sp_x": true, "kafka_key": false, "kafka_offset": false}},
+		{"prefixes", `include_prefixes: [ sp_ ]`, map[string]bool{"sp_x": true, "trace": false}},
+		{"exclusions win", "include_patterns: [ '.*' ]\nexclude_patterns: [ '^secret' ]\nexclude_prefixes: []", map[string]bool{"secret_x": false, "kafka_key": true, "trace": true}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w, err := kfoFromYAML(t, "topic: x\nmetadata:\n  "+strings.ReplaceAll(tt.yaml, "\n", "\n  ")+"\n")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for k, want := range tt.keys {
+				if got := w.headers.match(k); got != want {
+					t.Errorf("metadata %q becomes a header: %v, want %v", k, got, want)
+				}
+			}
+		})
+	}
+}
+
+func TestKfoWritesKeysValuesAndHeaders(t *testing.T) {
+	kfoClearEnv(t)
+	c := kfoCluster(t, kfake.SeedTopics(3, "out"))
+	w := kfoConnected(t, fmt.Sprintf(`
+seed_brokers: [ %s ]
+topic: ${! meta("dest") }
+key: ${! meta("kafka_key").or("") }
+metadata:
+  include_patterns: [ '.*' ]
+  exclude_prefixes: [ kafka_, dest ]
+`, c.ListenAddrs()[0]))
+
+	batch := service.MessageBatch{
+		kfoMessage("v1", map[string]string{"dest": "out", "kafka_key": "ws1:acct1", "kafka_topic": "in", "kafka_offset": "7", "trace_id": "t1"}),
+		kfoMessage("v2", map[string]string{"dest": "out", "kafka_key": "ws1:acct2", "sp_reason": "bad json"}),
+		kfoMessage("v3", map[string]string{"dest": "out"}),
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := w.WriteBatch(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	byValue := map[string]*kgo.Record{}
+	for _, r := range kfoConsume(t, c.ListenAddrs(), "out", 3) {
+		byValue[string(r.Value)] = r
+	}
+	want := []struct {
+		value, key string
+		nilKey     bool
+		headers    map[string]string
+	}{
+		{"v1", "ws1:acct1", false, map[string]string{"trace_id": "t1"}},
+		{"v2", "ws1:acct2", false, map[string]string{"sp_reason": "bad json"}},
+		{"v3", "", true, map[string]string{}},
+	}
+	for _, w := range want {
+		r, ok := byValue[w.value]
+		if !ok {
+			t.Fatalf("record %s not written", w.value)
+		}
+		if string(r.Key) != w.key || (r.Key == nil) != w.nilKey {
+			t.Errorf("record %s key %q (nil %v), want %q (nil %v)", w.value, r.Key, r.Key == nil, w.key, w.nilKey)
+		}
+		if got := kfoHeaders(r); fmt.Sprint(got) != fmt.Sprint(w.headers) {
+			t.Errorf("record %s headers %v, want %v", w.value, got, w.headers)
+		}
+	}
+}
+
+// javaMurmur2 is org.apache.kafka.common.utils.Utils.murmur2 transcribed
+// with Java's int arithmetic (>>> as an unsigned shift), independent of
+// franz-go's implementation.
+func javaMurmur2(data []byte) int32 {
+	length := int32(len(data))
+	const seed = int32(-1756908916) // 0x9747b28c
+	const m int32 = 0x5bd1e995
+	const r = 24
+	h := seed ^ length
+	length4 := length / 4
+	for i := int32(0); i < length4; i++ {
+		i4 := i * 4
+		k := int32(data[i4+0]) + int32(data[i4+1])<<8 + int32(data[i4+2])<<16 + int32(data[i4+3])<<24
+		k *= m
+		k ^= int32(uint32(k) >> r)
+		k *= m
+		h *= m
+		h ^= k
+	}
+	tail := length &^ 3
+	switch length % 4 {
+	case 3:
+		h ^= int32(data[tail+2]) << 16
+		fallthrough
+	case 2:
+		h ^= int32(data[tail+1]) << 8
+		fallthrough
+	case 1:
+		h ^= int32(data[tail])
+		h *= m
+	}
+	h ^= int32(uint32(h) >> 13)
+	h *= m
+	h ^= int32(uint32(h) >> 15)
+	return h
+}
+
+// javaPartition is the Java producer's partition of a keyed record:
+// Utils.toPositive(Utils.murmur2(key)) % numPartitions.
+func javaPartition(key []byte, n int32) int32 {
+	return (javaMurmur2(key) & 0x7fffffff) % n
+}
+
+func TestJavaMurmur2MatchesKafka(t *testing.T) {
+	// Values printed by Kafka's own Utils.murmur2 (Kafka's UtilsTest and
+	// clients that test against it).
+	known := map[string]int32{
+		"21":                         -973932308,
+		"foobar":                     -790332482,
+		"a-little-bit-long-string":   -985981536,
+		"a-little-bit-longer-string": -1486304829,
+		"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8": -58897971,
+		"abc":   479470107,
+		"1":     -1993445489,
+		"12":    126087238,
+		"123":   -267702483,
+		"1234":  -1614185708,
+		"12345": -1188365604,
+	}
+	for key, want := range known {
+		if got := javaMurmur2([]byte(key)); got != want {
+			t.Errorf("murmur2(%q) = %d, Kafka says %d", key, got, want)
+		}
+	}
+}
+
+func TestKfoPartitionsKeysLikeTheJavaClient(t *testing.T) {
+	kfoClearEnv(t)
+	const parts = 12
+	c := kfoCluster(t, kfake.SeedTopics(parts, "keyed"))
+	w := kfoConnected(t, fmt.Sprintf("seed_brokers: [ %s ]\ntopic: keyed\nkey: ${! content() }\n", c.ListenAddrs()[0]))
+	var batch service.MessageBatch
+	for i := range 200 {
+		batch = append(batch, service.NewMessage(fmt.Appendf(nil, "ws-%d:acct-%d", i%3, i)))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := w.WriteBatch(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[int32]bool{}
+	for _, r := range kfoConsume(t, c.ListenAddrs(), "keyed", len(batch)) {
+		if want := javaPartition(r.Key, parts); r.Partition != want {
+			t.Errorf("key %q on partition %d, the Java client puts it on %d", r.Key, r.Partition, want)
+		}
+		seen[r.Partition] = true
+	}
+	if len(seen) < parts/2 {
+		t.Fatalf("200 keys used only %d of %d partitions", len(seen), parts)
+	}
+}
+
+func TestKfoTimeoutNacksWritesKafkaDoesNotTake(t *testing.T) {
+	kfoClearEnv(t)
+	tests := []struct {
+		name   string
+		break_ func(c *kfake.Cluster)
+	}{
+		{"broker keeps refusing produce", func(c *kfake.Cluster) {
+			// Retriable, so the producer would retry for ever.
+			c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Err: kerr.NotEnoughReplicas, Count: -1})
+		}},
+		{"broker never answers produce", func(c *kfake.Cluster) {
+			c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+				c.KeepControl()
+				c.SleepControl(func() { time.Sleep(30 * time.Second) })
+				return nil, nil, false
+			})
+		}},
+		{"broker gone", func(c *kfake.Cluster) { c.Close() }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := kfoCluster(t, kfake.SeedTopics(2, "slow"))
+			w := kfoConnected(t, fmt.Sprintf("seed_brokers: [ %s ]\ntopic: slow\nkey: ${! content() }\ntimeout: 700ms\n", c.ListenAddrs()[0]))
+			tt.break_(c)
+			batch := service.MessageBatch{service.NewMessage([]byte("a")), service.NewMessage([]byte("b"))}
+			idx := batch.Index()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			err := w.WriteBatch(ctx, batch)
+			if ctx.Err() != nil {
+				t.Fatal("WriteBatch waited for the test's own deadline instead of its 700ms timeout")
+			}
+			var berr *service.BatchError
+			if !errors.As(err, &berr) {
+				t.Fatalf("WriteBatch: %v, want a batch error failing each message", err)
+			}
+			failed := 0
+			berr.WalkMessagesIndexedBy(idx, func(i int, _ *service.Message, err error) bool {
+				if err != nil {
+					failed++
+					if !strings.Contains(err.Error(), "did not take the message within 700ms") {
+						t.Errorf("message %d: %v, want it to say Kafka did not take it within 700ms", i, err)
+					}
+				}
+				return true
+			})
+			if failed != len(batch) {
+				t.Fatalf("%d of %d messages failed, want all", failed, len(batch))
+			}
+		})
+	}
+}
+
+func TestKfoConnectWithoutBrokerStillFailsWritesOnTime(t *testing.T) {
+	kfoClearEnv(t)
+	w := kfoConnected(t, "seed_brokers: [ 127.0.0.1:1 ]\ntopic: nowhere\ntimeout: 300ms\n")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err := w.WriteBatch(ctx, service.MessageBatch{service.NewMessage([]byte("a"))})
+	if ctx.Err() != nil || err == nil || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("WriteBatch with no broker: %v, want a timeout nack", err)
+	}
+}
+
+func TestKfoRefusesUnsafeConnections(t *testing.T) {
+	kfoClearEnv(t)
+	_, err := kfoFromYAML(t, "topic: x\nsasl: [ { mechanism: PLAIN, username: u, password: p } ]\n")
+	if !errors.Is(err, kafkaconf.ErrPlainWithoutTLS) || !strings.Contains(err.Error(), "sends the password as-is") {
+		t.Fatalf("PLAIN without TLS: %v, want it refused saying why", err)
+	}
+	_, err = kfoFromYAML(t, "topic: x\ntls: { enabled: true, min_version: '1.0' }\n")
+	if !errors.Is(err, kafkaconf.ErrTLSVersion) {
+		t.Fatalf("TLS 1.0: %v, want it refused", err)
+	}
+
+	c := kfoCluster(t, kfake.EnableSASL(), kfake.Superuser("SCRAM-SHA-512", "sp", "right"))
+	w, err := kfoFromYAML(t, fmt.Sprintf("seed_brokers: [ %s ]\ntopic: x\nsasl: [ { mechanism: SCRAM-SHA-512, username: sp, password: wrong } ]\n", c.ListenAddrs()[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = w.Connect(ctx)
+	if err == nil {
+		_ = w.Close(ctx)
+		t.Fatal("Connect with a wrong password succeeded")
+	}
+	if !strings.Contains(err.Error(), "SP_KAFKA_PASSWORD") || strings.Contains(err.Error(), "wrong") {
+		t.Fatalf("Connect with a wrong password: %q, want a hint at the password that does not show it", err)
+	}
+}
