@@ -59,11 +59,9 @@ var (
 	EncryptionKey  = Setting{"SP_ENCRYPTION_KEY", "", "AES-256 key for identifiers, as <key-id>:<64 hex chars>; required outside `speculapro dev`"}
 	FingerprintKey = Setting{"SP_FINGERPRINT_KEY", "", "HMAC-SHA256 key (hex) for identifier fingerprints; never change it once data is stored"}
 
-	HTTPAddr     = Setting{"SP_HTTP_ADDR", "127.0.0.1:4195", "Address of the engine's HTTP server (/metrics, /ping, /ready)"}
-	DataDir      = Setting{"SP_DATA_DIR", "./.speculapro", "Where `speculapro dev` keeps its embedded broker's data"}
-	LogLevel     = Setting{"SP_LOG_LEVEL", "INFO", "Engine log level: ERROR, WARN, INFO, DEBUG or TRACE"}
-	OTLPEndpoint = Setting{"SP_OTLP_ENDPOINT", "", "host:port of an OTLP/gRPC collector for traces; empty disables tracing"}
-	OTLPSampling = Setting{"SP_OTLP_SAMPLING_RATIO", "1.0", "Share of traces sampled, 0.0 to 1.0; lower it under heavy load"}
+	HTTPAddr = Setting{"SP_HTTP_ADDR", "127.0.0.1:4195", "Address of the engine's HTTP server (/metrics, /ping, /ready)"}
+	DataDir  = Setting{"SP_DATA_DIR", "./.speculapro", "Where `speculapro dev` keeps its embedded broker's data"}
+	LogLevel = Setting{"SP_LOG_LEVEL", "INFO", "Engine log level: ERROR, WARN, INFO, DEBUG or TRACE"}
 )
 
 // All returns every setting, sorted by name.
@@ -73,7 +71,7 @@ func All() []Setting {
 		KafkaSASLMechanism, KafkaUsername, KafkaPassword, KafkaTopicPrefix, KafkaPartitions,
 		KafkaReplicationFactor, DBURL, DBSystemURL, DBOwnerURL, DBSuperuserURL, RedisURL, PersistGroup,
 		PersistWorkers, PersistBatchMax, StreamGroup, EncryptionKey, FingerprintKey,
-		HTTPAddr, DataDir, LogLevel, OTLPEndpoint, OTLPSampling,
+		HTTPAddr, DataDir, LogLevel,
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i].Name < all[j].Name })
 	return all
