@@ -1,0 +1,50 @@
+package dbmigrate
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The partition window EnsurePartitions keeps: from last month to three
+// months ahead. Rows outside it fail with `no partition of relation
+// "transactions" found` until the window moves (there is no DEFAULT partition;
+// see migrations/00004_transactions.sql).
+const (
+	PartitionMonthsBehind = 1
+	PartitionMonthsAhead  = 3
+)
+
+// Querier is what EnsurePartitions needs; *pgx.Conn, *pgxpool.Pool and pgx.Tx
+// all satisfy it.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// PartitionWindow returns the first month (UTC) of the window around now and
+// how many months it spans.
+func PartitionWindow(now time.Time) (first time.Time, months int) {
+	u := now.UTC()
+	first = time.Date(u.Year(), u.Month()-PartitionMonthsBehind, 1, 0, 0, 0, 0, time.UTC)
+	return first, PartitionMonthsBehind + 1 + PartitionMonthsAhead
+}
+
+// EnsurePartitions makes sure the monthly partitions of transactions and
+// account_events exist from last month to three months after now's month,
+// and returns the names of those it created (none when all exist). It calls
+// speculapro.ensure_partitions, a SECURITY DEFINER function, so it works as
+// speculapro_owner or speculapro_system; concurrent callers are safe.
+func EnsurePartitions(ctx context.Context, db Querier, now time.Time) ([]string, error) {
+	first, months := PartitionWindow(now)
+	rows, err := db.Query(ctx, "SELECT speculapro.ensure_partitions($1::date, $2)", first.Format(time.DateOnly), months)
+	if err != nil {
+		return nil, fmt.Errorf("creating partitions for %d months from %s: %w", months, first.Format("2006-01"), err)
+	}
+	created, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("creating partitions for %d months from %s: %w", months, first.Format("2006-01"), err)
+	}
+	return created, nil
+}
