@@ -1,0 +1,425 @@
+#!/usr/bin/env bash
+# Local development/test stack without Docker: PostgreSQL 15, Redis and a single-node Apache
+# Kafka 4.x broker (KRaft), all on loopback, for `make test`, CI and every engineer's tests.
+#
+#   bash deploy/local/stack.sh up       # install what is missing, start what is not running, wait
+#   bash deploy/local/stack.sh status   # one line per service; exit 0 only if all are up
+#   bash deploy/local/stack.sh down     # stop only what `up` started
+#
+# Addresses (the same as deploy/docker-compose.yml):
+#   postgres://postgres:postgres@127.0.0.1:5432/postgres?sslmode=disable
+#   redis://127.0.0.1:6379
+#   Kafka 127.0.0.1:19092 (controller 127.0.0.1:19093), auto topic creation off
+#
+# Runs as root on Debian 12 (no systemd). Safe to run again while everything is up. State,
+# logs and "started by us" markers live in deploy/local/.run/, the Kafka jars in
+# .cache/kafka/<version>/ at the repo root (both ignored by git).
+set -euo pipefail
+# shellcheck source=common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+PG_CONF_DIR="/etc/postgresql/$PG_VERSION/$PG_CLUSTER"
+PG_DROPIN="$PG_CONF_DIR/conf.d/90-speculapro-local.conf"
+PG_URL="postgres://postgres:postgres@$PG_ADDR/postgres?sslmode=disable"
+PG_STARTED="$RUN_DIR/postgres.started"
+
+REDIS_PID="$RUN_DIR/redis.pid"
+REDIS_LOG="$RUN_DIR/redis.log"
+
+KAFKA_RUN="$RUN_DIR/kafka"
+KAFKA_DATA="$KAFKA_RUN/data"
+KAFKA_PROPS="$KAFKA_RUN/server.properties"
+KAFKA_PID="$RUN_DIR/kafka.pid"
+KAFKA_LOG="$RUN_DIR/kafka.log"   # the broker's log4j2 log (rolled by size)
+KAFKA_OUT="$RUN_DIR/kafka.out"   # the JVM's own stdout/stderr: crashes, bad options
+KAFKA_ADDR="$KAFKA_HOST:$KAFKA_PORT"
+
+# Bounds for every wait, in seconds.
+PG_WAIT=60
+REDIS_WAIT=20
+KAFKA_WAIT=180   # a JVM start takes ~10s idle, but over 60s when the 2 cores are saturated by tests
+KAFKA_STOP_WAIT=45
+MVN_WAIT=900
+
+log() { printf 'stack: %s\n' "$*"; }
+die() { printf 'stack: ERROR: %s\n' "$*" >&2; exit 1; }
+have() { command -v "$1" >/dev/null 2>&1; }
+
+# pid_alive FILE PATTERN: the pid recorded in FILE is running and its command line contains
+# PATTERN (after a reboot or a long pause the pid may belong to some other process by now).
+pid_alive() {
+  local pid
+  [[ -f "$1" ]] || return 1
+  pid="$(cat "$1" 2>/dev/null || true)"
+  [[ "$pid" =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null &&
+    tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$2"
+}
+
+# wait_for SECONDS WHAT CMD...: retries CMD every half second until it succeeds or time is up.
+wait_for() {
+  local limit="$1" what="$2"; shift 2
+  local deadline=$((SECONDS + limit))
+  until "$@" >/dev/null 2>&1; do
+    if ((SECONDS >= deadline)); then
+      printf 'stack: ERROR: %s did not answer within %ss\n' "$what" "$limit" >&2
+      return 1
+    fi
+    sleep 0.5
+  done
+}
+
+# ---------------------------------------------------------------------------------------------
+# Packages
+
+java_major() {
+  java -XshowSettings:properties -version 2>&1 |
+    awk -F'= ' '/java.specification.version/ {split($2, v, "."); print (v[1] == "1" ? v[2] : v[1])}'
+}
+
+# Installs only what is missing, so a warm `up` never touches apt (and never needs the network).
+ensure_packages() {
+  local need=()
+  { have pg_ctlcluster && [[ -x /usr/lib/postgresql/$PG_VERSION/bin/postgres ]] && have pg_isready; } ||
+    need+=(postgresql)
+  { have redis-server && have redis-cli; } || need+=(redis-server)
+  have kcat || need+=(kcat)
+  have mvn || need+=(maven)
+  # Kafka 4.x brokers and tools need Java 17 or newer.
+  if ! have java || (($(java_major || echo 0) < 17)); then need+=(openjdk-17-jre-headless); fi
+  ((${#need[@]} == 0)) && return 0
+
+  log "installing missing packages: ${need[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq || die "apt-get update failed"
+  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null ||
+    die "apt-get install ${need[*]} failed"
+}
+
+# ---------------------------------------------------------------------------------------------
+# PostgreSQL 15, through Debian's cluster tooling (pg_ctlcluster works as root without systemd).
+
+pg_running() { pg_lsclusters --no-header 2>/dev/null | awk -v v="$PG_VERSION" -v c="$PG_CLUSTER" '$1 == v && $2 == c && $4 ~ /^online/ {ok=1} END {exit !ok}'; }
+pg_ready() { pg_isready -q -h 127.0.0.1 -p "${PG_ADDR##*:}" -t 2; }
+pg_superuser_sql() { runuser -u postgres -- psql -X -q -tA -p "${PG_ADDR##*:}" -d postgres -c "$1"; }
+pg_password_login() { PGPASSWORD=postgres PGCONNECT_TIMEOUT=5 psql -X -q -tA "$PG_URL" -c 'select 1' >/dev/null 2>&1; }
+
+pg_up() {
+  if ! pg_lsclusters --no-header 2>/dev/null | awk -v v="$PG_VERSION" -v c="$PG_CLUSTER" '$1 == v && $2 == c {ok=1} END {exit !ok}'; then
+    log "postgres: creating cluster $PG_VERSION/$PG_CLUSTER"
+    pg_createcluster "$PG_VERSION" "$PG_CLUSTER" --port "${PG_ADDR##*:}" >/dev/null ||
+      die "pg_createcluster $PG_VERSION $PG_CLUSTER failed"
+  fi
+
+  # Tests of several packages run at once, each with its own pool: 100 connections is not enough.
+  # A drop-in this script owns keeps Debian's postgresql.conf untouched.
+  local want
+  want="$(printf '%s\n' \
+    '# Owned by deploy/local/stack.sh (rewritten on every `up`); remove it to restore the defaults.' \
+    'max_connections = 300')"
+  mkdir -p "$PG_CONF_DIR/conf.d"
+  if [[ "$(cat "$PG_DROPIN" 2>/dev/null || true)" != "$want" ]]; then
+    printf '%s\n' "$want" >"$PG_DROPIN"
+  fi
+
+  if ! pg_running; then
+    log "postgres: starting cluster $PG_VERSION/$PG_CLUSTER"
+    # setsid: the postmaster must not die with the caller's process group (a killed test run).
+    setsid pg_ctlcluster "$PG_VERSION" "$PG_CLUSTER" start 9>&- ||
+      die "pg_ctlcluster $PG_VERSION $PG_CLUSTER start failed; see /var/log/postgresql/postgresql-$PG_VERSION-$PG_CLUSTER.log"
+    touch "$PG_STARTED"
+  fi
+  wait_for "$PG_WAIT" "postgres at $PG_ADDR" pg_ready || {
+    tail -n 20 "/var/log/postgresql/postgresql-$PG_VERSION-$PG_CLUSTER.log" >&2 || true
+    exit 1
+  }
+
+  # max_connections only changes on restart; restart only when it is actually too low, so a
+  # repeated `up` never drops the connections of tests that are running.
+  local maxconn
+  maxconn="$(pg_superuser_sql 'show max_connections')" || die "postgres: cannot query max_connections as superuser"
+  if ((maxconn < 300)); then
+    log "postgres: restarting to apply max_connections=300 (was $maxconn)"
+    setsid pg_ctlcluster "$PG_VERSION" "$PG_CLUSTER" restart 9>&- || die "pg_ctlcluster restart failed"
+    wait_for "$PG_WAIT" "postgres at $PG_ADDR" pg_ready || exit 1
+  fi
+
+  # Debian's pg_hba.conf already allows scram-sha-256 logins on 127.0.0.1; the superuser just has
+  # no password yet on a fresh cluster.
+  if ! pg_password_login; then
+    pg_superuser_sql "alter role postgres with password 'postgres'" >/dev/null ||
+      die "postgres: setting the superuser password failed"
+    pg_password_login ||
+      die "postgres: password login on $PG_ADDR still fails; check host lines in $PG_CONF_DIR/pg_hba.conf"
+  fi
+  log "postgres: up  $PG_URL  (${SECONDS}s)"
+}
+
+pg_down() {
+  if [[ ! -f "$PG_STARTED" ]]; then
+    pg_running && log "postgres: left running (not started by stack.sh)"
+    return 0
+  fi
+  if pg_running; then
+    log "postgres: stopping cluster $PG_VERSION/$PG_CLUSTER"
+    pg_ctlcluster "$PG_VERSION" "$PG_CLUSTER" stop -m fast || die "pg_ctlcluster stop failed"
+  fi
+  rm -f "$PG_STARTED"
+}
+
+# ---------------------------------------------------------------------------------------------
+# Redis
+
+redis_ready() { [[ "$(redis-cli -h "$REDIS_HOST" -p "$REDIS_PORT" ping 2>/dev/null)" == PONG ]]; }
+
+redis_up() {
+  if redis_ready; then
+    pid_alive "$REDIS_PID" redis-server || log "redis: already answering on $REDIS_HOST:$REDIS_PORT (not started by stack.sh)"
+  else
+    mkdir -p "$RUN_DIR/redis"
+    rm -f "$REDIS_PID"
+    # No persistence: test data is throwaway, and snapshots would only cost disk and CPU.
+    # --daemonize detaches (setsid) so Redis outlives the shell that started it.
+    redis-server --daemonize yes --bind "$REDIS_HOST" --port "$REDIS_PORT" \
+      --pidfile "$REDIS_PID" --logfile "$REDIS_LOG" --dir "$RUN_DIR/redis" \
+      --save '' --appendonly no 9>&- ||
+      die "redis-server failed to start; see $REDIS_LOG"
+    wait_for "$REDIS_WAIT" "redis at $REDIS_HOST:$REDIS_PORT" redis_ready || {
+      tail -n 20 "$REDIS_LOG" >&2 || true
+      exit 1
+    }
+  fi
+  log "redis: up  redis://$REDIS_HOST:$REDIS_PORT  (${SECONDS}s)"
+}
+
+redis_down() {
+  if ! pid_alive "$REDIS_PID" redis-server; then
+    rm -f "$REDIS_PID"
+    redis_ready && log "redis: left running (not started by stack.sh)"
+    return 0
+  fi
+  local pid
+  pid="$(cat "$REDIS_PID")"
+  log "redis: stopping (pid $pid)"
+  kill "$pid"
+  wait_for 20 "redis shutdown" bash -c "! kill -0 $pid" || kill -9 "$pid" 2>/dev/null || true
+  rm -f "$REDIS_PID"
+}
+
+# ---------------------------------------------------------------------------------------------
+# Apache Kafka 4.x, single node, KRaft combined mode, run straight from Maven Central jars
+# (the binary tarball cannot be downloaded here).
+
+# kafka_ready: the broker answers a real Kafka metadata request and lists itself, which it only
+# does once it has caught up with the KRaft metadata log (an open TCP port is not enough).
+kafka_ready() {
+  if have kcat; then
+    kcat -L -b "$KAFKA_ADDR" -m 3 2>/dev/null | grep -q ' 1 brokers:'
+  else
+    (exec 3<>"/dev/tcp/$KAFKA_HOST/$KAFKA_PORT") 2>/dev/null
+  fi
+}
+
+kafka_fetch_libs() {
+  [[ -n "$KAFKA_VERSION" ]] || die "cannot read kafka.version from $KAFKA_POM"
+  [[ -f "$KAFKA_LIBS/.complete" ]] && return 0
+  log "kafka: fetching Apache Kafka $KAFKA_VERSION jars with Maven into $KAFKA_LIBS"
+  # Download into a fresh folder and rename at the end, so an interrupted download never looks
+  # complete and stale jars of an earlier attempt never end up on the classpath.
+  # Maven's output goes to a file and is shown only on failure (it is noisy even with -q).
+  local tmp="$KAFKA_CACHE/libs.tmp.$$" mvn_log="$KAFKA_CACHE/mvn.log"
+  rm -rf "$tmp" "$KAFKA_LIBS"
+  mkdir -p "$KAFKA_CACHE"
+  if ! timeout "$MVN_WAIT" mvn -B -Dstyle.color=never -f "$KAFKA_POM" dependency:copy-dependencies \
+    -DincludeScope=runtime -DoutputDirectory="$tmp" >"$mvn_log" 2>&1; then
+    rm -rf "$tmp"
+    grep -E 'ERROR|FAIL' "$mvn_log" | tail -n 15 >&2 || tail -n 15 "$mvn_log" >&2
+    die "Maven could not fetch the Kafka $KAFKA_VERSION jars (limit ${MVN_WAIT}s); full output in $mvn_log"
+  fi
+  touch "$tmp/.complete"
+  mv "$tmp" "$KAFKA_LIBS"
+}
+
+kafka_write_config() {
+  mkdir -p "$KAFKA_DATA"
+  cat >"$KAFKA_PROPS" <<EOF
+# Generated by deploy/local/stack.sh on every start; edit the script, not this file.
+process.roles=broker,controller
+node.id=1
+controller.quorum.bootstrap.servers=$KAFKA_HOST:$KAFKA_CONTROLLER_PORT
+listeners=PLAINTEXT://$KAFKA_HOST:$KAFKA_PORT,CONTROLLER://$KAFKA_HOST:$KAFKA_CONTROLLER_PORT
+advertised.listeners=PLAINTEXT://$KAFKA_ADDR,CONTROLLER://$KAFKA_HOST:$KAFKA_CONTROLLER_PORT
+inter.broker.listener.name=PLAINTEXT
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+log.dirs=$KAFKA_DATA
+
+# As the spec recommends for production: topics exist only when something creates them.
+auto.create.topics.enable=false
+num.partitions=1
+default.replication.factor=1
+min.insync.replicas=1
+
+# One node: every internal topic has one replica. Fewer partitions for the internal topics make
+# the first consumer group / transaction start quickly.
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=10
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+transaction.state.log.num.partitions=10
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+
+# Tests create many small topics: small segments and indexes (the index file is preallocated
+# per partition) keep disk use low; test data only has to live a day.
+log.segment.bytes=16777216
+log.index.size.max.bytes=1048576
+log.retention.hours=24
+log.retention.check.interval.ms=300000
+log.cleaner.dedupe.buffer.size=16777216
+
+# A 2-core machine shared by several test runs.
+num.network.threads=2
+num.io.threads=4
+num.recovery.threads.per.data.dir=2
+EOF
+}
+
+kafka_format() {
+  [[ -f "$KAFKA_DATA/meta.properties" ]] && return 0
+  log "kafka: formatting storage in $KAFKA_DATA"
+  local cluster_id
+  cluster_id="$(java -cp "$KAFKA_LIBS/*" -Dlog4j2.configurationFile="$LOCAL_DIR/kafka/tools-log4j2.properties" \
+    kafka.tools.StorageTool random-uuid)" || die "kafka: StorageTool random-uuid failed"
+  java -cp "$KAFKA_LIBS/*" -Dlog4j2.configurationFile="$LOCAL_DIR/kafka/tools-log4j2.properties" \
+    kafka.tools.StorageTool format --standalone -t "$cluster_id" -c "$KAFKA_PROPS" >/dev/null ||
+    die "kafka: StorageTool format failed"
+}
+
+# kafka_tail_logs: what went wrong, for an `up` that failed. The broker keeps logging after a
+# fatal error, so its errors are picked out before the plain tail.
+kafka_tail_logs() {
+  {
+    echo "--- errors in $KAFKA_LOG:"
+    tail -n +"${KAFKA_LOG_FROM:-1}" "$KAFKA_LOG" 2>/dev/null |
+      grep -E '^\[.*\] (ERROR|FATAL)|^Caused by' | tail -n 8 | cut -c1-400
+    echo "--- last lines of $KAFKA_LOG:"
+    tail -n 15 "$KAFKA_LOG" 2>/dev/null | cut -c1-400
+    if [[ -s "$KAFKA_OUT" ]]; then echo "--- $KAFKA_OUT:"; tail -n 10 "$KAFKA_OUT"; fi
+  } >&2 || true
+}
+
+kafka_up() {
+  if pid_alive "$KAFKA_PID" kafka.Kafka; then
+    : # ours and running (possibly still starting): just wait below
+  elif kafka_ready; then
+    log "kafka: already answering on $KAFKA_ADDR (not started by stack.sh)"
+    log "kafka: up  $KAFKA_ADDR"
+    return 0
+  else
+    rm -f "$KAFKA_PID"
+    kafka_fetch_libs
+    kafka_write_config
+    kafka_format
+    log "kafka: starting Apache Kafka $KAFKA_VERSION (log: $KAFKA_LOG)"
+    # The log is appended to across starts: remember where this start begins, so a failure report
+    # shows this start's errors, not an earlier one's.
+    KAFKA_LOG_FROM=1
+    if [[ -f "$KAFKA_LOG" ]]; then KAFKA_LOG_FROM=$(($(wc -l <"$KAFKA_LOG") + 1)); fi
+    # setsid: the broker must outlive the shell (and process group) that ran `up`.
+    setsid java -Xms256m -Xmx768m -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
+      -XX:InitiatingHeapOccupancyPercent=35 -XX:+ExplicitGCInvokesConcurrent \
+      -XX:+ExitOnOutOfMemoryError \
+      -Djava.awt.headless=true \
+      -Dlog4j2.configurationFile="$LOCAL_DIR/kafka/broker-log4j2.properties" \
+      -Dkafka.logs.dir="$RUN_DIR" \
+      -cp "$KAFKA_LIBS/*" kafka.Kafka "$KAFKA_PROPS" \
+      </dev/null >"$KAFKA_OUT" 2>&1 9>&- &
+    echo $! >"$KAFKA_PID"
+  fi
+
+  local deadline=$((SECONDS + KAFKA_WAIT))
+  until kafka_ready; do
+    if ! pid_alive "$KAFKA_PID" kafka.Kafka; then
+      echo "stack: ERROR: kafka exited during startup" >&2
+      kafka_tail_logs
+      rm -f "$KAFKA_PID"
+      exit 1
+    fi
+    if ((SECONDS >= deadline)); then
+      echo "stack: ERROR: kafka at $KAFKA_ADDR did not answer a metadata request within ${KAFKA_WAIT}s" >&2
+      kafka_tail_logs
+      exit 1
+    fi
+    sleep 1
+  done
+  log "kafka: up  $KAFKA_ADDR  (${SECONDS}s)"
+}
+
+kafka_down() {
+  if ! pid_alive "$KAFKA_PID" kafka.Kafka; then
+    rm -f "$KAFKA_PID"
+    kafka_ready && log "kafka: left running (not started by stack.sh)"
+    return 0
+  fi
+  local pid
+  pid="$(cat "$KAFKA_PID")"
+  log "kafka: stopping (pid $pid)"
+  # SIGTERM runs the broker's controlled shutdown, which keeps the next start quick (no log
+  # recovery). Bounded: a broker stuck in shutdown is killed.
+  kill "$pid"
+  if ! wait_for "$KAFKA_STOP_WAIT" "kafka shutdown" bash -c "! kill -0 $pid"; then
+    log "kafka: still running after ${KAFKA_STOP_WAIT}s, killing"
+    kill -9 "$pid" 2>/dev/null || true
+  fi
+  rm -f "$KAFKA_PID"
+}
+
+# ---------------------------------------------------------------------------------------------
+
+status() {
+  local rc=0 state
+  line() { printf '%-9s %-5s %s\n' "$1" "$2" "$3"; }
+  if have pg_isready && pg_ready; then state=up; else state=down; rc=1; fi
+  line postgres "$state" "$PG_URL"
+  if have redis-cli && redis_ready; then state=up; else state=down; rc=1; fi
+  line redis "$state" "redis://$REDIS_HOST:$REDIS_PORT"
+  if kafka_ready; then state=up; else state=down; rc=1; fi
+  line kafka "$state" "$KAFKA_ADDR"
+  return "$rc"
+}
+
+# Serialises concurrent `up`/`down` runs (several engineers, CI); `status` needs no lock.
+# Every long-lived process is started with `9>&-`: a daemon inheriting fd 9 would hold the
+# lock for its whole life and block every later `up`/`down`.
+lock() {
+  mkdir -p "$RUN_DIR"
+  exec 9>"$RUN_DIR/stack.lock"
+  flock -w 600 9 || die "another stack.sh up/down is still running (waited 600s for $RUN_DIR/.lock)"
+}
+
+main() {
+  case "${1:-}" in
+    up)
+      [[ $EUID -eq 0 ]] || die "run as root (apt-get, pg_ctlcluster)"
+      lock
+      ensure_packages
+      pg_up
+      redis_up
+      kafka_up
+      ;;
+    down)
+      lock
+      kafka_down
+      redis_down
+      pg_down
+      ;;
+    status) status ;;   # exit 0 only when all three answer
+    *) echo "usage: $0 up|down|status" >&2; exit 2 ;;
+  esac
+}
+
+# Sourcing the file (for testing its functions) does not run anything.
+if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
+  main "$@"
+fi
