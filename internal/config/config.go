@@ -56,8 +56,8 @@ var (
 	PersistBatchMax = Setting{"SP_PERSIST_BATCH_MAX", "5000", "Most records written in one database transaction"}
 	StreamGroup     = Setting{"SP_STREAM_GROUP", "speculapro-stream", "Consumer group of the stream evaluator; renaming it replays the whole topic"}
 
-	EncryptionKey  = Setting{"SP_ENCRYPTION_KEY", "", "AES-256 key for identifiers, as <key-id>:<64 hex chars>; required outside `speculapro dev`"}
-	FingerprintKey = Setting{"SP_FINGERPRINT_KEY", "", "HMAC-SHA256 key (hex) for identifier fingerprints; never change it once data is stored"}
+	EncryptionKey  = Setting{"SP_ENCRYPTION_KEY", "", "AES-256 key ring for identifiers: <key-id>:<64 hex chars>, comma-separated, first encrypts, all decrypt (rotation); required outside `speculapro dev`"}
+	FingerprintKey = Setting{"SP_FINGERPRINT_KEY", "", "HMAC-SHA256 key for identifier fingerprints, 64+ hex chars; never change it once data is stored"}
 
 	HTTPAddr = Setting{"SP_HTTP_ADDR", "127.0.0.1:4195", "Address of the engine's HTTP server (/metrics, /ping, /ready)"}
 	DataDir  = Setting{"SP_DATA_DIR", "./.speculapro", "Where `speculapro dev` keeps its embedded broker's data"}

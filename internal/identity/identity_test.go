@@ -1,0 +1,296 @@
+package identity
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestNormalize(t *testing.T) {
+	tests := []struct {
+		kind    Kind
+		raw     string
+		want    string
+		wantErr string // substring of the error; "" means success
+	}{
+		{KindIBAN, "DE89370400440532013000", "DE89370400440532013000", ""},
+		{KindIBAN, "de89 3704 0044 0532 0130 00", "DE89370400440532013000", ""},
+		{KindIBAN, "GB82-WEST-1234-5698-7654-32", "GB82WEST12345698765432", ""},
+		{KindIBAN, "FR14 2004 1010 0505 0001 3M02 606", "FR1420041010050500013M02606", ""},
+		{KindIBAN, "BE68539007547034", "BE68539007547034", ""},
+		{KindIBAN, "DE89370400440532013001", "", "checksum"},
+		{KindIBAN, "DE88370400440532013000", "", "checksum"},
+		{KindIBAN, "DE8937040044", "", "want 15 to 34"},
+		{KindIBAN, "1289370400440532013000", "", "country code"},
+		{KindIBAN, "DEXX370400440532013000", "", "check digits"},
+		{KindIBAN, "DE89/3704/0044/0532/0130/00", "", "character"},
+		{KindAccountNumber, "0532-0130.00", "0532013000", ""},
+		{KindAccountNumber, " 12 34 56 78 ", "12345678", ""},
+		{KindAccountNumber, "ab/12_cd", "AB12CD", ""},
+		{KindAccountNumber, "--", "", "want 1 to 34"},
+		{KindAccountNumber, "1234#5678", "", "character"},
+		{KindPhone, "+49 (171) 123-4567", "+491711234567", ""},
+		{KindPhone, "0049 171 1234567", "+491711234567", ""},
+		{KindPhone, "+1.415.555.0100", "+14155550100", ""},
+		{KindPhone, "0171 1234567", "", "international prefix"},
+		{KindPhone, "+49 171 1234 5678 9012", "", "want 7 to 15"},
+		{KindPhone, "+12345", "", "want 7 to 15"},
+		{KindPhone, "+49 171 CALL-ME", "", "character"},
+		{KindPhone, "+0171234567", "", "starting with 0"},
+		{KindPhone, "+49+1711234567", "", "character"},
+		{Kind("email"), "x@example.com", "", "unknown identifier kind"},
+	}
+	for _, tt := range tests {
+		t.Run(string(tt.kind)+"/"+tt.raw, func(t *testing.T) {
+			got, err := Normalize(tt.kind, tt.raw)
+			if tt.wantErr == "" {
+				if err != nil || got != tt.want {
+					t.Fatalf("Normalize = %q, %v; want %q", got, err, tt.want)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("Normalize error = %v; want one containing %q", err, tt.wantErr)
+			}
+			if !errors.Is(err, ErrInvalidIdentifier) && !errors.Is(err, ErrUnknownKind) {
+				t.Errorf("error %v wraps neither ErrInvalidIdentifier nor ErrUnknownKind", err)
+			}
+			// The error must be safe to log: no run of 4+ digits from the value.
+			if digits := onlyDigits(tt.raw); len(digits) >= 4 && strings.Contains(onlyDigits(err.Error()), digits[len(digits)-4:]) && tt.kind != "email" {
+				t.Errorf("error %q leaks part of the identifier", err)
+			}
+		})
+	}
+}
+
+func onlyDigits(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if r >= '0' && r <= '9' {
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+func TestMask(t *testing.T) {
+	tests := []struct {
+		kind Kind
+		norm string
+		want string
+	}{
+		{KindIBAN, "DE89370400440532013000", "DE89 **** **** **** 3000"},
+		{KindIBAN, "BE68539007547034", "BE68 **** **** **** 7034"},
+		{KindAccountNumber, "0532013000", "****3000"},
+		{KindAccountNumber, "123456", "****456"},
+		{KindAccountNumber, "1", "****"},
+		{KindPhone, "+491711234567", "+49 ******* 567"},
+		{KindPhone, "+14155550100", "+14 ******* 100"},
+	}
+	for _, tt := range tests {
+		if got := Mask(tt.kind, tt.norm); got != tt.want {
+			t.Errorf("Mask(%s, %s) = %q, want %q", tt.kind, tt.norm, got, tt.want)
+		}
+	}
+}
+
+func TestParseKindAndInferKind(t *testing.T) {
+	for in, want := range map[string]Kind{"IBAN": KindIBAN, " phone ": KindPhone, "account_number": KindAccountNumber} {
+		if got, err := ParseKind(in); err != nil || got != want {
+			t.Errorf("ParseKind(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	if _, err := ParseKind("card_pan"); !errors.Is(err, ErrUnknownKind) {
+		t.Errorf("ParseKind(card_pan) error = %v, want ErrUnknownKind", err)
+	}
+	for in, want := range map[string]Kind{
+		"DE89 3704 0044 0532 0130 00": KindIBAN,
+		"DE89 3704 0044 0532 0130 01": KindAccountNumber, // bad checksum: not an IBAN
+		"+49 171 1234567":             KindPhone,
+		"12345678":                    KindAccountNumber,
+	} {
+		if got := InferKind(in); got != want {
+			t.Errorf("InferKind(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+const (
+	testKeyA = "k1:000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"
+	testKeyB = "k2:1f1e1d1c1b1a191817161514131211100f0e0d0c0b0a09080706050403020100"
+	testFP   = "a0a1a2a3a4a5a6a7a8a9aaabacadaeafb0b1b2b3b4b5b6b7b8b9babbbcbdbebf"
+)
+
+func TestKeyringRoundTripAndRotation(t *testing.T) {
+	old, err := ParseKeyring(testKeyA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c1, err := old.Encrypt("DE89370400440532013000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(c1, "k1:") || strings.Contains(c1, "DE89") {
+		t.Fatalf("ciphertext %q: want k1: prefix and no clear value", c1)
+	}
+	c1again, _ := old.Encrypt("DE89370400440532013000")
+	if c1again == c1 {
+		t.Error("two encryptions of one value are equal: nonce is not random")
+	}
+
+	// Rotate: k2 becomes current, k1 stays listed for what it wrote.
+	rotated, err := ParseKeyring(testKeyB + ", " + testKeyA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := rotated.Decrypt(c1); err != nil || got != "DE89370400440532013000" {
+		t.Fatalf("old ciphertext after rotation: %q, %v", got, err)
+	}
+	c2, _ := rotated.Encrypt("+491711234567")
+	if !strings.HasPrefix(c2, "k2:") {
+		t.Fatalf("rotated ring encrypts with %q, want current key k2", c2[:3])
+	}
+	if _, err := old.Decrypt(c2); !errors.Is(err, ErrUnknownKeyID) {
+		t.Errorf("ring without k2 decrypting a k2 ciphertext: %v, want ErrUnknownKeyID", err)
+	}
+	// Relabelling a ciphertext with another key id must not open.
+	if _, err := rotated.Decrypt("k1:" + strings.TrimPrefix(c2, "k2:")); !errors.Is(err, ErrCiphertext) {
+		t.Errorf("relabelled ciphertext: %v, want ErrCiphertext", err)
+	}
+	tampered := []byte(c1)
+	tampered[len(tampered)-3] ^= 0x01
+	if _, err := rotated.Decrypt(string(tampered)); !errors.Is(err, ErrCiphertext) {
+		t.Errorf("tampered ciphertext: %v, want ErrCiphertext", err)
+	}
+	for _, bad := range []string{"", "nokeyid", "k1:@@@", "k1:AAAA"} {
+		if _, err := rotated.Decrypt(bad); err == nil {
+			t.Errorf("Decrypt(%q) succeeded", bad)
+		}
+	}
+}
+
+func TestParseKeyringErrors(t *testing.T) {
+	tests := map[string]error{
+		"": ErrMissingKey,
+		"000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f": ErrInvalidKey, // no key id
+		"k1:0001":                         ErrInvalidKey,
+		"k1:zz" + strings.Repeat("0", 62): ErrInvalidKey,
+		testKeyA + "," + testKeyA:         ErrInvalidKey,
+		"bad id:" + testKeyA[3:]:          ErrInvalidKey,
+	}
+	for spec, want := range tests {
+		_, err := ParseKeyring(spec)
+		if !errors.Is(err, want) {
+			t.Errorf("ParseKeyring(%.20q…) = %v, want %v", spec, err, want)
+		}
+		if len(spec) > 10 && err != nil && strings.Contains(err.Error(), "0102030405") {
+			t.Errorf("error leaks key material: %v", err)
+		}
+	}
+	if _, err := NewFingerprinter(""); !errors.Is(err, ErrMissingKey) {
+		t.Errorf("NewFingerprinter(\"\") = %v, want ErrMissingKey", err)
+	}
+	if _, err := NewFingerprinter("abcd"); !errors.Is(err, ErrInvalidKey) {
+		t.Errorf("NewFingerprinter(short) = %v, want ErrInvalidKey", err)
+	}
+	if _, err := NewProtector(testKeyA, ""); !errors.Is(err, ErrMissingKey) {
+		t.Errorf("NewProtector without fingerprint key = %v, want ErrMissingKey", err)
+	}
+}
+
+func TestFingerprints(t *testing.T) {
+	p, err := NewProtector(testKeyA, testFP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := p.Protect(KindIBAN, "DE89 3704 0044 0532 0130 00")
+	b, _ := p.Protect(KindIBAN, "de89370400440532013000")
+	if a.FP != b.FP || len(a.FP) != 64 {
+		t.Fatalf("same IBAN, two spellings: fingerprints %q and %q", a.FP, b.FP)
+	}
+	if a.Masked != "DE89 **** **** **** 3000" || a.Kind != KindIBAN {
+		t.Errorf("Protect = %+v", a)
+	}
+	// Same characters, different kind: deliberately different fingerprints.
+	acct, _ := p.Protect(KindAccountNumber, "DE89370400440532013000")
+	if acct.FP == a.FP {
+		t.Error("account_number and iban of the same characters share a fingerprint")
+	}
+	// Another fingerprint key gives another fingerprint: it is keyed.
+	other, _ := NewProtector(testKeyA, strings.Repeat("11", 32))
+	c, _ := other.Protect(KindIBAN, "DE89370400440532013000")
+	if c.FP == a.FP {
+		t.Error("fingerprint does not depend on the key")
+	}
+	// Rotating the encryption key must not change fingerprints.
+	rot, _ := NewProtector(testKeyB+","+testKeyA, testFP)
+	d, _ := rot.Protect(KindIBAN, "DE89370400440532013000")
+	if d.FP != a.FP {
+		t.Error("fingerprint changed with the encryption key")
+	}
+	if got, err := rot.Keys.Decrypt(a.Enc); err != nil || got != "DE89370400440532013000" {
+		t.Errorf("Decrypt(Enc) = %q, %v; want the normalised IBAN", got, err)
+	}
+
+	f := p.Fingerprints
+	if f.Counterparty(a.FP, "Alice") != f.Counterparty(a.FP, "Bob") {
+		t.Error("counterparty with an identifier: fingerprint depends on the name")
+	}
+	if f.Counterparty("", "ACME Ltd.") != f.Counterparty("", "  acme   LTD ") {
+		t.Error("name-only counterparty: spelling variants differ")
+	}
+	if f.Counterparty("", "ACME Ltd") == f.Counterparty("", "ACME Limited") {
+		t.Error("different names share a fingerprint")
+	}
+	if f.Counterparty("", "acme") == f.Counterparty(f.sum("acme"), "") {
+		t.Error("name and identifier derivations collide")
+	}
+	if got := f.Counterparty("", " -- "); got != "" {
+		t.Errorf("counterparty with neither identifier nor name: %q, want \"\"", got)
+	}
+}
+
+func TestNormalizeName(t *testing.T) {
+	for in, want := range map[string]string{
+		"ACME Ltd.":        "acme ltd",
+		"  O'Neil,  Mary ": "oneil mary",
+		"Müller & Söhne":   "müller söhne",
+		"株式会社 トヨタ":         "株式会社 トヨタ",
+		"---":              "",
+	} {
+		if got := NormalizeName(in); got != want {
+			t.Errorf("NormalizeName(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestDevKeys(t *testing.T) {
+	enc, fp := DevKeys()
+	p, err := NewProtector(enc, fp)
+	if err != nil {
+		t.Fatalf("DevKeys do not parse: %v", err)
+	}
+	if p.Keys.CurrentKeyID() != "dev" {
+		t.Errorf("dev key id = %q, want dev", p.Keys.CurrentKeyID())
+	}
+	enc2, fp2 := DevKeys()
+	if enc != enc2 || fp != fp2 {
+		t.Error("DevKeys are not stable across calls")
+	}
+	if strings.Contains(p.String(), enc[4:]) {
+		t.Error("Protector.String leaks the key")
+	}
+}
+
+func BenchmarkProtect(b *testing.B) {
+	p, err := NewProtector(testKeyA, testFP)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := p.Protect(KindIBAN, "DE89 3704 0044 0532 0130 00"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
