@@ -1,18 +1,170 @@
 package main
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/speculapro/speculapro/internal/config"
+	"github.com/speculapro/speculapro/internal/embedkafka"
+	"github.com/speculapro/speculapro/internal/identity"
 )
 
-// devCommand is replaced by the issue that builds it.
+// Dev defaults differ from production ones only where production has no safe
+// default: a laptop wants few partitions and needs no secret keys.
+const (
+	devPartitions     = "6"
+	devSystemDBURL    = "postgres://speculapro_system:speculapro_system@127.0.0.1:5432/speculapro?sslmode=disable"
+	devStopGrace      = 30 * time.Second
+	devObservabilityF = "config/observability.yaml"
+)
+
 func devCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "dev",
-		Usage: "not built yet",
-		Action: func(*cli.Context) error {
-			return errors.New("dev: not built yet")
+		Usage: "Run every pipeline in pipelines/ in one process, with an embedded broker unless SP_KAFKA_BROKERS is set",
+		Description: `Starts SpeculaPro on one machine for development:
+
+  1. Kafka: when SP_KAFKA_BROKERS is unset, an embedded Kafka-protocol broker
+     (franz-go kfake) listens on --kafka-addr and keeps its data in
+     $SP_DATA_DIR/kafka, so a restart loses nothing; otherwise that broker is used.
+  2. PostgreSQL: 'speculapro migrate --bootstrap' (roles, database, schema).
+  3. Topics: 'speculapro topics' (SP_KAFKA_PARTITIONS defaults to 6 here).
+  4. Pipelines: 'speculapro streams -o config/observability.yaml pipelines/*.yaml'.
+
+It prints the addresses it serves and stops cleanly on Ctrl-C. SP_DB_SYSTEM_URL
+defaults to the local stack's speculapro_system role, and publicly known
+dev-only identity keys are used when SP_ENCRYPTION_KEY / SP_FINGERPRINT_KEY are
+unset (never in production: anyone can decrypt what they protect).`,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "pipelines", Value: "pipelines", Usage: "folder whose *.yaml pipelines are run (files ending _benthos_test.yaml are skipped)"},
+			&cli.StringFlag{Name: "observability", Value: devObservabilityF, Usage: "root config with http, logger, metrics and tracer"},
+			&cli.StringFlag{Name: "kafka-addr", Value: embedkafka.DefaultAddr, Usage: "where the embedded broker listens when SP_KAFKA_BROKERS is unset"},
 		},
+		Action: runDev,
+	}
+}
+
+func runDev(c *cli.Context) error {
+	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("dev: locating own binary: %w", err)
+	}
+	if err := setDevDefaults(); err != nil {
+		return err
+	}
+
+	if !config.KafkaBrokers.IsSet() {
+		dataDir := filepath.Join(config.DataDir.Value(), "kafka")
+		broker, err := embedkafka.Start(c.String("kafka-addr"), dataDir)
+		if err != nil {
+			return fmt.Errorf("dev: %w", err)
+		}
+		defer broker.Close()
+		os.Setenv(config.KafkaBrokers.Name, broker.Addrs()[0])
+		fmt.Printf("dev: embedded Kafka broker on %s (data in %s)\n", broker.Addrs()[0], dataDir)
+	} else {
+		fmt.Printf("dev: using Kafka at %s\n", config.KafkaBrokers.Value())
+	}
+
+	for _, step := range [][]string{{"migrate", "--bootstrap"}, {"topics"}} {
+		if err := runChild(ctx, self, step...); err != nil {
+			return fmt.Errorf("dev: speculapro %s: %w", step[0], err)
+		}
+	}
+
+	pipelines, err := devPipelines(c.String("pipelines"))
+	if err != nil {
+		return err
+	}
+	fmt.Printf("dev: HTTP on http://%s (metrics at /metrics, readiness at /ready)\n", config.HTTPAddr.Value())
+	fmt.Printf("dev: running %d pipeline(s) from %s; Ctrl-C stops\n", len(pipelines), c.String("pipelines"))
+	args := append([]string{"streams", "-o", c.String("observability")}, pipelines...)
+	err = runChild(ctx, self, args...)
+	if ctx.Err() != nil {
+		// A stop we were asked for is not a failure, whatever the child's code.
+		fmt.Println("dev: stopped")
+		return nil
+	}
+	return err
+}
+
+// setDevDefaults fills in the settings a laptop has no reason to set by hand.
+func setDevDefaults() error {
+	setDefault := func(s config.Setting, v string) {
+		if !s.IsSet() {
+			os.Setenv(s.Name, v)
+		}
+	}
+	setDefault(config.KafkaPartitions, devPartitions)
+	setDefault(config.DBSystemURL, devSystemDBURL)
+	if !config.EncryptionKey.IsSet() || !config.FingerprintKey.IsSet() {
+		enc, fp := identity.DevKeys()
+		setDefault(config.EncryptionKey, enc)
+		setDefault(config.FingerprintKey, fp)
+		fmt.Println("dev: WARNING: SP_ENCRYPTION_KEY / SP_FINGERPRINT_KEY unset, using the publicly known dev-only keys")
+	}
+	return nil
+}
+
+func devPipelines(dir string) ([]string, error) {
+	all, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	if err != nil {
+		return nil, fmt.Errorf("dev: listing pipelines in %s: %w", dir, err)
+	}
+	var out []string
+	for _, p := range all {
+		if filepath.Ext(p) == ".yaml" && !isBenthosTest(p) {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+func isBenthosTest(path string) bool {
+	const suffix = "_benthos_test.yaml"
+	return len(path) > len(suffix) && path[len(path)-len(suffix):] == suffix
+}
+
+// runChild runs this binary with args, in its own process group so that a
+// terminal's Ctrl-C reaches only dev, which then asks the child to stop once:
+// the engine treats a second interrupt as "stop now".
+func runChild(ctx context.Context, self string, args ...string) error {
+	cmd := exec.Command(self, args...)
+	cmd.Stdout, cmd.Stderr, cmd.Stdin = os.Stdout, os.Stderr, nil
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	_ = cmd.Process.Signal(os.Interrupt)
+	select {
+	case err := <-done:
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			return nil
+		}
+		return err
+	case <-time.After(devStopGrace):
+		_ = cmd.Process.Kill()
+		<-done
+		return fmt.Errorf("did not stop within %s; killed", devStopGrace)
 	}
 }
