@@ -214,4 +214,3 @@ func waitFor(t *testing.T, limit time.Duration, what string, ok func() bool) {
 		time.Sleep(250 * time.Millisecond)
 	}
 }
-
