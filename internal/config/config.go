@@ -61,7 +61,7 @@ var (
 
 	HTTPAddr = Setting{"SP_HTTP_ADDR", "127.0.0.1:4195", "Address of the engine's HTTP server (/metrics, /ping, /ready)"}
 	DataDir  = Setting{"SP_DATA_DIR", "./.speculapro", "Where `speculapro dev` keeps its embedded broker's data"}
-	LogLevel = Setting{"SP_LOG_LEVEL", "INFO", "Engine log level: ERROR, WARN, INFO, DEBUG or TRACE"}
+	LogLevel = Setting{"SP_LOG_LEVEL", "INFO", "Log level: ERROR, WARN, INFO, DEBUG, TRACE or NONE; DEBUG shows every batch"}
 )
 
 // All returns every setting, sorted by name.

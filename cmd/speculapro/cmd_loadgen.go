@@ -1,0 +1,180 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/urfave/cli/v2"
+
+	"github.com/speculapro/speculapro/internal/config"
+	"github.com/speculapro/speculapro/internal/identity"
+	"github.com/speculapro/speculapro/internal/kafkaconf"
+	"github.com/speculapro/speculapro/internal/loadgen"
+)
+
+const (
+	loadgenFlagCount          = "count"
+	loadgenFlagRate           = "rate"
+	loadgenFlagAccounts       = "accounts"
+	loadgenFlagWorkspaces     = "workspaces"
+	loadgenFlagCounterparties = "counterparties"
+	loadgenFlagSeed           = "seed"
+	loadgenFlagTopic          = "topic"
+	loadgenFlagKnownRatio     = "known-accounts-ratio"
+	loadgenFlagLinkedRatio    = "linked-ratio"
+	loadgenFlagDBURL          = "db-url"
+	loadgenFlagManifest       = "manifest"
+	loadgenFlagDevKeys        = "dev-keys"
+	loadgenFlagStart          = "start"
+	loadgenFlagSpread         = "spread"
+	loadgenFlagLinger         = "linger"
+
+	// loadgenSetupTimeout bounds seeding PostgreSQL and the Kafka check, so
+	// a service that does not answer ends the command instead of hanging it.
+	loadgenSetupTimeout = 2 * time.Minute
+)
+
+// loadgenCommand produces synthetic transactions to Kafka for tests,
+// benchmarks and demos.
+func loadgenCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "loadgen",
+		Usage: "Produce realistic synthetic transactions to Kafka at a given rate, with progress",
+		Description: `Sends --count transactions to <SP_KAFKA_TOPIC_PREFIX>txn.ingested (or --topic) in the envelope
+the ingest API writes, keyed workspace_id:account_external_id, with fixed IDs. Accounts are spread over
+--workspaces; --known-accounts-ratio of the customers (and their accounts) are first written to
+PostgreSQL (--db-url, a speculapro_system URL) as real records, the rest reach the database as
+placeholders. Counterparties are drawn from a pool of --counterparties with a heavy head; a few pay a
+known account's own IBAN, so linking can be checked. Identifiers are only sent encrypted, masked and
+fingerprinted with SP_ENCRYPTION_KEY and SP_FINGERPRINT_KEY (--dev-keys: the public development keys).
+
+The same --seed and --start give the same transactions and IDs; --manifest writes both, with what
+Kafka acknowledged, so a test can recompute exactly what was sent. Progress goes to stderr every
+second, then a summary. Exits non-zero when a record was not acknowledged.`,
+		Flags: []cli.Flag{
+			&cli.IntFlag{Name: loadgenFlagCount, Value: loadgen.DefaultCount, Usage: "transactions to send"},
+			&cli.Float64Flag{Name: loadgenFlagRate, Value: 0, Usage: "transactions per second; 0 sends as fast as Kafka takes them"},
+			&cli.IntFlag{Name: loadgenFlagAccounts, Value: loadgen.DefaultAccounts, Usage: "monitored accounts (two per customer)"},
+			&cli.IntFlag{Name: loadgenFlagWorkspaces, Value: loadgen.DefaultWorkspaces, Usage: "workspaces the accounts are spread over"},
+			&cli.IntFlag{Name: loadgenFlagCounterparties, Value: loadgen.DefaultCounterparties, Usage: "size of the counterparty pool, shared out between the workspaces"},
+			&cli.Uint64Flag{Name: loadgenFlagSeed, Value: 1, Usage: "random seed; the same seed and --start give the same transactions"},
+			&cli.StringFlag{Name: loadgenFlagTopic, Usage: "topic to write to (default <SP_KAFKA_TOPIC_PREFIX>txn.ingested)"},
+			&cli.Float64Flag{Name: loadgenFlagKnownRatio, Value: loadgen.DefaultKnownAccountsRatio, Usage: "share of customers and accounts written to PostgreSQL as real records first (needs --db-url)"},
+			&cli.Float64Flag{Name: loadgenFlagLinkedRatio, Value: loadgen.DefaultLinkedRatio, Usage: "share of counterparties paying a known account's own IBAN"},
+			&cli.StringFlag{Name: loadgenFlagDBURL, Value: config.DBSystemURL.Value(), DefaultText: "$" + config.DBSystemURL.Name, Usage: "PostgreSQL URL of speculapro_system, to create the workspaces and the known customers and accounts; empty: the workspaces must exist"},
+			&cli.StringFlag{Name: loadgenFlagManifest, Usage: "file to write the run's manifest to (JSON: generator settings, workspaces, acknowledged count)"},
+			&cli.BoolFlag{Name: loadgenFlagDevKeys, Usage: "use the public development keys instead of SP_ENCRYPTION_KEY and SP_FINGERPRINT_KEY (local stacks only)"},
+			&cli.TimestampFlag{Name: loadgenFlagStart, Layout: time.RFC3339, Usage: "occurred_at of the last transaction (RFC 3339; default now)"},
+			&cli.DurationFlag{Name: loadgenFlagSpread, Value: loadgen.DefaultSpread, Usage: "how far back occurred_at goes from --start (at most 336h)"},
+			&cli.DurationFlag{Name: loadgenFlagLinger, Value: loadgen.DefaultLinger, Usage: "how long the producer lets a batch fill"},
+		},
+		Action: func(c *cli.Context) error {
+			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			if err := runLoadgen(ctx, c, c.App.ErrWriter); err != nil {
+				return fmt.Errorf("loadgen: %w", err)
+			}
+			return nil
+		},
+	}
+}
+
+func runLoadgen(ctx context.Context, c *cli.Context, stderr io.Writer) error {
+	encKey, fpKey := config.EncryptionKey.Value(), config.FingerprintKey.Value()
+	if c.Bool(loadgenFlagDevKeys) {
+		encKey, fpKey = identity.DevKeys()
+		fmt.Fprintln(stderr, "loadgen: using the public development keys (--dev-keys): never where real data is stored")
+	}
+	protector, err := identity.NewProtector(encKey, fpKey)
+	if err != nil {
+		return fmt.Errorf("%w (or pass --%s on a local stack)", err, loadgenFlagDevKeys)
+	}
+
+	start := time.Now().UTC().Truncate(time.Second)
+	if t := c.Timestamp(loadgenFlagStart); t != nil {
+		start = t.UTC()
+	}
+	cfg := loadgen.Config{
+		Seed:               c.Uint64(loadgenFlagSeed),
+		Count:              c.Int(loadgenFlagCount),
+		Accounts:           c.Int(loadgenFlagAccounts),
+		Workspaces:         c.Int(loadgenFlagWorkspaces),
+		Counterparties:     c.Int(loadgenFlagCounterparties),
+		KnownAccountsRatio: c.Float64(loadgenFlagKnownRatio),
+		LinkedRatio:        c.Float64(loadgenFlagLinkedRatio),
+		Start:              start,
+		Spread:             c.Duration(loadgenFlagSpread),
+	}
+	dbURL := c.String(loadgenFlagDBURL)
+	if dbURL == "" && cfg.KnownAccountsRatio > 0 {
+		return fmt.Errorf("--%s %v needs --%s (or %s) to write the known accounts; pass --%s 0 to send only unknown ones",
+			loadgenFlagKnownRatio, cfg.KnownAccountsRatio, loadgenFlagDBURL, config.DBSystemURL.Name, loadgenFlagKnownRatio)
+	}
+	g, err := loadgen.New(cfg, protector)
+	if err != nil {
+		return err
+	}
+
+	setupCtx, cancel := context.WithTimeout(ctx, loadgenSetupTimeout)
+	defer cancel()
+	if dbURL != "" {
+		st, err := loadgen.SeedKnownURL(setupCtx, dbURL, g)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "loadgen: %d workspaces (%d new), %d known customers and %d known accounts written\n",
+			cfg.Workspaces, st.Workspaces, st.Customers, st.Accounts)
+	} else {
+		fmt.Fprintf(stderr, "loadgen: no --%s: workspaces %v must already exist\n", loadgenFlagDBURL, g.Workspaces())
+	}
+
+	topic := c.String(loadgenFlagTopic)
+	if topic == "" {
+		topic = config.KafkaTopicPrefix.Value() + "txn.ingested"
+	}
+	conn, err := kafkaconf.FromEnv()
+	if err != nil {
+		return err
+	}
+	opts, err := loadgen.ProducerOpts(conn, c.Duration(loadgenFlagLinger))
+	if err != nil {
+		return err
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return fmt.Errorf("creating Kafka producer: %w", err)
+	}
+	defer cl.Close()
+	if err := conn.Check(setupCtx, cl); err != nil {
+		return err
+	}
+	// franz-go would wait for a missing topic until the delivery timeout and
+	// then fail every record; say what to do instead.
+	topics, err := kadm.NewClient(cl).ListTopics(setupCtx, topic)
+	if err != nil {
+		return fmt.Errorf("looking up topic %s: %w", topic, err)
+	}
+	if !topics.Has(topic) || topics[topic].Err != nil {
+		return fmt.Errorf("topic %s does not exist: create it with `speculapro topics`", topic)
+	}
+
+	s, runErr := loadgen.Produce(ctx, cl, g, loadgen.ProduceOptions{Topic: topic, Rate: c.Float64(loadgenFlagRate), Progress: stderr})
+	fmt.Fprintln(stderr, s)
+	if path := c.String(loadgenFlagManifest); path != "" {
+		if err := loadgen.WriteManifest(path, loadgen.NewManifest(g, 0, cfg.Count, s)); err != nil {
+			return errors.Join(runErr, err)
+		}
+	}
+	if runErr != nil && ctx.Err() != nil {
+		return fmt.Errorf("interrupted after %d of %d transactions: %w", s.Sent, cfg.Count, runErr)
+	}
+	return runErr
+}

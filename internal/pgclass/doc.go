@@ -1,0 +1,8 @@
+// Package pgclass owns how SpeculaPro reads a PostgreSQL failure: by SQLSTATE
+// class, whether it is something an operator or time can fix (the database is
+// down, out of disk or connections, shutting down, a grant or a partition is
+// missing, two transactions collided), so the same work must be retried and
+// never skipped, or the fault of one row the database can never accept (data
+// exception 22, integrity violation 23), which must be isolated and parked so
+// it cannot block everything behind it.
+package pgclass

@@ -1,0 +1,648 @@
+package postgres
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/redpanda-data/benthos/v4/public/service"
+
+	"github.com/speculapro/speculapro/internal/dbmigrate/dbtest"
+	"github.com/speculapro/speculapro/internal/event"
+	"github.com/speculapro/speculapro/internal/pgrole"
+)
+
+// --- fixtures -------------------------------------------------------------
+
+// fakeCounters records what the output counted, by metric and labels.
+type fakeCounters struct {
+	mu sync.Mutex
+	n  map[string]int64
+}
+
+type fakeCounter struct {
+	c    *fakeCounters
+	name string
+}
+
+func (f fakeCounter) Incr(n int64, labels ...string) {
+	f.c.mu.Lock()
+	defer f.c.mu.Unlock()
+	f.c.n[f.name+"{"+strings.Join(labels, ",")+"}"] += n
+}
+
+func (f fakeCounter) Timing(int64, ...string) {}
+
+func (c *fakeCounters) get(key string) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[key]
+}
+
+func (c *fakeCounters) metrics(table string) *persistMetrics {
+	mk := func(name string) fakeCounter { return fakeCounter{c, name} }
+	return &persistMetrics{
+		table: table, batches: mk("batches"), stored: mk("stored"), skipped: mk("skipped"),
+		placeholders: mk("placeholders"), counterparties: mk("counterparties"), deadLetters: mk("dead_letters"),
+		retries: mk("retries"), faults: mk("faults"), stage: mk("stage"),
+	}
+}
+
+// fakeDLQ keeps what was dead-lettered.
+type fakeDLQ struct {
+	mu      sync.Mutex
+	letters []*service.Message
+}
+
+func (d *fakeDLQ) WriteBatch(_ context.Context, b service.MessageBatch) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.letters = append(d.letters, b...)
+	return nil
+}
+
+// syncBuffer is a log sink safe for the output's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+type harness struct {
+	t    *testing.T
+	db   *dbtest.DB
+	out  *pgCopyUpsert
+	dlq  *fakeDLQ
+	logs *syncBuffer
+	m    *fakeCounters
+	conn *pgx.Conn // superuser, to inspect and to break things
+	ws   event.UUID
+}
+
+func newHarness(t *testing.T, table string) *harness {
+	t.Helper()
+	db := dbtest.New(t)
+	h := &harness{t: t, db: db, dlq: &fakeDLQ{}, logs: &syncBuffer{}, m: &fakeCounters{n: map[string]int64{}}}
+	h.conn = db.Connect(t, db.SuperuserURL)
+	h.ws = h.workspace("acme")
+	h.out = h.newOutput(table, db.SystemURL)
+	return h
+}
+
+func (h *harness) newOutput(table, url string) *pgCopyUpsert {
+	h.t.Helper()
+	logger := service.NewLoggerFromSlog(slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	out, err := newPgCopyUpsert(context.Background(), pcuOptions{
+		url: url, table: table, maxConns: 2,
+		initialBackoff: 20 * time.Millisecond, maxBackoff: 200 * time.Millisecond,
+		attemptTimeout: 30 * time.Second, startupTimeout: 10 * time.Second,
+	}, h.dlq, service.MockResources(service.MockResourcesOptUseLogger(logger)))
+	if err != nil {
+		h.t.Fatalf("newPgCopyUpsert: %v", err)
+	}
+	out.m = h.m.metrics(table)
+	h.t.Cleanup(func() { _ = out.Close(context.Background()) })
+	return out
+}
+
+func (h *harness) workspace(name string) event.UUID {
+	h.t.Helper()
+	var id event.UUID
+	if err := h.conn.QueryRow(context.Background(),
+		"INSERT INTO speculapro.workspaces (name) VALUES ($1) RETURNING id", name).Scan(&id); err != nil {
+		h.t.Fatalf("creating workspace: %v", err)
+	}
+	return id
+}
+
+func (h *harness) count(query string, args ...any) int {
+	h.t.Helper()
+	var n int
+	if err := h.conn.QueryRow(context.Background(), query, args...).Scan(&n); err != nil {
+		h.t.Fatalf("%s: %v", query, err)
+	}
+	return n
+}
+
+func (h *harness) exec(query string, args ...any) {
+	h.t.Helper()
+	if _, err := h.conn.Exec(context.Background(), query, args...); err != nil {
+		h.t.Fatalf("%s: %v", query, err)
+	}
+}
+
+var baseTime = time.Now().UTC().Truncate(time.Millisecond).Add(-time.Hour)
+
+// txn is a transaction envelope; tweak adjusts it before encoding.
+func txn(ws event.UUID, n int, tweak func(*event.Envelope)) event.Envelope {
+	e := event.Envelope{
+		V: event.Version, Kind: event.KindTransaction, WorkspaceID: ws,
+		ExternalID:         fmt.Sprintf("txn-%06d", n),
+		OccurredAt:         baseTime.Add(time.Duration(n) * time.Millisecond),
+		ReceivedAt:         baseTime.Add(time.Duration(n)*time.Millisecond + time.Second),
+		CustomerExternalID: fmt.Sprintf("cust-%d", n%7),
+		AccountExternalID:  fmt.Sprintf("acc-%d", n%11),
+		Type:               "transfer", Status: "completed", Channel: "mobile",
+		Amount: fmt.Sprintf("%d.%02d", n, n%100), Currency: "EUR", Direction: event.DirectionOut,
+		Metadata: []byte(`{"n":` + strconv.Itoa(n) + `}`),
+	}
+	if tweak != nil {
+		tweak(&e)
+	}
+	e.ID = event.TransactionID(e.WorkspaceID, e.ExternalID, e.OccurredAt)
+	return e
+}
+
+func encode(t testing.TB, e event.Envelope) []byte {
+	t.Helper()
+	b, err := event.Encode(e)
+	if err != nil {
+		t.Fatalf("encoding %s: %v", e.ExternalID, err)
+	}
+	return b
+}
+
+// batchOf makes messages as the kafka_franz input does, offsets from first.
+func batchOf(t testing.TB, first int, values ...[]byte) service.MessageBatch {
+	b := make(service.MessageBatch, len(values))
+	for i, v := range values {
+		m := service.NewMessage(v)
+		m.MetaSetMut("kafka_topic", "sp.txn.ingested")
+		m.MetaSetMut("kafka_partition", "2")
+		m.MetaSetMut("kafka_offset", strconv.Itoa(first+i))
+		m.MetaSetMut("kafka_key", "key-"+strconv.Itoa(first+i))
+		m.MetaSetMut("trace", "t-"+strconv.Itoa(first+i))
+		b[i] = m
+	}
+	return b
+}
+
+func txnBatch(t testing.TB, ws event.UUID, from, to int, tweak func(*event.Envelope)) service.MessageBatch {
+	var vals [][]byte
+	for n := from; n < to; n++ {
+		vals = append(vals, encode(t, txn(ws, n, tweak)))
+	}
+	return batchOf(t, from, vals...)
+}
+
+func (h *harness) write(b service.MessageBatch) {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := h.out.WriteBatch(ctx, b); err != nil {
+		h.t.Fatalf("WriteBatch: %v", err)
+	}
+}
+
+// --- tests -----------------------------------------------------------------
+
+func TestStoresBatchWithPlaceholdersAndReplayAddsNothing(t *testing.T) {
+	h := newHarness(t, tableTransactions)
+	b := txnBatch(t, h.ws, 0, 100, nil)
+	h.write(b)
+
+	if n := h.count("SELECT count(*) FROM speculapro.transactions WHERE workspace_id = $1", h.ws); n != 100 {
+		t.Fatalf("stored %d transactions, want 100", n)
+	}
+	if n := h.count("SELECT count(*) FROM speculapro.customers WHERE placeholder"); n != 7 {
+		t.Errorf("%d placeholder customers, want 7", n)
+	}
+	if n := h.count("SELECT count(*) FROM speculapro.accounts WHERE placeholder"); n != 11 {
+		t.Errorf("%d placeholder accounts, want 11", n)
+	}
+	// Every transaction points at the deterministic customer and account,
+	// and the values arrived exactly.
+	if n := h.count(`SELECT count(*) FROM speculapro.transactions t
+		JOIN speculapro.accounts a ON a.id = t.account_id AND a.external_id = 'acc-' || (substr(t.external_id, 5)::int % 11)
+		JOIN speculapro.customers c ON c.id = t.customer_id AND c.external_id = 'cust-' || (substr(t.external_id, 5)::int % 7)
+		WHERE t.amount = (substr(t.external_id, 5)::int + (substr(t.external_id, 5)::int % 100) / 100.0)
+		  AND t.metadata = jsonb_build_object('n', substr(t.external_id, 5)::int)
+		  AND t.currency = 'EUR' AND t.direction = 'out' AND t.kind = 'transfer'`); n != 100 {
+		t.Errorf("%d of 100 transactions stored with the right keys and values", n)
+	}
+	if got := h.m.get("placeholders{transactions,customer}") + h.m.get("placeholders{transactions,account}"); got != 18 {
+		t.Errorf("placeholders counted %d, want 18", got)
+	}
+
+	// A replay, whole and in a different split, stores nothing new.
+	h.write(b)
+	h.write(txnBatch(t, h.ws, 50, 150, nil))
+	if n := h.count("SELECT count(*) FROM speculapro.transactions"); n != 150 {
+		t.Fatalf("after replays: %d transactions, want 150", n)
+	}
+	if n := h.count("SELECT count(*) FROM speculapro.customers") + h.count("SELECT count(*) FROM speculapro.accounts"); n != 18 {
+		t.Errorf("after replays: %d customers+accounts, want 18", n)
+	}
+	if s, k := h.m.get("stored{transactions}"), h.m.get("skipped{transactions}"); s != 150 || k != 150 {
+		t.Errorf("counted stored=%d skipped=%d, want 150 and 150", s, k)
+	}
+
+	// A record repeated inside one batch is written once.
+	dup := txnBatch(t, h.ws, 200, 201, nil)
+	h.write(append(dup, dup[0].Copy()))
+	if n := h.count("SELECT count(*) FROM speculapro.transactions"); n != 151 {
+		t.Errorf("a batch repeating a record: %d transactions, want 151", n)
+	}
+	if len(h.dlq.letters) != 0 {
+		t.Errorf("%d dead letters, want none", len(h.dlq.letters))
+	}
+}
+
+func TestRealRecordReplacesPlaceholder(t *testing.T) {
+	h := newHarness(t, tableTransactions)
+	h.write(txnBatch(t, h.ws, 0, 1, nil)) // names cust-0 and acc-0
+
+	// The real records arrive the way the ingest API writes them.
+	h.exec(`INSERT INTO speculapro.customers (id, workspace_id, external_id, name, placeholder)
+		VALUES ($1, $2, 'cust-0', 'Ada', false)
+		ON CONFLICT (workspace_id, external_id) DO UPDATE SET name = EXCLUDED.name, placeholder = false`,
+		event.CustomerID(h.ws, "cust-0"), h.ws)
+	h.exec(`INSERT INTO speculapro.accounts (id, workspace_id, external_id, customer_id, kind, placeholder)
+		VALUES ($1, $2, 'acc-0', $3, 'current', false)
+		ON CONFLICT (workspace_id, external_id) DO UPDATE SET kind = EXCLUDED.kind, placeholder = false`,
+		event.AccountID(h.ws, "acc-0"), h.ws, event.CustomerID(h.ws, "cust-0"))
+
+	// Later transactions, and a replay of the first, leave the real records alone.
+	h.write(txnBatch(t, h.ws, 0, 23, nil))
+	if n := h.count(`SELECT count(*) FROM speculapro.accounts WHERE external_id = 'acc-0' AND NOT placeholder AND kind = 'current'`); n != 1 {
+		t.Errorf("the real account was overwritten by a placeholder")
+	}
+	if n := h.count(`SELECT count(*) FROM speculapro.customers WHERE external_id = 'cust-0' AND NOT placeholder AND name = 'Ada'`); n != 1 {
+		t.Errorf("the real customer was overwritten by a placeholder")
+	}
+
+	// A transaction without its customer belongs to its account's customer.
+	h.write(txnBatch(t, h.ws, 1000, 1001, func(e *event.Envelope) {
+		e.CustomerExternalID, e.AccountExternalID = "", "acc-0"
+	}))
+	if n := h.count(`SELECT count(*) FROM speculapro.transactions WHERE external_id = 'txn-001000' AND customer_id = $1`,
+		event.CustomerID(h.ws, "cust-0")); n != 1 {
+		t.Errorf("a transaction naming only a known account did not get the account's customer")
+	}
+}
+
+func TestCounterpartiesDeduplicatedAndLinked(t *testing.T) {
+	h := newHarness(t, tableTransactions)
+	fp := func(s string) string { return hex.EncodeToString([]byte(s + strings.Repeat("0", 32-len(s)))) }
+
+	// A monitored account whose number has the keyed fingerprint "own".
+	h.exec(`INSERT INTO speculapro.customers (id, workspace_id, external_id) VALUES ($1, $2, 'c-own')`,
+		event.CustomerID(h.ws, "c-own"), h.ws)
+	h.exec(`INSERT INTO speculapro.accounts (id, workspace_id, external_id, customer_id, number_fingerprint)
+		VALUES ($1, $2, 'a-own', $3, decode($4, 'hex'))`,
+		event.AccountID(h.ws, "a-own"), h.ws, event.CustomerID(h.ws, "c-own"), fp("own"))
+
+	withCP := func(dedupe, identity string) func(*event.Envelope) {
+		return func(e *event.Envelope) {
+			e.Counterparty = &event.Counterparty{
+				Name: "Hausverwaltung Müller GmbH", IdentifierKind: "iban", IdentifierEnc: "k1:AAAA",
+				IdentifierMasked: "DE89 **** 3000", IdentifierFP: fp(identity), Fingerprint: fp(dedupe),
+			}
+		}
+	}
+	// 30 transactions to one recipient, 30 to our own customer's account,
+	// and the same recipient in a second workspace.
+	b := txnBatch(t, h.ws, 0, 30, withCP("landlord", "landlord-iban"))
+	b = append(b, txnBatch(t, h.ws, 30, 60, withCP("own-dedupe", "own"))...)
+	other := h.workspace("other")
+	b = append(b, txnBatch(t, other, 60, 70, withCP("landlord", "landlord-iban"))...)
+	h.write(b)
+
+	if n := h.count("SELECT count(*) FROM speculapro.counterparties"); n != 3 {
+		t.Fatalf("%d counterparties, want 3 (one per workspace and fingerprint)", n)
+	}
+	if n := h.count(`SELECT count(*) FROM speculapro.counterparties c JOIN speculapro.accounts a ON a.id = c.account_id
+		WHERE a.external_id = 'a-own' AND c.fingerprint = decode($1, 'hex')`, fp("own-dedupe")); n != 1 {
+		t.Errorf("the counterparty with our account's fingerprint is not linked to it")
+	}
+	if n := h.count("SELECT count(*) FROM speculapro.counterparties WHERE account_id IS NULL"); n != 2 {
+		t.Errorf("%d unlinked counterparties, want 2", n)
+	}
+	if n := h.count(`SELECT count(*) FROM speculapro.transactions t JOIN speculapro.counterparties c
+		ON c.id = t.counterparty_id AND c.workspace_id = t.workspace_id`); n != 70 {
+		t.Errorf("%d of 70 transactions point at their counterparty", n)
+	}
+	if got := h.m.get("counterparties{transactions}"); got != 3 {
+		t.Errorf("counterparties created counted %d, want 3", got)
+	}
+
+	// Across batches: the same recipient is found, not created again; an
+	// account registered later with its fingerprint gets linked.
+	h.exec(`INSERT INTO speculapro.accounts (id, workspace_id, external_id, customer_id, number_fingerprint)
+		VALUES ($1, $2, 'a-landlord', $3, decode($4, 'hex'))`,
+		event.AccountID(h.ws, "a-landlord"), h.ws, event.CustomerID(h.ws, "c-own"), fp("landlord-iban"))
+	h.write(txnBatch(t, h.ws, 100, 110, withCP("landlord", "landlord-iban")))
+	if n := h.count("SELECT count(*) FROM speculapro.counterparties"); n != 3 {
+		t.Errorf("after a second batch: %d counterparties, want 3", n)
+	}
+	if n := h.count(`SELECT count(*) FROM speculapro.counterparties c JOIN speculapro.accounts a ON a.id = c.account_id
+		WHERE a.external_id = 'a-landlord'`); n != 1 {
+		t.Errorf("a counterparty seen before its account was registered is not linked once it is")
+	}
+	if got := h.m.get("counterparties{transactions}"); got != 3 {
+		t.Errorf("counterparties created counted %d after the second batch, want still 3", got)
+	}
+}
+
+func TestRowTheDatabaseRefusesIsDeadLetteredAlone(t *testing.T) {
+	h := newHarness(t, tableTransactions)
+	b := txnBatch(t, h.ws, 0, 40, func(e *event.Envelope) {
+		switch e.ExternalID {
+		case "txn-000007":
+			e.Amount = "-5.00" // the envelope allows a sign; the table's CHECK does not
+		case "txn-000031":
+			e.Amount = "123456789012345678901234567890" // beyond numeric(20,4)
+		}
+	})
+	b = append(b, batchOf(t, 40, []byte("not json at all"))...)
+	h.write(b)
+
+	if n := h.count("SELECT count(*) FROM speculapro.transactions"); n != 38 {
+		t.Fatalf("stored %d transactions, want the 38 good ones", n)
+	}
+	got := map[string]string{}
+	for _, m := range h.dlq.letters {
+		off, _ := m.MetaGet("source-offset")
+		code, _ := m.MetaGet("error-code")
+		got[off] = code
+		if trace, _ := m.MetaGet("trace"); !strings.HasSuffix(off, "/"+strings.TrimPrefix(trace, "t-")) {
+			t.Errorf("dead letter %s lost its headers (trace=%q)", off, trace)
+		}
+	}
+	want := map[string]string{"sp.txn.ingested/2/7": "23514", "sp.txn.ingested/2/31": "22003", "sp.txn.ingested/2/40": ""}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("dead letters (source-offset: error-code) = %v, want %v", got, want)
+	}
+	for _, m := range h.dlq.letters {
+		if off, _ := m.MetaGet("source-offset"); off == "sp.txn.ingested/2/7" {
+			raw, _ := m.AsBytes()
+			if !bytes.Contains(raw, []byte(`"amount":"-5.00"`)) {
+				t.Errorf("dead letter does not carry the original value: %s", raw)
+			}
+			if msg, _ := m.MetaGet("error-message"); !strings.Contains(msg, "transactions_amount_check") {
+				t.Errorf("error-message = %q, want the database's message", msg)
+			}
+		}
+	}
+	if !strings.Contains(h.logs.String(), `msg="persist: sent undecodable records to dead-letter topic"`) ||
+		!strings.Contains(h.logs.String(), "count=1") {
+		t.Errorf("no WARN line for the undecodable record:\n%s", h.logs.String())
+	}
+	if h.m.get("dead_letters{transactions,rejected}") != 2 || h.m.get("dead_letters{transactions,undecodable}") != 1 {
+		t.Errorf("dead letters counted %v", h.m.n)
+	}
+	if h.m.get("retries{transactions}") != 0 || h.m.get("faults{transactions}") != 0 {
+		t.Errorf("a row's fault was retried: %v", h.m.n)
+	}
+}
+
+func TestRetriesUntilTheOperatorFixesIt(t *testing.T) {
+	tests := []struct {
+		name       string
+		tweak      func(*event.Envelope)
+		breakIt    string
+		fixIt      string
+		errMention string
+	}{
+		{
+			name:       "permission missing",
+			breakIt:    "REVOKE INSERT ON speculapro.transactions FROM speculapro_system",
+			fixIt:      "GRANT INSERT ON speculapro.transactions TO speculapro_system",
+			errMention: "permission denied",
+		},
+		{
+			name:       "partition missing",
+			tweak:      func(e *event.Envelope) { e.OccurredAt = time.Date(2031, 3, 5, 10, 0, 0, 0, time.UTC) },
+			fixIt:      "SELECT speculapro.ensure_partitions('2031-03-01', 1)",
+			errMention: `no partition of relation \"transactions\" found`,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, tableTransactions)
+			owner := h.db.Connect(t, h.db.OwnerURL)
+			if tt.breakIt != "" {
+				if _, err := owner.Exec(context.Background(), tt.breakIt); err != nil {
+					t.Fatal(err)
+				}
+			}
+			done := make(chan error, 1)
+			go func() { done <- h.out.WriteBatch(context.Background(), txnBatch(t, h.ws, 0, 10, tt.tweak)) }()
+
+			deadline := time.Now().Add(30 * time.Second)
+			for strings.Count(h.logs.String(), logBatchRetry) < 3 {
+				if time.Now().After(deadline) {
+					t.Fatalf("no retries logged:\n%s", h.logs.String())
+				}
+				select {
+				case err := <-done:
+					t.Fatalf("WriteBatch returned %v while the database refuses the batch", err)
+				case <-time.After(20 * time.Millisecond):
+				}
+			}
+			if _, err := owner.Exec(context.Background(), tt.fixIt); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatalf("WriteBatch: %v", err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("WriteBatch did not finish after the fix")
+			}
+			if n := h.count("SELECT count(*) FROM speculapro.transactions"); n != 10 {
+				t.Errorf("stored %d, want 10", n)
+			}
+			logs := h.logs.String()
+			line := logs[strings.Index(logs, logBatchRetry)-30:]
+			line = line[:strings.IndexByte(line, '\n')]
+			for _, want := range []string{"level=ERROR", `msg="persist: batch failed, retrying"`, "rows=10", tt.errMention, "backoff="} {
+				if !strings.Contains(line, want) {
+					t.Errorf("retry line %q lacks %q", line, want)
+				}
+			}
+			retries := int64(strings.Count(logs, logBatchRetry))
+			if got := h.m.get("retries{transactions}"); got != retries {
+				t.Errorf("retries counted %d, %d logged", got, retries)
+			}
+			if got := h.m.get("faults{transactions}"); got != 1 {
+				t.Errorf("faults counted %d, want 1 for one failing batch", got)
+			}
+			if len(h.dlq.letters) != 0 {
+				t.Errorf("%d rows dead-lettered for a failure an operator can fix", len(h.dlq.letters))
+			}
+		})
+	}
+}
+
+func TestShutdownWhileRetryingIsNoFault(t *testing.T) {
+	h := newHarness(t, tableTransactions)
+	owner := h.db.Connect(t, h.db.OwnerURL)
+	if _, err := owner.Exec(context.Background(), "REVOKE INSERT ON speculapro.transactions FROM speculapro_system"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.out.WriteBatch(ctx, txnBatch(t, h.ws, 0, 10, nil)) }()
+	for strings.Count(h.logs.String(), logBatchRetry) < 2 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("WriteBatch after shutdown: %v, want context.Canceled", err)
+	}
+	logged := int64(strings.Count(h.logs.String(), logBatchRetry))
+	if got := h.m.get("retries{transactions}"); got != logged {
+		t.Errorf("retries counted %d, logged %d", got, logged)
+	}
+	if got := h.m.get("faults{transactions}"); got != 1 {
+		t.Errorf("faults = %d, want 1: the shutdown is not a fault", got)
+	}
+	if got := h.m.get("batches{transactions}"); got != 0 {
+		t.Errorf("a cancelled batch was counted as written")
+	}
+}
+
+func TestAccountEvents(t *testing.T) {
+	h := newHarness(t, tableAccountEvents)
+	ev := func(n int, account string) []byte {
+		e := event.Envelope{
+			V: event.Version, Kind: event.KindAccountEvent, WorkspaceID: h.ws,
+			ExternalID: fmt.Sprintf("ev-%d", n), OccurredAt: baseTime.Add(time.Duration(n) * time.Second),
+			CustomerExternalID: fmt.Sprintf("cust-%d", n%3), AccountExternalID: account,
+			Type: "sign_in", Attributes: []byte(`{"ip":"203.0.113.7"}`),
+		}
+		e.ID = event.AccountEventID(e.WorkspaceID, e.ExternalID, e.OccurredAt)
+		return encode(t, e)
+	}
+	var vals [][]byte
+	for n := range 20 {
+		acct := ""
+		if n%2 == 0 {
+			acct = fmt.Sprintf("acc-%d", n%4)
+		}
+		vals = append(vals, ev(n, acct))
+	}
+	txnOnEvents := encode(t, txn(h.ws, 1, nil))
+	b := batchOf(t, 0, append(vals, txnOnEvents)...)
+	h.write(b)
+	h.write(b) // replay
+
+	if n := h.count("SELECT count(*) FROM speculapro.account_events WHERE kind = 'sign_in' AND payload->>'ip' = '203.0.113.7'"); n != 20 {
+		t.Errorf("%d account events stored, want 20", n)
+	}
+	if n := h.count("SELECT count(*) FROM speculapro.customers WHERE placeholder"); n != 3 {
+		t.Errorf("%d placeholder customers, want 3", n)
+	}
+	if n := h.count("SELECT count(*) FROM speculapro.accounts WHERE placeholder"); n != 2 {
+		t.Errorf("%d placeholder accounts, want 2", n)
+	}
+	if n := h.count("SELECT count(*) FROM speculapro.account_events WHERE account_id IS NULL"); n != 10 {
+		t.Errorf("%d events without an account, want 10", n)
+	}
+	if len(h.dlq.letters) != 2 {
+		t.Errorf("%d dead letters, want the transaction on the events topic, once per delivery", len(h.dlq.letters))
+	}
+}
+
+func TestStartupRefusesRoleBoundByRowLevelSecurity(t *testing.T) {
+	db := dbtest.New(t)
+	_, err := newPgCopyUpsert(context.Background(), pcuOptions{
+		url: db.AppURL, table: tableTransactions, maxConns: 1,
+		initialBackoff: time.Millisecond, maxBackoff: time.Millisecond,
+		attemptTimeout: time.Second, startupTimeout: 10 * time.Second,
+	}, &fakeDLQ{}, service.MockResources())
+	if !errors.Is(err, pgrole.ErrCannotBypassRLS) {
+		t.Fatalf("as speculapro_app: %v, want ErrCannotBypassRLS", err)
+	}
+}
+
+// TestBatchOf5000 stores a full default-size batch and reports its rate
+// (a figure for the report, not an assertion on speed).
+func TestBatchOf5000(t *testing.T) {
+	h := newHarness(t, tableTransactions)
+	fp := hex.EncodeToString([]byte("recipient-0000000000000000000000"))
+	b := txnBatch(t, h.ws, 0, 5000, func(e *event.Envelope) {
+		e.CustomerExternalID = "cust-" + strconv.Itoa(len(e.ExternalID)%500)
+		e.Counterparty = &event.Counterparty{Name: "R", Fingerprint: fp[:60] + e.ExternalID[len(e.ExternalID)-2:] + "00"}
+	})
+	// Decode in the processor, as the pipeline does.
+	proc := &eventDecode{kind: event.KindTransaction, table: tableTransactions, duration: fakeCounter{h.m, "stage"}}
+	decoded, err := proc.ProcessBatch(context.Background(), b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	h.write(decoded[0])
+	took := time.Since(start)
+	if n := h.count("SELECT count(*) FROM speculapro.transactions"); n != 5000 {
+		t.Fatalf("stored %d, want 5000", n)
+	}
+	t.Logf("5000-row batch written in %s (%.0f rows/s)", took.Round(time.Millisecond), 5000/took.Seconds())
+	start = time.Now()
+	h.write(decoded[0])
+	t.Logf("replay of the same 5000 rows in %s", time.Since(start).Round(time.Millisecond))
+}
+
+func TestBatchOfAnUnknownWorkspaceIsRejectedWithoutBisecting(t *testing.T) {
+	h := newHarness(t, tableTransactions)
+	unknown := event.UUID{0x01, 0x93, 0xf5, 0xa2, 0x70, 0x00, 0x7a, 0xbc, 0x8d, 0xef, 1, 2, 3, 4, 5, 6}
+	b := txnBatch(t, unknown, 0, 2000, nil)
+	b = append(b, txnBatch(t, h.ws, 5000, 5010, nil)...)
+	start := time.Now()
+	h.write(b)
+	t.Logf("2010-row batch with 2000 rows of an unknown workspace written in %s", time.Since(start).Round(time.Millisecond))
+	if n := h.count("SELECT count(*) FROM speculapro.transactions"); n != 10 {
+		t.Errorf("stored %d, want the 10 rows of the known workspace", n)
+	}
+	if len(h.dlq.letters) != 2000 {
+		t.Fatalf("%d dead letters, want 2000", len(h.dlq.letters))
+	}
+	for _, m := range h.dlq.letters {
+		if code, _ := m.MetaGet("error-code"); code != "23503" {
+			t.Fatalf("error-code %q, want 23503", code)
+		}
+	}
+	if !strings.Contains(h.logs.String(), "codes=23503") || !strings.Contains(h.logs.String(), "count=2000") {
+		t.Errorf("no WARN line for the refused rows:\n%s", h.logs.String())
+	}
+}
+
+func TestManyBadRowsAreAllIsolated(t *testing.T) {
+	h := newHarness(t, tableTransactions)
+	b := txnBatch(t, h.ws, 0, 200, func(e *event.Envelope) {
+		if n, _ := strconv.Atoi(strings.TrimPrefix(e.ExternalID, "txn-")); n%2 == 1 {
+			e.Amount = "-" + e.Amount
+		}
+	})
+	start := time.Now()
+	h.write(b)
+	t.Logf("200-row batch with 100 bad rows isolated in %s", time.Since(start).Round(time.Millisecond))
+	if n := h.count("SELECT count(*) FROM speculapro.transactions WHERE amount >= 0"); n != 100 {
+		t.Errorf("stored %d, want the 100 good rows", n)
+	}
+	if len(h.dlq.letters) != 100 {
+		t.Errorf("%d dead letters, want 100", len(h.dlq.letters))
+	}
+}

@@ -1,0 +1,114 @@
+package tests
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/speculapro/speculapro/internal/dbmigrate"
+	"github.com/speculapro/speculapro/internal/dbmigrate/dbtest"
+	"github.com/speculapro/speculapro/internal/event"
+	"github.com/speculapro/speculapro/internal/testenv"
+)
+
+// PostgreSQL goes away for ~20 s in the middle of a run and comes back: the
+// persister retries with backoff, catches up on its own, and every
+// transaction is stored exactly once. It runs against a private PostgreSQL,
+// because the shared one must never be stopped.
+func TestPersistRidesOutDatabaseOutage(t *testing.T) {
+	perPhase := 1500
+	if os.Getenv("SP_TEST_SCALE") == "full" {
+		perPhase = 50000
+	}
+	pg := testenv.PrivatePostgres(t)
+	ctx := context.Background()
+	const dbName = "speculapro"
+	err := dbmigrate.Bootstrap(ctx, dbmigrate.BootstrapConfig{
+		SuperuserURL: pg.SuperuserURL, Database: dbName,
+		OwnerPassword: dbmigrate.OwnerRole, AppPassword: dbmigrate.AppRole, SystemPassword: dbmigrate.SystemRole,
+	}, nil)
+	if err != nil {
+		t.Fatalf("bootstrapping the private PostgreSQL: %v", err)
+	}
+	ownerConn, err := pgx.Connect(ctx, dbtest.RoleURL(t, pg.SuperuserURL, dbmigrate.OwnerRole, dbName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dbmigrate.Migrate(ctx, ownerConn, time.Now(), nil); err != nil {
+		t.Fatalf("migrating the private PostgreSQL: %v", err)
+	}
+	ownerConn.Close(ctx)
+	superURL := testenv.WithDatabase(t, pg.SuperuserURL, dbName)
+	connect := func() *pgx.Conn {
+		c, err := pgx.Connect(ctx, superURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close(context.Background()) })
+		return c
+	}
+	conn := connect()
+	ws := persistWorkspace(t, conn)
+
+	k := newPersistKafka(t)
+	produce := func(from, to int) {
+		var recs []*kgo.Record
+		for n := from; n < to; n++ {
+			key, val, _ := persistTxn(t, ws, n, nil)
+			recs = append(recs, &kgo.Record{Key: []byte(key), Value: val})
+		}
+		k.produce(t, "txn.ingested", recs...)
+	}
+	const countTxns = "SELECT count(*) FROM speculapro.transactions WHERE workspace_id = $1"
+
+	produce(0, perPhase)
+	p := newPersistProcess(t)
+	p.start(t, persistEnv(k, dbtest.RoleURL(t, pg.SuperuserURL, dbmigrate.SystemRole, dbName)), p.runArgs("pipelines/persist.yaml")...)
+	if n := waitCount(t, conn, perPhase, countTxns, ws); n != perPhase {
+		t.Fatalf("before the outage: stored %d, want %d", n, perPhase)
+	}
+
+	pg.Stop()
+	outage := time.Now()
+	produce(perPhase, 2*perPhase)
+	retryLine := persistLogLine("ERROR", "persist: batch failed, retrying")
+	for time.Since(outage) < 20*time.Second {
+		time.Sleep(500 * time.Millisecond)
+	}
+	during := len(retryLine.FindAllString(p.stdout.String(), -1))
+	if during == 0 {
+		t.Errorf("no retry line logged during a 20 s outage")
+	}
+	pg.Start()
+	back := time.Now()
+	conn = connect()
+	if n := waitCount(t, conn, 2*perPhase, countTxns, ws); n != 2*perPhase {
+		t.Fatalf("after the outage: stored %d, want %d", n, 2*perPhase)
+	}
+	t.Logf("caught up %s after PostgreSQL came back; %d retry lines during the outage",
+		time.Since(back).Round(time.Millisecond), during)
+
+	// Exactly the transactions sent, each once, with their placeholders.
+	var ids []event.UUID
+	for n := range 2 * perPhase {
+		_, _, id := persistTxn(t, ws, n, nil)
+		ids = append(ids, id)
+	}
+	if n := persistCount(t, conn, "SELECT count(DISTINCT id) FROM speculapro.transactions WHERE id = ANY($1)", ids); n != 2*perPhase {
+		t.Errorf("%d of the %d transactions sent are stored", n, 2*perPhase)
+	}
+	if n := persistCount(t, conn, "SELECT count(*) FROM speculapro.customers") + persistCount(t, conn, "SELECT count(*) FROM speculapro.accounts"); n != 13+29 {
+		t.Errorf("%d customers and accounts, want 42", n)
+	}
+
+	if code := p.stop(t); code != 0 {
+		t.Errorf("exit code %d after SIGTERM, want 0", code)
+	}
+	if got := k.committedOffsets(t, k.group); got != int64(2*perPhase) {
+		t.Errorf("committed offsets add up to %d, want %d", got, 2*perPhase)
+	}
+}

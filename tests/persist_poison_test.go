@@ -1,0 +1,128 @@
+package tests
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/speculapro/speculapro/internal/dbmigrate/dbtest"
+	"github.com/speculapro/speculapro/internal/event"
+)
+
+// Records the persister cannot read, and rows PostgreSQL refuses, are parked
+// on the dead-letter topic with their key, value, headers and source-offset,
+// each alone; everything else is stored, and the partitions move on.
+func TestPersistDeadLettersPoisonRecords(t *testing.T) {
+	db := dbtest.New(t)
+	k := newPersistKafka(t)
+	conn := db.Connect(t, db.SuperuserURL)
+	ws := persistWorkspace(t, conn)
+
+	type poison struct {
+		value []byte
+		code  string // SQLSTATE for rows the database refuses; "" for undecodable
+	}
+	poisons := []poison{
+		{value: []byte("not json at all")},
+		{value: []byte(`{"v":2,"kind":"transaction","id":"0193f5a2-7c00-7abc-8def-0123456789ab"}`)},
+		{value: []byte(`{"v":1,"kind":"transaction","workspace_id":"` + ws.String() + `"}`)},
+		{value: []byte(`{"v":1,"kind":"transaction","id":"0193f5a2-7c00-7abc-8def-0123456789ab"}`)},
+	}
+	// Valid envelopes the table refuses: a negative amount (CHECK, 23514)
+	// and one beyond numeric(20,4) (22003).
+	_, negative, _ := persistTxn(t, ws, 900001, func(e *event.Envelope) { e.Amount = "-5.00" })
+	_, huge, _ := persistTxn(t, ws, 900002, func(e *event.Envelope) { e.Amount = "1234567890123456789012345" })
+	poisons = append(poisons, poison{value: negative, code: "23514"}, poison{value: huge, code: "22003"})
+
+	const good = 120
+	var recs []*kgo.Record
+	poisonAt := map[string]poison{} // by key
+	for n := range good {
+		key, val, _ := persistTxn(t, ws, n, nil)
+		recs = append(recs, &kgo.Record{Key: []byte(key), Value: val, Headers: []kgo.RecordHeader{{Key: "origin", Value: []byte("good")}}})
+		if n%20 == 10 && n/20 < len(poisons) {
+			key := fmt.Sprintf("poison-%d", n/20)
+			poisonAt[key] = poisons[n/20]
+			recs = append(recs, &kgo.Record{Key: []byte(key), Value: poisons[n/20].value,
+				Headers: []kgo.RecordHeader{{Key: "origin", Value: []byte(key)}, {Key: "trace-id", Value: []byte("abc-" + key)}}})
+		}
+	}
+	if len(poisonAt) != len(poisons) {
+		t.Fatalf("interleaved %d poison records, want %d", len(poisonAt), len(poisons))
+	}
+	k.produce(t, "txn.ingested", recs...)
+	offsetOf := map[string]string{}
+	for _, r := range recs {
+		offsetOf[string(r.Key)] = fmt.Sprintf("%s/%d/%d", r.Topic, r.Partition, r.Offset)
+	}
+
+	p := newPersistProcess(t)
+	p.start(t, persistEnv(k, db.SystemURL), p.runArgs("pipelines/persist.yaml")...)
+
+	if n := waitCount(t, conn, good, "SELECT count(*) FROM speculapro.transactions WHERE workspace_id = $1", ws); n != good {
+		t.Fatalf("stored %d transactions, want the %d good ones", n, good)
+	}
+	letters := k.consumeAll(t, "txn.ingested.dlq", len(poisons))
+	if len(letters) != len(poisons) {
+		t.Fatalf("%d dead letters, want %d", len(letters), len(poisons))
+	}
+	for _, r := range letters {
+		key := string(r.Key)
+		want, ok := poisonAt[key]
+		if !ok {
+			t.Errorf("dead letter with key %q, which was not a poison record", key)
+			continue
+		}
+		if string(r.Value) != string(want.value) {
+			t.Errorf("%s: value %q, want the original %q", key, r.Value, want.value)
+		}
+		h := map[string]string{}
+		for _, hd := range r.Headers {
+			h[hd.Key] = string(hd.Value)
+		}
+		if h["origin"] != key || h["trace-id"] != "abc-"+key {
+			t.Errorf("%s: original headers lost: %v", key, h)
+		}
+		if h["source-offset"] != offsetOf[key] {
+			t.Errorf("%s: source-offset %q, want %q", key, h["source-offset"], offsetOf[key])
+		}
+		if h["error-code"] != want.code {
+			t.Errorf("%s: error-code %q, want %q", key, h["error-code"], want.code)
+		}
+		for name := range h {
+			if strings.HasPrefix(name, "kafka_") {
+				t.Errorf("%s: the input's metadata %s leaked into the headers", key, name)
+			}
+		}
+		delete(poisonAt, key)
+	}
+
+	// One WARN line per batch with undecodable records; their counts add up.
+	warn := persistLogLine("WARN", "persist: sent undecodable records to dead-letter topic")
+	// The spec's line: count comes right after msg.
+	countRe := regexp.MustCompile(`msg="persist: sent undecodable records to dead-letter topic" count=(\d+)( |$)`)
+	total := 0
+	for _, line := range warn.FindAllString(p.stdout.String(), -1) {
+		m := countRe.FindStringSubmatch(line)
+		if m == nil {
+			t.Errorf("WARN line without count: %s", line)
+			continue
+		}
+		c, _ := strconv.Atoi(m[1])
+		total += c
+	}
+	if total != 4 {
+		t.Errorf("WARN lines count %d undecodable records, want 4:\n%s", total, p.stdout)
+	}
+
+	if code := p.stop(t); code != 0 {
+		t.Errorf("exit code %d after SIGTERM, want 0", code)
+	}
+	if got := k.committedOffsets(t, k.group); got != int64(len(recs)) {
+		t.Errorf("committed offsets add up to %d, want every record (%d): poison must not block a partition", got, len(recs))
+	}
+}

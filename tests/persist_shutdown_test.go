@@ -1,0 +1,105 @@
+package tests
+
+import (
+	"context"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/speculapro/speculapro/internal/dbmigrate/dbtest"
+	"github.com/speculapro/speculapro/internal/event"
+)
+
+// SIGTERM while a batch keeps failing (a grant is missing): the retry line is
+// logged, the process exits cleanly, the shutdown is counted neither as a
+// fault nor as a retry, and the batch is not committed (it is read again).
+func TestPersistShutdownWhileBatchKeepsFailing(t *testing.T) {
+	db := dbtest.New(t)
+	k := newPersistKafka(t)
+	conn := db.Connect(t, db.SuperuserURL)
+	ws := persistWorkspace(t, conn)
+	owner := db.Connect(t, db.OwnerURL)
+	if _, err := owner.Exec(context.Background(), "REVOKE INSERT ON speculapro.transactions FROM speculapro_system"); err != nil {
+		t.Fatal(err)
+	}
+	var recs []*kgo.Record
+	for n := range 10 {
+		key, val, _ := persistTxn(t, ws, n, func(e *event.Envelope) { e.AccountExternalID = "acc-1" }) // one partition
+		recs = append(recs, &kgo.Record{Key: []byte(key), Value: val})
+	}
+	k.produce(t, "txn.ingested", recs...)
+
+	p := newPersistProcess(t)
+	p.start(t, persistEnv(k, db.SystemURL), "streams", "-o", "config/observability.yaml", "pipelines/persist.yaml")
+
+	retryLine := persistLogLine("ERROR", "persist: batch failed, retrying")
+	deadline := time.Now().Add(persistWait)
+	for len(retryLine.FindAllString(p.stdout.String(), -1)) < 4 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no retry lines logged")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	line := retryLine.FindString(p.stdout.String())
+	// The spec's line: rows, err and backoff right after msg, in that order.
+	if !regexp.MustCompile(`msg="persist: batch failed, retrying" rows=10 err="[^"]*permission denied[^"]*" backoff=\S+`).MatchString(line) {
+		t.Errorf("retry line does not read as the spec's: %s", line)
+	}
+
+	// Scrape until the HTTP server goes away: the engine stops the stream
+	// before it, so the last scrape sees the counts after the shutdown.
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	var last string
+	for {
+		s, err := p.scrape()
+		if err != nil {
+			break
+		}
+		last = s
+		select {
+		case <-p.exited:
+		case <-time.After(20 * time.Millisecond):
+			continue
+		}
+		break
+	}
+	code := p.waitExit(t, persistExitWait)
+	t.Logf("exited %s after SIGTERM", time.Since(stopped).Round(time.Millisecond))
+	if code != 0 {
+		t.Errorf("exit code %d after SIGTERM, want 0", code)
+	}
+	if last == "" {
+		t.Fatal("no /metrics scrape succeeded")
+	}
+	logged := float64(len(retryLine.FindAllString(p.stdout.String(), -1)))
+	faults := metricSum(last, "speculapro_persist_faults_total")
+	retries := metricSum(last, "speculapro_persist_retries_total")
+	if faults != 1 {
+		t.Errorf("speculapro_persist_faults_total = %v, want 1: one failing batch, and the shutdown is not a fault", faults)
+	}
+	// Every retry is a backoff that started and was logged; the last scrape
+	// can miss at most the final one.
+	if retries > logged || logged-retries > 1 {
+		t.Errorf("speculapro_persist_retries_total = %v with %v retry lines logged", retries, logged)
+	}
+	// (The engine itself logs the cancelled write as "Failed to send
+	// message"; the persister's own lines must not report it.)
+	for _, line := range strings.Split(p.stdout.String(), "\n") {
+		if strings.Contains(line, `msg="persist:`) && strings.Contains(line, "context canceled") {
+			t.Errorf("the shutdown was reported as a persist failure: %s", line)
+		}
+	}
+	if n := persistCount(t, conn, "SELECT count(*) FROM speculapro.transactions"); n != 0 {
+		t.Errorf("%d transactions stored without INSERT permission", n)
+	}
+	if n := k.committedOffsets(t, k.group); n != 0 {
+		t.Errorf("the failing batch was committed (offsets sum %d)", n)
+	}
+}

@@ -1,0 +1,70 @@
+package tests
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/speculapro/speculapro/internal/dbmigrate/dbtest"
+)
+
+const persistRoleError = "error: persist/stream/worker roles: database role cannot bypass row-level security (set SP_DB_SYSTEM_URL to the speculapro_system role)"
+
+// A persister connected as speculapro_app would be blocked by row-level
+// security on every batch: it must refuse to start, with the spec's line,
+// before it reads (and so commits) anything — alone and as a stream of
+// `speculapro streams`, as `speculapro dev` runs it.
+func TestPersistRefusesToStartAsAppRole(t *testing.T) {
+	db := dbtest.New(t)
+	k := newPersistKafka(t)
+	conn := db.Connect(t, db.SuperuserURL)
+	ws := persistWorkspace(t, conn)
+	var recs []*kgo.Record
+	for n := range 20 {
+		key, val, _ := persistTxn(t, ws, n, nil)
+		recs = append(recs, &kgo.Record{Key: []byte(key), Value: val})
+	}
+	k.produce(t, "txn.ingested", recs...)
+
+	modes := []struct {
+		name string
+		args func(p *persistProcess) []string
+	}{
+		{"run", func(p *persistProcess) []string { return p.runArgs("pipelines/persist.yaml") }},
+		{"streams", func(*persistProcess) []string {
+			return []string{"streams", "-o", "config/observability.yaml", "pipelines/persist.yaml", "pipelines/persist-events.yaml"}
+		}},
+	}
+	for _, mode := range modes {
+		t.Run(mode.name, func(t *testing.T) {
+			p := newPersistProcess(t)
+			p.start(t, persistEnv(k, db.AppURL), mode.args(p)...)
+			start := time.Now()
+			code := p.waitExit(t, persistExitWait)
+			if code == 0 {
+				t.Fatalf("exit code 0, want non-zero")
+			}
+			var found bool
+			for _, line := range strings.Split(p.stderr.String(), "\n") {
+				if line == persistRoleError {
+					found = true
+				}
+			}
+			if !found {
+				t.Fatalf("stderr lacks the exact line\n%s\nstderr:\n%s", persistRoleError, p.stderr)
+			}
+			t.Logf("refused after %s", time.Since(start).Round(time.Millisecond))
+		})
+	}
+	if n := k.committedOffsets(t, k.group); n != 0 {
+		t.Errorf("group %s committed offsets (sum %d): the refused persister read", k.group, n)
+	}
+	if n := k.committedOffsets(t, k.group+"-events"); n != 0 {
+		t.Errorf("group %s-events committed offsets (sum %d)", k.group, n)
+	}
+	if n := persistCount(t, conn, "SELECT count(*) FROM speculapro.transactions"); n != 0 {
+		t.Errorf("%d transactions stored by a persister that must not start", n)
+	}
+}

@@ -1,0 +1,140 @@
+package tests
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/speculapro/speculapro/internal/dbmigrate/dbtest"
+	"github.com/speculapro/speculapro/internal/event"
+)
+
+// Both persist pipelines run as streams of one process, as `speculapro dev`
+// runs them: transactions and account events are stored, each topic's
+// unreadable records reach its own dead-letter twin, and /metrics carries the
+// persister's metrics per table.
+func TestPersistPipelinesAsStreams(t *testing.T) {
+	db := dbtest.New(t)
+	k := newPersistKafka(t)
+	conn := db.Connect(t, db.SuperuserURL)
+	ws := persistWorkspace(t, conn)
+
+	var txns, events []*kgo.Record
+	for n := range 50 {
+		key, val, _ := persistTxn(t, ws, n, nil)
+		txns = append(txns, &kgo.Record{Key: []byte(key), Value: val})
+	}
+	txns = append(txns, &kgo.Record{Key: []byte("bad-txn"), Value: []byte("{")})
+	for n := range 30 {
+		e := event.Envelope{
+			V: event.Version, Kind: event.KindAccountEvent, WorkspaceID: ws,
+			ExternalID: fmt.Sprintf("ev-%d", n), OccurredAt: persistBase.Add(time.Duration(n) * time.Second),
+			CustomerExternalID: fmt.Sprintf("cust-%d", n%5), Type: "failed_otp",
+		}
+		e.ID = event.AccountEventID(ws, e.ExternalID, e.OccurredAt)
+		val, err := event.Encode(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		events = append(events, &kgo.Record{Key: []byte(ws.String() + ":" + e.CustomerExternalID), Value: val})
+	}
+	events = append(events, &kgo.Record{Key: []byte("bad-event"), Value: []byte(`{"v":7}`)})
+	k.produce(t, "txn.ingested", txns...)
+	k.produce(t, "account.events", events...)
+
+	p := newPersistProcess(t)
+	p.start(t, persistEnv(k, db.SystemURL),
+		"streams", "-o", "config/observability.yaml", "pipelines/persist.yaml", "pipelines/persist-events.yaml")
+
+	if n := waitCount(t, conn, 50, "SELECT count(*) FROM speculapro.transactions"); n != 50 {
+		t.Errorf("stored %d transactions, want 50", n)
+	}
+	if n := waitCount(t, conn, 30, "SELECT count(*) FROM speculapro.account_events WHERE kind = 'failed_otp'"); n != 30 {
+		t.Errorf("stored %d account events, want 30", n)
+	}
+	if got := k.consumeAll(t, "txn.ingested.dlq", 1); len(got) != 1 || string(got[0].Key) != "bad-txn" {
+		t.Errorf("txn.ingested.dlq holds %d records, want the bad transaction", len(got))
+	}
+	if got := k.consumeAll(t, "account.events.dlq", 1); len(got) != 1 || string(got[0].Key) != "bad-event" {
+		t.Errorf("account.events.dlq holds %d records, want the bad event", len(got))
+	}
+
+	var scrape string
+	deadline := time.Now().Add(persistWait)
+	for time.Now().Before(deadline) {
+		s, err := p.scrape()
+		if err == nil && metricWith(s, "speculapro_persist_rows_stored_total", `table="account_events"`) == 30 &&
+			metricWith(s, "speculapro_persist_rows_stored_total", `table="transactions"`) == 50 {
+			scrape = s
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if scrape == "" {
+		s, _ := p.scrape()
+		t.Fatalf("/metrics never showed 50 transactions and 30 account events stored:\n%s", persistMetricLines(s))
+	}
+	for _, want := range []struct {
+		metric string
+		labels []string
+		value  float64
+	}{
+		{"speculapro_persist_dead_letters_total", []string{`reason="undecodable"`, `table="transactions"`}, 1},
+		{"speculapro_persist_dead_letters_total", []string{`reason="undecodable"`, `table="account_events"`}, 1},
+		// cust-0…12 from the transactions cover the events' cust-0…4,
+		// whichever stream got there first.
+		{"speculapro_persist_placeholders_created_total", []string{`entity="customer"`}, 13},
+		{"speculapro_persist_placeholders_created_total", []string{`entity="account"`, `table="transactions"`}, 29},
+		{"speculapro_persist_stage_duration_ns_count", []string{`stage="decode"`, `table="transactions"`}, -1},
+		{"speculapro_persist_stage_duration_ns_count", []string{`stage="write"`, `table="account_events"`}, -1},
+	} {
+		got := metricWith(scrape, want.metric, want.labels...)
+		if want.value < 0 && got <= 0 || want.value >= 0 && got != want.value {
+			t.Errorf("%s%v = %v, want %v", want.metric, want.labels, got, want.value)
+		}
+	}
+	if f := metricSum(scrape, "speculapro_persist_faults_total") + metricSum(scrape, "speculapro_persist_retries_total"); f != 0 {
+		t.Errorf("faults+retries = %v on a healthy run", f)
+	}
+	if code := p.stop(t); code != 0 {
+		t.Errorf("exit code %d after SIGTERM, want 0", code)
+	}
+}
+
+// metricWith sums the samples of metric whose labels include every one of
+// labels (`name="value"`).
+func metricWith(scrape, metric string, labels ...string) float64 {
+	var sum float64
+	for _, line := range strings.Split(scrape, "\n") {
+		if !strings.HasPrefix(line, metric+"{") {
+			continue
+		}
+		set := line[len(metric)+1 : strings.LastIndexByte(line, '}')]
+		ok := true
+		for _, l := range labels {
+			if !strings.Contains(","+set+",", ","+l+",") {
+				ok = false
+			}
+		}
+		if ok {
+			f := strings.Fields(line)
+			var v float64
+			fmt.Sscan(f[len(f)-1], &v)
+			sum += v
+		}
+	}
+	return sum
+}
+
+func persistMetricLines(scrape string) string {
+	var out []string
+	for _, l := range strings.Split(scrape, "\n") {
+		if strings.HasPrefix(l, "speculapro_persist_") {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
