@@ -310,6 +310,9 @@ kafka_tail_logs() {
 }
 
 kafka_up() {
+  # The jars also serve kafka-cli.sh (tests use Kafka's own console tools), so
+  # fetch them even when some other broker already answers on the address.
+  kafka_fetch_libs
   if pid_alive "$KAFKA_PID" kafka.Kafka; then
     : # ours and running (possibly still starting): just wait below
   elif kafka_ready; then
@@ -318,7 +321,6 @@ kafka_up() {
     return 0
   else
     rm -f "$KAFKA_PID"
-    kafka_fetch_libs
     kafka_write_config
     kafka_format
     log "kafka: starting Apache Kafka $KAFKA_VERSION (log: $KAFKA_LOG)"
