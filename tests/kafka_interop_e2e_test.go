@@ -15,43 +15,6 @@ import (
 	"github.com/speculapro/speculapro/internal/testenv"
 )
 
-// interopMurmur2 is org.apache.kafka.common.utils.Utils.murmur2, transcribed
-// with Java's int arithmetic (>>> as an unsigned shift).
-func interopMurmur2(data []byte) int32 {
-	length := int32(len(data))
-	const m int32 = 0x5bd1e995
-	h := int32(-1756908916) ^ length // seed 0x9747b28c
-	for i := int32(0); i < length/4; i++ {
-		k := int32(data[4*i]) + int32(data[4*i+1])<<8 + int32(data[4*i+2])<<16 + int32(data[4*i+3])<<24
-		k *= m
-		k ^= int32(uint32(k) >> 24)
-		k *= m
-		h *= m
-		h ^= k
-	}
-	tail := length &^ 3
-	switch length % 4 {
-	case 3:
-		h ^= int32(data[tail+2]) << 16
-		fallthrough
-	case 2:
-		h ^= int32(data[tail+1]) << 8
-		fallthrough
-	case 1:
-		h ^= int32(data[tail])
-		h *= m
-	}
-	h ^= int32(uint32(h) >> 13)
-	h *= m
-	h ^= int32(uint32(h) >> 15)
-	return h
-}
-
-// interopJavaPartition is the Java producer's partition of a keyed record.
-func interopJavaPartition(key string, n int32) int32 {
-	return (interopMurmur2([]byte(key)) & 0x7fffffff) % n
-}
-
 // interopReadKeysAndPartitions reads topic from the start with a client that
 // is not ours and returns each record's key and partition.
 func interopReadKeysAndPartitions(t *testing.T, brokers []string, topic string, want int) map[string]int32 {
@@ -152,7 +115,7 @@ output:
 	}
 	used := map[int32]bool{}
 	for key, p := range got {
-		if want := interopJavaPartition(key, partitions); p != want {
+		if want := testenv.JavaPartition([]byte(key), partitions); p != want {
 			t.Errorf("key %q is on partition %d; the Java partitioner puts it on %d", key, p, want)
 		}
 		used[p] = true

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -416,7 +417,7 @@ func TestInputNackRedeliversSameRecords(t *testing.T) {
 	for i := int64(0); i < 20; i++ {
 		want = append(want, i)
 	}
-	if !equalInt64s(seq[first], want) {
+	if !slices.Equal(seq[first], want) {
 		t.Fatalf("nacked partition %d delivered %v, want %v", first, seq[first], want)
 	}
 	kfiEventually(t, "all offsets committed", func() bool {

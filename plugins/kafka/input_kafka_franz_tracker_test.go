@@ -1,6 +1,7 @@
 package kafka
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -116,7 +117,7 @@ func TestInputTrackerNackRedeliversSameRecordsFirst(t *testing.T) {
 	if len(again) != 1 {
 		t.Fatalf("no redelivery after the backoff")
 	}
-	if got, want := kfiOffsets(again[0]), []int64{0, 1, 2, 3}; !equalInt64s(got, want) {
+	if got, want := kfiOffsets(again[0]), []int64{0, 1, 2, 3}; !slices.Equal(got, want) {
 		t.Fatalf("redelivered %v, want %v", got, want)
 	}
 	if c := tr.commits(nil); len(c) != 0 {
@@ -124,7 +125,7 @@ func TestInputTrackerNackRedeliversSameRecordsFirst(t *testing.T) {
 	}
 	tr.resolve(again, false, later)
 	rest := tr.take(0, 0, later)
-	if got, want := kfiOffsets(rest[0]), []int64{4, 5, 6, 7}; !equalInt64s(got, want) {
+	if got, want := kfiOffsets(rest[0]), []int64{4, 5, 6, 7}; !slices.Equal(got, want) {
 		t.Fatalf("after the redelivered batch got %v, want %v", got, want)
 	}
 }
@@ -200,16 +201,4 @@ func TestInputTrackerRoundRobin(t *testing.T) {
 	if len(seen) != 3 {
 		t.Fatalf("three batches served partitions %v, want each of 0,1,2 once", seen)
 	}
-}
-
-func equalInt64s(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

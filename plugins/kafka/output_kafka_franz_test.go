@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/speculapro/speculapro/internal/testenv"
 	"strings"
 	"testing"
 	"time"
@@ -172,72 +173,6 @@ metadata:
 	}
 }
 
-// javaMurmur2 is org.apache.kafka.common.utils.Utils.murmur2 transcribed
-// with Java's int arithmetic (>>> as an unsigned shift), independent of
-// franz-go's implementation.
-func javaMurmur2(data []byte) int32 {
-	length := int32(len(data))
-	const seed = int32(-1756908916) // 0x9747b28c
-	const m int32 = 0x5bd1e995
-	const r = 24
-	h := seed ^ length
-	length4 := length / 4
-	for i := int32(0); i < length4; i++ {
-		i4 := i * 4
-		k := int32(data[i4+0]) + int32(data[i4+1])<<8 + int32(data[i4+2])<<16 + int32(data[i4+3])<<24
-		k *= m
-		k ^= int32(uint32(k) >> r)
-		k *= m
-		h *= m
-		h ^= k
-	}
-	tail := length &^ 3
-	switch length % 4 {
-	case 3:
-		h ^= int32(data[tail+2]) << 16
-		fallthrough
-	case 2:
-		h ^= int32(data[tail+1]) << 8
-		fallthrough
-	case 1:
-		h ^= int32(data[tail])
-		h *= m
-	}
-	h ^= int32(uint32(h) >> 13)
-	h *= m
-	h ^= int32(uint32(h) >> 15)
-	return h
-}
-
-// javaPartition is the Java producer's partition of a keyed record:
-// Utils.toPositive(Utils.murmur2(key)) % numPartitions.
-func javaPartition(key []byte, n int32) int32 {
-	return (javaMurmur2(key) & 0x7fffffff) % n
-}
-
-func TestJavaMurmur2MatchesKafka(t *testing.T) {
-	// Values printed by Kafka's own Utils.murmur2 (Kafka's UtilsTest and
-	// clients that test against it).
-	known := map[string]int32{
-		"21":                         -973932308,
-		"foobar":                     -790332482,
-		"a-little-bit-long-string":   -985981536,
-		"a-little-bit-longer-string": -1486304829,
-		"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8": -58897971,
-		"abc":   479470107,
-		"1":     -1993445489,
-		"12":    126087238,
-		"123":   -267702483,
-		"1234":  -1614185708,
-		"12345": -1188365604,
-	}
-	for key, want := range known {
-		if got := javaMurmur2([]byte(key)); got != want {
-			t.Errorf("murmur2(%q) = %d, Kafka says %d", key, got, want)
-		}
-	}
-}
-
 func TestKfoPartitionsKeysLikeTheJavaClient(t *testing.T) {
 	kfoClearEnv(t)
 	const parts = 12
@@ -254,7 +189,7 @@ func TestKfoPartitionsKeysLikeTheJavaClient(t *testing.T) {
 	}
 	seen := map[int32]bool{}
 	for _, r := range kfoConsume(t, c.ListenAddrs(), "keyed", len(batch)) {
-		if want := javaPartition(r.Key, parts); r.Partition != want {
+		if want := testenv.JavaPartition(r.Key, parts); r.Partition != want {
 			t.Errorf("key %q on partition %d, the Java client puts it on %d", r.Key, r.Partition, want)
 		}
 		seen[r.Partition] = true

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -368,7 +369,7 @@ func (p *prometheusExporter) register(kind metricKind, name string, labelKeys []
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if m, ok := p.metrics[promName]; ok {
-		if m.kind != kind || !equalStrings(m.labels, labels) {
+		if m.kind != kind || !slices.Equal(m.labels, labels) {
 			return nil, fmt.Errorf("%s %q with labels %v: %w (first as %s with labels %v)", kind, promName, labels, ErrMetricConflict, m.kind, m.labels)
 		}
 		return m, nil
@@ -464,18 +465,6 @@ func sanitiseName(name string, allowColon bool) string {
 		}
 	}
 	return b.String()
-}
-
-func equalStrings(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // promCounter adapts a Prometheus counter to the engine's counter.
