@@ -1,0 +1,329 @@
+package tests
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/speculapro/speculapro/internal/dbmigrate/dbtest"
+	"github.com/speculapro/speculapro/internal/event"
+	"github.com/speculapro/speculapro/internal/kafkaconf"
+	"github.com/speculapro/speculapro/internal/loadgen"
+	"github.com/speculapro/speculapro/internal/testenv"
+)
+
+// The persister benchmarks' population: the issue's 20,000 accounts at
+// every scale, so batches name as many distinct customers, accounts and
+// counterparties as a real installation's would.
+func benchConfig(seed uint64, count int) loadgen.Config {
+	return loadgen.Config{
+		Seed: seed, Count: count, Accounts: 20000, Workspaces: 4, Counterparties: 5000,
+		KnownAccountsRatio: 0.3, LinkedRatio: loadgen.DefaultLinkedRatio,
+		Start: time.Now().UTC().Truncate(time.Second), Spread: 48 * time.Hour,
+	}
+}
+
+// benchTuning is the persister's writer count and batch size, used by the
+// raw-COPY ceiling too so the two compare like for like: the defaults (4 and
+// 5,000), or SP_PERSIST_WORKERS and SP_PERSIST_BATCH_MAX from the
+// benchmark's environment, to measure a tuning.
+func benchTuning(b *testing.B) (workers, batch int) {
+	workers, batch = 4, 5000
+	for _, v := range []struct {
+		name string
+		to   *int
+	}{{"SP_PERSIST_WORKERS", &workers}, {"SP_PERSIST_BATCH_MAX", &batch}} {
+		if s := os.Getenv(v.name); s != "" {
+			n, err := strconv.Atoi(s)
+			if err != nil || n < 1 {
+				b.Fatalf("%s=%q: want a whole number of at least 1", v.name, s)
+			}
+			*v.to = n
+		}
+	}
+	return workers, batch
+}
+
+// BenchmarkPersistThroughput measures how fast the real persister (speculapro
+// run pipelines/persist.yaml) empties a pre-filled topic of realistic
+// transactions into PostgreSQL: the time from starting the process until
+// the transactions table holds all N rows (start-up and the group join
+// included), beside a ceiling measured in the same run: the same N rows
+// COPY'd by pgx CopyFrom straight into transactions of a fresh database by
+// as many writers, in batches of SP_PERSIST_BATCH_MAX (see benchTuning). Reports
+// rows/s, the copy ceiling, their ratio persist/copy, rows/s from the first
+// stored row (steady state, without start-up), and the persister's peak RSS
+// (VmHWM just before it is stopped). N is 1,000,000 with SP_TEST_SCALE=full,
+// else 100,000. SP_TEST_BENCH_CPUPROFILE=<file> also saves a CPU profile of the
+// persister taken while it writes (http.debug_endpoints).
+func BenchmarkPersistThroughput(b *testing.B) {
+	n := 100000
+	if lgFullScale() {
+		n = 1000000
+	}
+	// Built now, so the build is not timed as the persister's start-up.
+	testenv.Binary(b)
+	s := newLGStack(b, "bench")
+	g, err := loadgen.New(benchConfig(uint64(time.Now().UnixNano()), n), lgProtector(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := loadgen.SeedKnownURL(ctx, s.db.SystemURL, g); err != nil {
+		b.Fatal(err)
+	}
+
+	// Pre-fill the topic in-process.
+	opts, err := loadgen.ProducerOpts(kafkaconf.Config{SeedBrokers: s.brokers}, 20*time.Millisecond)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	sum, err := loadgen.Produce(ctx, cl, g, loadgen.ProduceOptions{Topic: s.topic()})
+	cl.Close()
+	if err != nil {
+		b.Fatalf("pre-filling %s: %v", s.topic(), err)
+	}
+	b.Logf("pre-filled %s", sum)
+
+	workers, batch := benchTuning(b)
+	copyRate := benchCopyCeiling(b, g, n, workers, batch)
+
+	b.ResetTimer()
+	var extra []string
+	profile := os.Getenv("SP_TEST_BENCH_CPUPROFILE")
+	if profile != "" {
+		extra = append(extra, "--set", "http.debug_endpoints=true")
+	}
+	start := time.Now()
+	p := startPersister(b, s, "persister",
+		[]string{"SP_PERSIST_WORKERS=" + strconv.Itoa(workers), "SP_PERSIST_BATCH_MAX=" + strconv.Itoa(batch)}, extra...)
+	var firstRow time.Time
+	var profileDone sync.WaitGroup
+	deadline := start.Add(time.Duration(n/1000)*time.Second + 2*time.Minute)
+	for {
+		c := s.count(b)
+		if c > 0 && firstRow.IsZero() {
+			firstRow = time.Now()
+			if profile != "" {
+				profileDone.Add(1)
+				// The fetch owns nothing but its response and ends when
+				// the profile's seconds are over (or the process exits).
+				go func() {
+					defer profileDone.Done()
+					benchSaveProfile(b, p, profile, max(2, min(20, n/20000)))
+				}()
+			}
+		}
+		if c >= int64(n) {
+			break
+		}
+		if !p.running() {
+			b.Fatalf("the persister exited at %d of %d rows:\n%s", c, n, p.tail(3000))
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("only %d of %d rows stored after %s", c, n, time.Since(start))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	elapsed := time.Since(start)
+	steady := time.Since(firstRow)
+	b.StopTimer()
+	profileDone.Wait()
+	rss := p.peakRSS(b)
+	if code := p.signalAndWait(b, syscall.SIGTERM, time.Minute); code != 0 {
+		b.Errorf("the persister exited with %d on SIGTERM", code)
+	}
+
+	rate := float64(n) / elapsed.Seconds()
+	b.ReportMetric(rate, "rows/s")
+	b.ReportMetric(float64(n)/steady.Seconds(), "steady-rows/s")
+	b.ReportMetric(copyRate, "copy-rows/s")
+	b.ReportMetric(rate/copyRate, "persist/copy")
+	b.ReportMetric(float64(rss)/(1<<20), "peak-RSS-MB")
+	b.Logf("%d rows, %d writers, batches of %d: persister %s (%.0f rows/s; %.0f rows/s after the first row), raw COPY %.0f rows/s, ratio %.2f, peak RSS %.0f MB",
+		n, workers, batch, elapsed.Round(time.Millisecond), rate, float64(n)/steady.Seconds(), copyRate, rate/copyRate, float64(rss)/(1<<20))
+}
+
+// benchCopyCeiling COPYs transactions 0..n-1 of g straight into the
+// transactions table of a fresh database, workers connections at a time in
+// batches of batch rows, and returns rows per second. The rows are built
+// before the clock starts, so only PostgreSQL's work is timed.
+func benchCopyCeiling(b *testing.B, g *loadgen.Generator, n, workers, batch int) float64 {
+	b.Helper()
+	db := dbtest.New(b)
+	received := time.Now().UTC()
+	cols := []string{"id", "workspace_id", "external_id", "account_id", "customer_id", "counterparty_id",
+		"amount", "currency", "direction", "kind", "status", "occurred_at", "received_at", "reference",
+		"counterparty_name", "channel", "metadata"}
+	rows := make([][]any, n)
+	for i := range n {
+		e := g.Envelope(i)
+		var amount pgtype.Numeric
+		if err := amount.Scan(e.Amount); err != nil {
+			b.Fatalf("amount %q: %v", e.Amount, err)
+		}
+		var cpID *event.UUID
+		var cpName *string
+		if c := e.Counterparty; c != nil {
+			id := event.CounterpartyID(e.WorkspaceID, c.Fingerprint)
+			cpID, cpName = &id, &c.Name
+		}
+		rows[i] = []any{e.ID, e.WorkspaceID, e.ExternalID, event.AccountID(e.WorkspaceID, e.AccountExternalID),
+			event.CustomerID(e.WorkspaceID, e.CustomerExternalID), cpID, amount, e.Currency, string(e.Direction),
+			e.Type, e.Status, e.OccurredAt, received, e.Reference, cpName, e.Channel, []byte(e.Metadata)}
+	}
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, db.SystemURL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pool.Close()
+	if err := pool.Ping(ctx); err != nil {
+		b.Fatal(err)
+	}
+	chunks := make(chan [][]any)
+	start := time.Now()
+	var eg errgroup.Group
+	for range workers {
+		// Each writer ends when chunks is closed (below, after the last
+		// chunk) or at its first error.
+		eg.Go(func() error {
+			for c := range chunks {
+				if _, err := pool.CopyFrom(ctx, pgx.Identifier{"speculapro", "transactions"}, cols, pgx.CopyFromRows(c)); err != nil {
+					for range chunks {
+						// Drain so the feeder never blocks on a writer that quit.
+					}
+					return fmt.Errorf("copying %d rows into transactions: %w", len(c), err)
+				}
+			}
+			return nil
+		})
+	}
+	for i := 0; i < n; i += batch {
+		chunks <- rows[i:min(i+batch, n)]
+	}
+	close(chunks)
+	if err := eg.Wait(); err != nil {
+		b.Fatal(err)
+	}
+	elapsed := time.Since(start)
+	var stored int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM speculapro.transactions").Scan(&stored); err != nil || stored != n {
+		b.Fatalf("raw COPY stored %d of %d rows (%v)", stored, n, err)
+	}
+	return float64(n) / elapsed.Seconds()
+}
+
+// benchSaveProfile saves a CPU profile of seconds of the persister's work.
+func benchSaveProfile(b *testing.B, p *lgProcess, path string, seconds int) {
+	client := http.Client{Timeout: time.Duration(seconds+30) * time.Second}
+	resp, err := client.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.httpAddr, seconds))
+	if err != nil {
+		b.Logf("CPU profile: %v", err)
+		return
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		b.Logf("CPU profile: status %d, %v", resp.StatusCode, err)
+		return
+	}
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		b.Logf("CPU profile: %v", err)
+		return
+	}
+	b.Logf("CPU profile of %d s of the persister's work saved to %s (go tool pprof -top %s)", seconds, path, path)
+}
+
+// BenchmarkPersistLatency measures produce-to-stored latency at 1,000
+// transactions per second: `speculapro loadgen --rate 1000` sends 25,000
+// transactions (25 s) to a persister that has already caught up, and each
+// row's latency is created_at - received_at, both in the row:
+//   - received_at is stamped by loadgen as it hands the record to its
+//     producer (the envelope's received_at, as the ingest API stamps it), so
+//     the latency includes the producer's linger, Kafka's acks=all write,
+//     the persister's fetch, its batching wait (at most 250 ms), decoding
+//     and the database transaction;
+//   - created_at's default is switched to clock_timestamp() in this
+//     benchmark's own database, so it is the moment the row is inserted
+//     rather than the start of the persister's transaction (now()). The row
+//     becomes visible at the commit right after; that last step is not
+//     counted, and is a few milliseconds at these batch sizes.
+//
+// Both clocks are this machine's. Reports p50, p99 and max in ms and the
+// persister's peak RSS.
+func BenchmarkPersistLatency(b *testing.B) {
+	const count, rate = 25000, 1000
+	s := newLGStack(b, "latency")
+	ctx := context.Background()
+	if _, err := s.super.Exec(ctx, "ALTER TABLE speculapro.transactions ALTER COLUMN created_at SET DEFAULT clock_timestamp()"); err != nil {
+		b.Fatal(err)
+	}
+	p := startPersister(b, s, "persister", nil)
+	dir := b.TempDir()
+
+	// Warm up: the group joined, connections open, the workspaces' parties
+	// known, before anything is measured.
+	warm := benchConfig(uint64(time.Now().UnixNano()), 2000)
+	if code := startLG(b, "loadgen-warmup", s.env(), lgLoadgenArgs(s, warm, 0, filepath.Join(dir, "warm.json"))...).waitExit(b, 2*time.Minute); code != 0 {
+		b.Fatalf("warm-up loadgen exited with %d", code)
+	}
+	s.waitStored(b, int64(warm.Count), 2*time.Minute)
+
+	b.ResetTimer()
+	measured := benchConfig(warm.Seed+1, count)
+	load := startLG(b, "loadgen", s.env(), lgLoadgenArgs(s, measured, rate, filepath.Join(dir, "measured.json"))...)
+	if code := load.waitExit(b, time.Duration(count/rate)*time.Second+2*time.Minute); code != 0 {
+		b.Fatalf("loadgen exited with %d:\n%s", code, load.tail(2000))
+	}
+	s.waitStored(b, int64(warm.Count+count), 2*time.Minute)
+	b.StopTimer()
+
+	g, err := loadgen.New(measured, lgProtector(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var p50, p99, pmax float64
+	var rows int
+	if err := s.super.QueryRow(ctx, `
+SELECT count(*),
+       percentile_cont(0.5)  WITHIN GROUP (ORDER BY lat),
+       percentile_cont(0.99) WITHIN GROUP (ORDER BY lat),
+       max(lat)
+  FROM (SELECT extract(epoch FROM created_at - received_at) * 1000 AS lat
+          FROM speculapro.transactions
+         WHERE external_id LIKE $1 || '%') AS l`, g.ExternalIDPrefix()).Scan(&rows, &p50, &p99, &pmax); err != nil {
+		b.Fatal(err)
+	}
+	if rows != count {
+		b.Fatalf("latency over %d rows, want %d", rows, count)
+	}
+	rss := p.peakRSS(b)
+	if code := p.signalAndWait(b, syscall.SIGTERM, time.Minute); code != 0 {
+		b.Errorf("the persister exited with %d on SIGTERM", code)
+	}
+	b.ReportMetric(p50, "p50-ms")
+	b.ReportMetric(p99, "p99-ms")
+	b.ReportMetric(pmax, "max-ms")
+	b.ReportMetric(float64(rss)/(1<<20), "peak-RSS-MB")
+	b.Logf("%d transactions at %d/s: produce-to-stored p50 %.0f ms, p99 %.0f ms, max %.0f ms; peak RSS %.0f MB",
+		rows, rate, p50, p99, pmax, float64(rss)/(1<<20))
+}
