@@ -1,20 +1,13 @@
 package tests
 
 import (
-	"bufio"
 	"context"
+	"errors"
 	"fmt"
-	"io"
-	"net/http"
-	"os"
-	"os/exec"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/speculapro/speculapro/internal/dbmigrate/dbtest"
@@ -28,140 +21,78 @@ import (
 // must serve engine metrics, Ctrl-C must stop it with exit 0, and a second
 // start on the same data folder must find its topics (and records) kept.
 func TestDevRunsWholePipelineWithEmbeddedBroker(t *testing.T) {
-	bin := testenv.Binary(t)
 	db := dbtest.NewBootstrapped(t)
-	dataDir := t.TempDir()
+	env := map[string]string{
+		"SP_DB_SUPERUSER_URL": testenv.PostgresSuperuserURL(t),
+		"SP_DB_OWNER_URL":     db.OwnerURL,
+		"SP_DB_URL":           db.AppURL,
+		"SP_DB_SYSTEM_URL":    db.SystemURL,
+		"SP_DATA_DIR":         t.TempDir(),
+		"SP_PERSIST_GROUP":    "dev-e2e",
+	}
 	kafkaAddr := testenv.FreeAddr(t)
-	httpAddr := testenv.FreeAddr(t)
-
-	env := devEnv(db, dataDir, httpAddr)
-	out := startDev(t, bin, env, kafkaAddr)
-	waitFor(t, 90*time.Second, "dev to serve /metrics", func() bool {
-		body, err := httpGet("http://" + httpAddr + "/metrics")
-		return err == nil && strings.Contains(body, "input_connection_up")
+	dev := newPersistProcess(t).start(t, env, "dev", "--kafka-addr", kafkaAddr)
+	waitUntil(t, 90*time.Second, "dev to serve /metrics", func() error {
+		body, err := dev.scrape()
+		if err == nil && !strings.Contains(body, "input_connection_up") {
+			err = errors.New("no input_connection_up metric yet")
+		}
+		return err
 	})
 	for _, want := range []string{"created sp.txn.ingested", "created sp.account.events.dlq", "embedded Kafka broker on " + kafkaAddr} {
-		if !out.contains(want) {
-			t.Errorf("dev output lacks %q:\n%s", want, out.String())
+		if !strings.Contains(dev.stdout.String(), want) {
+			t.Errorf("dev output lacks %q:\n%s", want, dev.stdout)
 		}
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	ws := event.UUID{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
-	conn, err := pgx.Connect(ctx, db.SystemURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
+	conn := db.Connect(t, db.SystemURL)
 	if _, err := conn.Exec(ctx, `INSERT INTO workspaces (id, name) VALUES ($1, 'dev test')`, ws); err != nil {
 		t.Fatalf("creating workspace: %v", err)
 	}
+	stored := func(n int, ids ...string) func() error {
+		return func() error {
+			var got int
+			if err := conn.QueryRow(ctx, `SELECT count(*) FROM transactions WHERE external_id = ANY($1)`, ids).Scan(&got); err != nil {
+				return err
+			}
+			if got != n {
+				return fmt.Errorf("%d of %d stored", got, n)
+			}
+			return nil
+		}
+	}
 	produceTransaction(ctx, t, kafkaAddr, ws, "dev-txn-1")
-	waitFor(t, 60*time.Second, "the transaction to be stored", func() bool {
-		var n int
-		_ = conn.QueryRow(ctx, `SELECT count(*) FROM transactions WHERE external_id = 'dev-txn-1'`).Scan(&n)
-		return n == 1
-	})
-
-	out.stop(t)
+	waitUntil(t, 60*time.Second, "the transaction to be stored", stored(1, "dev-txn-1"))
+	devStop(t, dev)
 
 	// Second start on the same folder: the topics survived, so none is created.
-	out = startDev(t, bin, env, kafkaAddr)
-	waitFor(t, 90*time.Second, "dev to serve /metrics again", func() bool {
-		_, err := httpGet("http://" + httpAddr + "/metrics")
-		return err == nil
+	dev2 := newPersistProcess(t)
+	dev2.httpAddr = dev.httpAddr
+	dev2.start(t, env, "dev", "--kafka-addr", kafkaAddr)
+	waitUntil(t, 90*time.Second, "dev to serve /metrics again", func() error {
+		_, err := dev2.scrape()
+		return err
 	})
-	if out.contains("created sp.") {
-		t.Errorf("second dev start created topics again; the embedded broker lost its data:\n%s", out.String())
+	if strings.Contains(dev2.stdout.String(), "created sp.") {
+		t.Errorf("second dev start created topics again; the embedded broker lost its data:\n%s", dev2.stdout)
 	}
 	produceTransaction(ctx, t, kafkaAddr, ws, "dev-txn-2")
-	waitFor(t, 60*time.Second, "the second transaction to be stored", func() bool {
-		var n int
-		_ = conn.QueryRow(ctx, `SELECT count(*) FROM transactions WHERE external_id IN ('dev-txn-1', 'dev-txn-2')`).Scan(&n)
-		return n == 2
-	})
-	out.stop(t)
+	waitUntil(t, 60*time.Second, "the second transaction to be stored", stored(2, "dev-txn-1", "dev-txn-2"))
+	devStop(t, dev2)
 }
 
-func devEnv(db *dbtest.DB, dataDir, httpAddr string) []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "SP_") || strings.HasPrefix(kv, "SP_TEST_") {
-			env = append(env, kv)
-		}
-	}
-	return append(env,
-		"SP_DB_SUPERUSER_URL="+strings.Replace(db.SuperuserURL, "/"+db.Name, "/postgres", 1),
-		"SP_DB_OWNER_URL="+db.OwnerURL,
-		"SP_DB_URL="+db.AppURL,
-		"SP_DB_SYSTEM_URL="+db.SystemURL,
-		"SP_DATA_DIR="+dataDir,
-		"SP_HTTP_ADDR="+httpAddr,
-		"SP_PERSIST_GROUP=dev-e2e",
-	)
-}
-
-type devProcess struct {
-	cmd  *exec.Cmd
-	mu   sync.Mutex
-	buf  strings.Builder
-	done chan error
-}
-
-func startDev(t *testing.T, bin string, env []string, kafkaAddr string) *devProcess {
+// devStop is Ctrl-C: dev must stop its pipelines and broker, exit 0, and log
+// no error on the way.
+func devStop(t *testing.T, dev *persistProcess) {
 	t.Helper()
-	p := &devProcess{done: make(chan error, 1)}
-	p.cmd = exec.Command(bin, "dev", "--kafka-addr", kafkaAddr)
-	p.cmd.Dir = testenv.RepoRoot(t)
-	p.cmd.Env = env
-	r, w := io.Pipe()
-	p.cmd.Stdout, p.cmd.Stderr = w, w
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
+	if code := dev.interrupt(t); code != 0 {
+		t.Fatalf("dev exited with code %d after Ctrl-C:\n%s\n%s", code, dev.stdout, dev.stderr)
 	}
-	go func() {
-		sc := bufio.NewScanner(r)
-		for sc.Scan() {
-			p.mu.Lock()
-			p.buf.WriteString(sc.Text() + "\n")
-			p.mu.Unlock()
-		}
-	}()
-	go func() { err := p.cmd.Wait(); w.Close(); p.done <- err }()
-	t.Cleanup(func() {
-		if p.cmd.ProcessState == nil {
-			_ = p.cmd.Process.Kill()
-		}
-	})
-	return p
-}
-
-func (p *devProcess) String() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.buf.String()
-}
-
-func (p *devProcess) contains(s string) bool { return strings.Contains(p.String(), s) }
-
-// stop is Ctrl-C: dev must stop its pipelines and broker and exit 0.
-func (p *devProcess) stop(t *testing.T) {
-	t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-p.done:
-		if err != nil {
-			t.Fatalf("dev exited with %v after Ctrl-C:\n%s", err, p.String())
-		}
-	case <-time.After(60 * time.Second):
-		_ = p.cmd.Process.Kill()
-		t.Fatalf("dev did not stop within 60s of Ctrl-C:\n%s", p.String())
-	}
-	if strings.Contains(p.String(), "level=error") || strings.Contains(p.String(), "level=ERROR") {
-		t.Errorf("dev logged an error while stopping:\n%s", p.String())
+	if out := dev.stdout.String() + dev.stderr.String(); strings.Contains(out, "level=ERROR") {
+		t.Errorf("dev logged an error while running or stopping:\n%s", out)
 	}
 }
 
@@ -187,30 +118,5 @@ func produceTransaction(ctx context.Context, t *testing.T, broker string, ws eve
 	rec := &kgo.Record{Topic: "sp.txn.ingested", Key: []byte(fmt.Sprintf("%s:acct-1", ws)), Value: b}
 	if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
 		t.Fatalf("producing %s: %v", externalID, err)
-	}
-}
-
-func httpGet(url string) (string, error) {
-	c := http.Client{Timeout: 3 * time.Second}
-	resp, err := c.Get(url)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if resp.StatusCode != 200 {
-		return "", fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	return string(b), err
-}
-
-func waitFor(t *testing.T, limit time.Duration, what string, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", limit, what)
-		}
-		time.Sleep(250 * time.Millisecond)
 	}
 }

@@ -1,28 +1,17 @@
 package tests
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
-
-	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
-	"google.golang.org/grpc"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/speculapro/speculapro/internal/testenv"
 )
@@ -33,216 +22,28 @@ const (
 	observeExitTimeout  = 30 * time.Second
 )
 
-// observeSpanSink records, per receiver, the service.name of every span an
-// in-test OTLP receiver was sent.
-type observeSpanSink struct {
-	mu       sync.Mutex
-	services map[string]int // service.name -> spans
-}
-
-func (s *observeSpanSink) add(req *collectortrace.ExportTraceServiceRequest) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.services == nil {
-		s.services = map[string]int{}
-	}
-	for _, rs := range req.GetResourceSpans() {
-		name := ""
-		for _, kv := range rs.GetResource().GetAttributes() {
-			if kv.GetKey() == "service.name" {
-				name = kv.GetValue().GetStringValue()
-			}
-		}
-		for _, ss := range rs.GetScopeSpans() {
-			s.services[name] += len(ss.GetSpans())
-		}
-	}
-}
-
-func (s *observeSpanSink) spansOf(service string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.services[service]
-}
-
-func (s *observeSpanSink) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return fmt.Sprint(s.services)
-}
-
-type observeGRPCReceiver struct {
-	collectortrace.UnimplementedTraceServiceServer
-	sink *observeSpanSink
-}
-
-func (r observeGRPCReceiver) Export(_ context.Context, req *collectortrace.ExportTraceServiceRequest) (*collectortrace.ExportTraceServiceResponse, error) {
-	r.sink.add(req)
-	return &collectortrace.ExportTraceServiceResponse{}, nil
-}
-
-// observeStartGRPCReceiver serves the OTLP trace service on loopback.
-func observeStartGRPCReceiver(t *testing.T, sink *observeSpanSink) string {
+// observeRun writes yaml (whose http.address is %[1]s, the process's own
+// loopback address) to <tmp>/pipeline.yaml and starts `speculapro run` on it.
+func observeRun(t *testing.T, yaml string) *persistProcess {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	collectortrace.RegisterTraceServiceServer(srv, observeGRPCReceiver{sink: sink})
-	go func() { _ = srv.Serve(lis) }() // ends with srv.Stop in cleanup
-	t.Cleanup(srv.Stop)
-	return lis.Addr().String()
-}
-
-// observeStartHTTPReceiver serves OTLP/HTTP (protobuf) at /v1/traces on loopback.
-func observeStartHTTPReceiver(t *testing.T, sink *observeSpanSink) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/v1/traces" {
-			http.NotFound(w, r)
-			return
-		}
-		body, err := io.ReadAll(r.Body)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		var req collectortrace.ExportTraceServiceRequest
-		if err := proto.Unmarshal(body, &req); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		sink.add(&req)
-		resp, _ := proto.Marshal(&collectortrace.ExportTraceServiceResponse{})
-		w.Header().Set("Content-Type", "application/x-protobuf")
-		_, _ = w.Write(resp)
-	})}
-	go func() { _ = srv.Serve(lis) }() // ends with srv.Close in cleanup
-	t.Cleanup(func() { _ = srv.Close() })
-	return lis.Addr().String()
-}
-
-// observeSyncBuffer collects the binary's output; the exec package writes it
-// from its own goroutine while the test reads it.
-type observeSyncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *observeSyncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *observeSyncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
-// observeProcess is one running `speculapro run`.
-type observeProcess struct {
-	cmd    *exec.Cmd
-	out    *observeSyncBuffer
-	exited chan struct{}
-	err    error
-}
-
-// observeRun writes yaml to <tmp>/pipeline.yaml and starts `speculapro run`
-// on it; cleanup kills it if the test did not stop it.
-func observeRun(t *testing.T, yaml string) *observeProcess {
-	t.Helper()
-	bin := testenv.Binary(t)
+	p := newPersistProcess(t)
 	path := filepath.Join(t.TempDir(), "pipeline.yaml")
-	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+	if err := os.WriteFile(path, []byte(fmt.Sprintf(yaml, p.httpAddr)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	p := &observeProcess{out: &observeSyncBuffer{}, exited: make(chan struct{})}
-	p.cmd = exec.Command(bin, "run", path)
-	p.cmd.Stdout = p.out
-	p.cmd.Stderr = p.out
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("starting speculapro run: %v", err)
-	}
-	// The waiter owns cmd.Wait; it ends when the process does, which cleanup
-	// forces with a kill if a test failed before interrupting it.
-	go func() {
-		p.err = p.cmd.Wait()
-		close(p.exited)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-p.exited:
-		default:
-			_ = p.cmd.Process.Kill()
-			<-p.exited
-		}
-		if t.Failed() {
-			t.Logf("speculapro output:\n%s", p.out.String())
-		}
-	})
-	return p
+	return p.start(t, nil, "run", path)
 }
 
-// interruptAndWait sends SIGINT as Ctrl-C would and requires a clean exit (0)
-// within observeExitTimeout.
-func (p *observeProcess) interruptAndWait(t *testing.T) {
+// observeInterrupt is Ctrl-C: the process must exit 0.
+func observeInterrupt(t *testing.T, p *persistProcess) {
 	t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
-		t.Fatalf("sending SIGINT: %v", err)
-	}
-	select {
-	case <-p.exited:
-	case <-time.After(observeExitTimeout):
-		t.Fatalf("speculapro still running %v after SIGINT", observeExitTimeout)
-	}
-	if p.err != nil {
-		t.Fatalf("speculapro exited with %v after SIGINT, want exit code 0", p.err)
+	if code := p.interrupt(t); code != 0 {
+		t.Fatalf("speculapro exited with code %d after SIGINT, want 0", code)
 	}
 }
 
-// observeScrape fetches /metrics once; an error means not (yet) served.
-func observeScrape(addr string) (string, error) {
-	client := http.Client{Timeout: 5 * time.Second}
-	resp, err := client.Get("http://" + addr + "/metrics")
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return "", err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("/metrics answered %d: %s", resp.StatusCode, body)
-	}
-	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") {
-		return "", fmt.Errorf("/metrics content type %q, want Prometheus text", ct)
-	}
-	return string(body), nil
-}
-
-// observeSample returns the value of the first sample of metric in a
-// Prometheus text scrape (any labels), or an error when it is absent.
-func observeSample(text, metric string) (float64, error) {
-	for _, line := range strings.Split(text, "\n") {
-		if !strings.HasPrefix(line, metric+"{") && !strings.HasPrefix(line, metric+" ") {
-			continue
-		}
-		fields := strings.Fields(line)
-		return strconv.ParseFloat(fields[len(fields)-1], 64)
-	}
-	return 0, fmt.Errorf("metric %s not in scrape", metric)
-}
-
-// observeWaitFor polls cond every 200ms until it holds or the timeout passes.
-func observeWaitFor(t *testing.T, timeout time.Duration, what string, cond func() error) {
+// waitUntil polls cond every 200ms until it returns nil or the timeout passes.
+func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() error) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
@@ -259,7 +60,7 @@ func observeWaitFor(t *testing.T, timeout time.Duration, what string, cond func(
 
 const observePipeline = `
 http:
-  address: %s
+  address: '%[1]s'
 input:
   generate:
     interval: 20ms
@@ -274,12 +75,11 @@ output:
 `
 
 func TestObserveMetricsAndTracesEndToEnd(t *testing.T) {
-	var grpcSink, httpSink observeSpanSink
-	grpcAddr := observeStartGRPCReceiver(t, &grpcSink)
-	httpAddr := observeStartHTTPReceiver(t, &httpSink)
-	apiAddr := testenv.FreeAddr(t)
+	var grpcSink, httpSink testenv.OTLPReceiver
+	grpcAddr := grpcSink.ServeGRPC(t)
+	httpAddr := httpSink.ServeHTTP(t)
 
-	yaml := fmt.Sprintf(observePipeline, apiAddr) + fmt.Sprintf(`
+	yaml := observePipeline + fmt.Sprintf(`
 metrics:
   prometheus: {}
 tracer:
@@ -292,17 +92,13 @@ tracer:
 	p := observeRun(t, yaml)
 
 	var text string
-	observeWaitFor(t, observeReadyTimeout, "engine metrics on /metrics", func() error {
+	waitUntil(t, observeReadyTimeout, "engine metrics on /metrics", func() error {
 		var err error
-		if text, err = observeScrape(apiAddr); err != nil {
+		if text, err = p.scrape(); err != nil {
 			return err
 		}
 		for _, m := range []string{"input_received", "output_sent"} {
-			v, err := observeSample(text, m)
-			if err != nil {
-				return err
-			}
-			if v <= 0 {
+			if v := metricSum(text, m); v <= 0 {
 				return fmt.Errorf("%s is %v, want > 0", m, v)
 			}
 		}
@@ -324,42 +120,41 @@ tracer:
 		}
 	}
 
-	observeWaitFor(t, observeReadyTimeout, "spans of service speculapro at both OTLP receivers", func() error {
-		if grpcSink.spansOf("speculapro") == 0 {
+	waitUntil(t, observeReadyTimeout, "spans of service speculapro at both OTLP receivers", func() error {
+		if grpcSink.SpansOf("speculapro") == 0 {
 			return fmt.Errorf("gRPC receiver has spans by service %v", grpcSink.String())
 		}
-		if httpSink.spansOf("speculapro") == 0 {
+		if httpSink.SpansOf("speculapro") == 0 {
 			return fmt.Errorf("HTTP receiver has spans by service %v", httpSink.String())
 		}
 		return nil
 	})
 
-	p.interruptAndWait(t)
+	observeInterrupt(t, p)
 }
 
 func TestObserveDefaultMetricsIsPrometheus(t *testing.T) {
-	apiAddr := testenv.FreeAddr(t)
 	// No metrics section at all: the default must still serve Prometheus text.
-	p := observeRun(t, fmt.Sprintf(observePipeline, apiAddr))
+	p := observeRun(t, observePipeline)
 
-	observeWaitFor(t, observeReadyTimeout, "Prometheus text on /metrics with no metrics section", func() error {
-		text, err := observeScrape(apiAddr)
+	waitUntil(t, observeReadyTimeout, "Prometheus text on /metrics with no metrics section", func() error {
+		text, err := p.scrape()
 		if err != nil {
 			return err
 		}
 		if !strings.Contains(text, "# TYPE input_received counter") {
 			return errors.New("no input_received counter in scrape")
 		}
-		if v, err := observeSample(text, "output_sent"); err != nil || v <= 0 {
-			return fmt.Errorf("output_sent %v (%v), want > 0", v, err)
+		if v := metricSum(text, "output_sent"); v <= 0 {
+			return fmt.Errorf("output_sent is %v, want > 0", v)
 		}
-		if _, err := observeSample(text, "go_goroutines"); err != nil {
-			return err
+		if v := metricSum(text, "go_goroutines"); v <= 0 {
+			return fmt.Errorf("go_goroutines is %v, want > 0", v)
 		}
 		return nil
 	})
 
-	p.interruptAndWait(t)
+	observeInterrupt(t, p)
 }
 
 func TestObserveListNamesBothPlugins(t *testing.T) {

@@ -312,8 +312,19 @@ func (p *persistProcess) waitExit(t *testing.T, within time.Duration) int {
 // stop sends SIGTERM and returns the exit code.
 func (p *persistProcess) stop(t *testing.T) int {
 	t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatalf("sending SIGTERM: %v", err)
+	return p.signal(t, syscall.SIGTERM)
+}
+
+// interrupt sends SIGINT, as Ctrl-C would, and returns the exit code.
+func (p *persistProcess) interrupt(t *testing.T) int {
+	t.Helper()
+	return p.signal(t, syscall.SIGINT)
+}
+
+func (p *persistProcess) signal(t *testing.T, sig syscall.Signal) int {
+	t.Helper()
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		t.Fatalf("sending %v: %v", sig, err)
 	}
 	return p.waitExit(t, persistExitWait)
 }
@@ -329,6 +340,9 @@ func (p *persistProcess) scrape() (string, error) {
 	body, err := io.ReadAll(resp.Body)
 	if err != nil || resp.StatusCode != http.StatusOK {
 		return "", fmt.Errorf("/metrics: %d %v", resp.StatusCode, err)
+	}
+	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") {
+		return "", fmt.Errorf("/metrics content type %q, want Prometheus text", ct)
 	}
 	return string(body), nil
 }

@@ -3,103 +3,10 @@ package observe
 import (
 	"context"
 	"errors"
-	"io"
-	"net"
-	"net/http"
-	"net/http/httptest"
+	"github.com/speculapro/speculapro/internal/testenv"
 	"strings"
-	"sync"
 	"testing"
-
-	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
-	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
-	"google.golang.org/grpc"
-	"google.golang.org/protobuf/proto"
 )
-
-// otlpSink collects the resource spans an in-test OTLP receiver was sent.
-type otlpSink struct {
-	mu    sync.Mutex
-	spans []*tracepb.ResourceSpans
-}
-
-func (s *otlpSink) add(req *collectortrace.ExportTraceServiceRequest) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.spans = append(s.spans, req.GetResourceSpans()...)
-}
-
-// received returns, per span name, the resource attributes it came with.
-func (s *otlpSink) received() map[string]map[string]string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := map[string]map[string]string{}
-	for _, rs := range s.spans {
-		attrs := map[string]string{}
-		for _, kv := range rs.GetResource().GetAttributes() {
-			attrs[kv.GetKey()] = kv.GetValue().GetStringValue()
-		}
-		for _, ss := range rs.GetScopeSpans() {
-			for _, sp := range ss.GetSpans() {
-				out[sp.GetName()] = attrs
-			}
-		}
-	}
-	return out
-}
-
-// startOTLPHTTP serves OTLP/HTTP protobuf at /v1/traces and returns its
-// host:port.
-func startOTLPHTTP(t *testing.T, sink *otlpSink) string {
-	t.Helper()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/v1/traces" {
-			http.NotFound(w, r)
-			return
-		}
-		body, err := io.ReadAll(r.Body)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		var req collectortrace.ExportTraceServiceRequest
-		if err := proto.Unmarshal(body, &req); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		sink.add(&req)
-		resp, _ := proto.Marshal(&collectortrace.ExportTraceServiceResponse{})
-		w.Header().Set("Content-Type", "application/x-protobuf")
-		_, _ = w.Write(resp)
-	}))
-	t.Cleanup(srv.Close)
-	return strings.TrimPrefix(srv.URL, "http://")
-}
-
-type grpcTraceReceiver struct {
-	collectortrace.UnimplementedTraceServiceServer
-	sink *otlpSink
-}
-
-func (g grpcTraceReceiver) Export(_ context.Context, req *collectortrace.ExportTraceServiceRequest) (*collectortrace.ExportTraceServiceResponse, error) {
-	g.sink.add(req)
-	return &collectortrace.ExportTraceServiceResponse{}, nil
-}
-
-// startOTLPGRPC serves the OTLP trace service over gRPC on loopback and
-// returns its host:port.
-func startOTLPGRPC(t *testing.T, sink *otlpSink) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	collectortrace.RegisterTraceServiceServer(srv, grpcTraceReceiver{sink: sink})
-	go func() { _ = srv.Serve(lis) }() // ends with srv.Stop in cleanup
-	t.Cleanup(srv.Stop)
-	return lis.Addr().String()
-}
 
 func TestObserveOpenTelemetryCollectorSpecParsesConfig(t *testing.T) {
 	tests := []struct {
@@ -147,9 +54,9 @@ sampling: {enabled: true, ratio: 0.25}`},
 }
 
 func TestObserveOpenTelemetryCollectorExportsSpansOverHTTPAndGRPC(t *testing.T) {
-	var httpSink, grpcSink otlpSink
-	httpAddr := startOTLPHTTP(t, &httpSink)
-	grpcAddr := startOTLPGRPC(t, &grpcSink)
+	var httpSink, grpcSink testenv.OTLPReceiver
+	httpAddr := httpSink.ServeHTTP(t)
+	grpcAddr := grpcSink.ServeGRPC(t)
 
 	conf, err := openTelemetryCollectorSpec().ParseYAML(`
 http: [{address: "`+httpAddr+`"}]
@@ -170,8 +77,8 @@ tags: {deployment.environment: test}
 	if err := tp.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	for name, sink := range map[string]*otlpSink{"http": &httpSink, "grpc": &grpcSink} {
-		got := sink.received()
+	for name, sink := range map[string]*testenv.OTLPReceiver{"http": &httpSink, "grpc": &grpcSink} {
+		got := sink.Spans()
 		attrs, ok := got["batch"]
 		if !ok {
 			t.Errorf("%s receiver got spans %v, want one named batch", name, got)
@@ -196,8 +103,8 @@ func TestObserveOpenTelemetryCollectorSamplingRatio(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run("ratio "+tc.ratio, func(t *testing.T) {
-			var sink otlpSink
-			addr := startOTLPHTTP(t, &sink)
+			var sink testenv.OTLPReceiver
+			addr := sink.ServeHTTP(t)
 			conf, err := openTelemetryCollectorSpec().ParseYAML(`
 service: sampled
 http: [{address: "`+addr+`"}]
@@ -221,7 +128,7 @@ sampling: {enabled: true, ratio: `+tc.ratio+`}
 			if err := tp.Shutdown(context.Background()); err != nil {
 				t.Fatal(err)
 			}
-			got := sink.received()
+			got := sink.Spans()
 			roots, children := 0, 0
 			for name, attrs := range got {
 				if attrs["service.name"] != "sampled" {
