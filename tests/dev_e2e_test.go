@@ -29,6 +29,7 @@ func TestDevRunsWholePipelineWithEmbeddedBroker(t *testing.T) {
 		"SP_DB_SYSTEM_URL":    db.SystemURL,
 		"SP_DATA_DIR":         t.TempDir(),
 		"SP_PERSIST_GROUP":    "dev-e2e",
+		"SP_INGEST_ADDR":      testenv.FreeAddr(t),
 	}
 	kafkaAddr := testenv.FreeAddr(t)
 	dev := newPersistProcess(t).start(t, env, "dev", "--kafka-addr", kafkaAddr)

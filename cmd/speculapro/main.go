@@ -44,6 +44,8 @@ func main() {
 		service.CLIOptAddCommand(topicsCommand()),
 		service.CLIOptAddCommand(devCommand()),
 		service.CLIOptAddCommand(loadgenCommand()),
+		service.CLIOptAddCommand(workspaceCommand()),
+		service.CLIOptAddCommand(apikeyCommand()),
 	)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, cliError(err))

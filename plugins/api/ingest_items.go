@@ -1,0 +1,533 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"github.com/speculapro/speculapro/internal/dbmigrate"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	gojson "github.com/goccy/go-json"
+
+	"github.com/speculapro/speculapro/internal/event"
+	"github.com/speculapro/speculapro/internal/identity"
+)
+
+// Limits of one request, documented in openapi.json.
+const (
+	maxItemsDefault     = 1000
+	maxBodyBytesDefault = 5 << 20
+	maxIDLen            = 128
+	maxNameLen          = 256
+	maxReferenceLen     = 512
+	maxLabelLen         = 64
+	maxIdentifierLen    = 64
+	maxObjectBytes      = 16 << 10
+	// futureSkew is how far ahead of our clock an occurred_at may be: clocks
+	// differ, but a transaction dated next year is a client bug, and one
+	// dated past the partitions the worker created would stall the persister.
+	futureSkew = 24 * time.Hour
+)
+
+// Sentinel errors of a request that is refused as a whole (HTTP 4xx).
+var (
+	// errMalformed: the body is not the JSON the endpoint takes.
+	errMalformed = errors.New("malformed request body")
+	// errUnknownField: the body names a field the API does not know; a typo
+	// must not silently drop data.
+	errUnknownField = errors.New("unknown field")
+	// errTooManyItems: more items than max_items.
+	errTooManyItems = errors.New("too many items")
+	// errNoItems: an empty batch is a client bug.
+	errNoItems = errors.New("no items")
+)
+
+// FieldError is one validation failure of an item, with the path of the
+// field that failed (items[3].amount).
+type FieldError struct {
+	Field   string `json:"field"`
+	Message string `json:"message"`
+}
+
+// item is one valid item: its ID, the message handed to the pipeline and
+// what routes it.
+type item struct {
+	index      int
+	externalID string
+	id         event.UUID
+	occurredAt time.Time
+	key        string // Kafka key: workspace:account or workspace:customer
+	value      []byte // the envelope, plus a clear counterparty identifier for counterparty_fingerprint
+}
+
+// parsedItem is what decoding one item gives: either an item or its errors.
+type parsedItem struct {
+	item   item
+	errors []FieldError
+}
+
+// decodeBatch reads {"items": [...]} from body. It returns a request-level
+// error (errMalformed, errUnknownField, errTooManyItems, errNoItems) when the
+// request must be refused as a whole, else every item with its errors.
+func decodeBatch(body []byte, kind event.Kind, ws event.UUID, now time.Time, maxItems int) ([]parsedItem, error) {
+	var req map[string]json.RawMessage
+	// The fast decoder first; encoding/json only to explain a failure.
+	if gojson.Unmarshal(body, &req) != nil {
+		if err := strictUnmarshal(body, &req); err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: not a single JSON object", errMalformed)
+	}
+	if req == nil {
+		return nil, fmt.Errorf("%w: want a JSON object with an items array", errMalformed)
+	}
+	var unknown []string
+	for k := range req {
+		if k != "items" {
+			unknown = append(unknown, k)
+		}
+	}
+	if len(unknown) > 0 {
+		sort.Strings(unknown)
+		return nil, fmt.Errorf("%w %s", errUnknownField, quoteAll(unknown))
+	}
+	var raws []json.RawMessage
+	if err := gojson.Unmarshal(req["items"], &raws); err != nil || raws == nil {
+		return nil, fmt.Errorf("%w: items: want an array of objects", errMalformed)
+	}
+	if len(raws) == 0 {
+		return nil, fmt.Errorf("%w: items is empty", errNoItems)
+	}
+	if len(raws) > maxItems {
+		return nil, fmt.Errorf("%w: %d items, at most %d per request", errTooManyItems, len(raws), maxItems)
+	}
+	out := make([]parsedItem, len(raws))
+	var unknownPaths []string
+	for i, raw := range raws {
+		r, err := newFieldReader(raw, fmt.Sprintf("items[%d]", i))
+		if err != nil {
+			return nil, err
+		}
+		if kind == event.KindTransaction {
+			out[i] = r.transaction(ws, now)
+		} else {
+			out[i] = r.accountEvent(ws, now)
+		}
+		out[i].item.index = i
+		unknownPaths = append(unknownPaths, r.unknownFields()...)
+	}
+	if len(unknownPaths) > 0 {
+		return nil, fmt.Errorf("%w %s", errUnknownField, quoteAll(unknownPaths))
+	}
+	return out, nil
+}
+
+// strictUnmarshal decodes one JSON value and refuses trailing data.
+func strictUnmarshal(body []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("%w: %s", errMalformed, describeJSONError(err))
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return fmt.Errorf("%w: data after the JSON value", errMalformed)
+	}
+	return nil
+}
+
+// describeJSONError says where JSON broke without quoting the payload.
+func describeJSONError(err error) string {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn):
+		return fmt.Sprintf("invalid JSON at byte %d", syn.Offset)
+	case errors.As(err, &typ):
+		return fmt.Sprintf("JSON %s where an object was expected", typ.Value)
+	case errors.Is(err, io.EOF):
+		return "empty body"
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return "JSON ends early"
+	}
+	return "not JSON"
+}
+
+func quoteAll(ss []string) string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = strconv.Quote(s)
+	}
+	return strings.Join(q, ", ")
+}
+
+// fieldReader reads the fields of one JSON object by name, collecting every
+// failure with its path instead of stopping at the first.
+type fieldReader struct {
+	path    string
+	obj     map[string]json.RawMessage
+	used    map[string]bool
+	errs    *[]FieldError
+	nested  []*fieldReader
+	present bool
+}
+
+// newFieldReader fails the whole request only when raw is not an object; a
+// field of the wrong type is the item's fault and reported per field.
+func newFieldReader(raw json.RawMessage, path string) (*fieldReader, error) {
+	r := &fieldReader{path: path, used: map[string]bool{}, errs: new([]FieldError), present: true}
+	if err := gojson.Unmarshal(raw, &r.obj); err != nil || r.obj == nil {
+		return nil, fmt.Errorf("%w: %s: want a JSON object", errMalformed, path)
+	}
+	return r, nil
+}
+
+// joinPath is path.field, either part possibly empty.
+func joinPath(path, field string) string {
+	switch {
+	case path == "":
+		return field
+	case field == "":
+		return path
+	}
+	return path + "." + field
+}
+
+func (r *fieldReader) fail(field, msg string) {
+	*r.errs = append(*r.errs, FieldError{Field: joinPath(r.path, field), Message: msg})
+}
+
+// raw returns a field's JSON, nil when absent or null.
+func (r *fieldReader) raw(field string) json.RawMessage {
+	r.used[field] = true
+	v, ok := r.obj[field]
+	if !ok || string(v) == "null" {
+		return nil
+	}
+	return v
+}
+
+// str reads a string field of at most max bytes with no control characters.
+func (r *fieldReader) str(field string, required bool, max int) string {
+	v := r.raw(field)
+	if v == nil {
+		if required {
+			r.fail(field, "required")
+		}
+		return ""
+	}
+	s, ok := plainString(v)
+	if !ok {
+		if err := gojson.Unmarshal(v, &s); err != nil {
+			r.fail(field, "want a string")
+			return ""
+		}
+	}
+	switch {
+	case s == "" && required:
+		r.fail(field, "required, must not be empty")
+	case len(s) > max:
+		r.fail(field, fmt.Sprintf("%d bytes, at most %d", len(s), max))
+	case !utf8.ValidString(s) || strings.ContainsFunc(s, func(c rune) bool { return c < 0x20 || c == 0x7f }):
+		r.fail(field, "contains control characters")
+	default:
+		return s
+	}
+	return ""
+}
+
+// plainString reads a JSON string without escapes straight from its bytes,
+// the common case, sparing a decoder call per field. The caller still
+// checks UTF-8 and control characters.
+func plainString(v json.RawMessage) (string, bool) {
+	if len(v) < 2 || v[0] != '"' || v[len(v)-1] != '"' || bytes.IndexByte(v[1:len(v)-1], '\\') >= 0 || bytes.IndexByte(v[1:len(v)-1], '"') >= 0 {
+		return "", false
+	}
+	return string(v[1 : len(v)-1]), true
+}
+
+func (r *fieldReader) enum(field string, required bool, allowed ...string) string {
+	s := r.str(field, required, maxLabelLen)
+	if s == "" {
+		return ""
+	}
+	for _, a := range allowed {
+		if s == a {
+			return s
+		}
+	}
+	r.fail(field, "want one of "+strings.Join(allowed, ", "))
+	return ""
+}
+
+// time reads an RFC 3339 time between 1970 and now + futureSkew.
+func (r *fieldReader) time(field string, required bool, now time.Time) time.Time {
+	s := r.str(field, required, maxLabelLen)
+	if s == "" {
+		return time.Time{}
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	switch {
+	case err != nil:
+		r.fail(field, `want an RFC 3339 time such as "2026-11-30T07:41:12.345Z"`)
+	case t.Year() < 1970:
+		r.fail(field, "before 1970")
+	case t.After(now.Add(futureSkew)):
+		r.fail(field, "more than 24 hours in the future")
+	default:
+		return t.UTC()
+	}
+	return time.Time{}
+}
+
+// occurredAt reads an event's occurred_at, which decides its monthly
+// partition: a time before the oldest partition the worker keeps (the start
+// of last month) is refused here, because the persister could never store it
+// and would retry its partition forever instead.
+func (r *fieldReader) occurredAt(now time.Time) time.Time {
+	t := r.time("occurred_at", true, now)
+	if oldest, _ := dbmigrate.PartitionWindow(now); !t.IsZero() && t.Before(oldest) {
+		r.fail("occurred_at", "before "+oldest.Format(time.DateOnly)+", the oldest month stored; older transactions cannot be ingested")
+		return time.Time{}
+	}
+	return t
+}
+
+// amount reads a non-negative decimal string that numeric(20,4) holds
+// exactly: a float would lose cents, and a value the column would round is
+// refused rather than changed.
+func (r *fieldReader) amount(field string) string {
+	v := r.raw(field)
+	if v == nil {
+		r.fail(field, "required")
+		return ""
+	}
+	var s string
+	if err := gojson.Unmarshal(v, &s); err != nil {
+		r.fail(field, `want a decimal string such as "1249.90", not a JSON number`)
+		return ""
+	}
+	intPart, frac, hasDot := strings.Cut(s, ".")
+	switch {
+	case strings.HasPrefix(s, "-"):
+		r.fail(field, "must not be negative (direction says which way money moved)")
+	case !allDigits(intPart) || (hasDot && !allDigits(frac)):
+		r.fail(field, `want a decimal string such as "1249.90"`)
+	case len(intPart) > 16:
+		r.fail(field, "more than 16 digits before the decimal point")
+	case len(frac) > 4:
+		r.fail(field, "more than 4 decimal places")
+	default:
+		return s
+	}
+	return ""
+}
+
+func allDigits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+func (r *fieldReader) currency(field string, required bool) string {
+	s := r.str(field, required, maxLabelLen)
+	if s == "" {
+		return ""
+	}
+	if !iso4217[s] {
+		r.fail(field, `want an ISO 4217 currency code such as "EUR"`)
+		return ""
+	}
+	return s
+}
+
+func (r *fieldReader) country(field string) string {
+	s := r.str(field, false, maxLabelLen)
+	if s == "" {
+		return ""
+	}
+	if len(s) != 2 || s[0] < 'A' || s[0] > 'Z' || s[1] < 'A' || s[1] > 'Z' {
+		r.fail(field, `want an ISO 3166-1 alpha-2 country code such as "DE"`)
+		return ""
+	}
+	return s
+}
+
+// object reads a JSON object of at most maxObjectBytes, compacted.
+func (r *fieldReader) object(field string) json.RawMessage {
+	v := r.raw(field)
+	if v == nil {
+		return nil
+	}
+	if len(v) > maxObjectBytes {
+		r.fail(field, fmt.Sprintf("%d bytes, at most %d", len(v), maxObjectBytes))
+		return nil
+	}
+	var m map[string]json.RawMessage
+	if err := gojson.Unmarshal(v, &m); err != nil {
+		r.fail(field, "want a JSON object")
+		return nil
+	}
+	var buf bytes.Buffer
+	_ = json.Compact(&buf, v)
+	return buf.Bytes()
+}
+
+// sub reads a nested object's fields; absent or null gives a reader that
+// reports nothing present.
+func (r *fieldReader) sub(field string) *fieldReader {
+	n := &fieldReader{path: joinPath(r.path, field), used: map[string]bool{}, errs: r.errs}
+	r.nested = append(r.nested, n)
+	v := r.raw(field)
+	if v == nil {
+		return n
+	}
+	if err := gojson.Unmarshal(v, &n.obj); err != nil {
+		r.fail(field, "want a JSON object")
+		return n
+	}
+	n.present = true
+	return n
+}
+
+// identifier validates a clear identifier (its kind given or inferred the
+// way counterparty_fingerprint infers it) without keeping it normalised: the
+// pipeline's processor protects it. The message never quotes the value.
+func (r *fieldReader) identifier(field, kindField string) (value, kind string) {
+	value = r.str(field, false, maxIdentifierLen)
+	kind = r.enum(kindField, false, string(identity.KindIBAN), string(identity.KindAccountNumber), string(identity.KindPhone))
+	if value == "" {
+		if kind != "" {
+			r.fail(field, "required when "+kindField+" is given")
+		}
+		return "", ""
+	}
+	k := identity.Kind(kind)
+	if k == "" {
+		k = identity.InferKind(value)
+	}
+	if _, err := identity.Normalize(k, value); err != nil {
+		r.fail(field, strings.TrimPrefix(err.Error(), identity.ErrInvalidIdentifier.Error()+": "))
+		return "", ""
+	}
+	return value, string(k)
+}
+
+// unknownFields lists the paths of fields nobody read, nested ones included.
+func (r *fieldReader) unknownFields() []string {
+	var out []string
+	if r.present {
+		for k := range r.obj {
+			if !r.used[k] {
+				out = append(out, joinPath(r.path, k))
+			}
+		}
+	}
+	for _, n := range r.nested {
+		out = append(out, n.unknownFields()...)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// wireCounterparty is the counterparty as handed to counterparty_fingerprint,
+// which replaces identifier with identifier_enc, _masked and _fp.
+type wireCounterparty struct {
+	Name           string `json:"name,omitempty"`
+	Identifier     string `json:"identifier,omitempty"`
+	IdentifierKind string `json:"identifier_kind,omitempty"`
+}
+
+func (r *fieldReader) transaction(ws event.UUID, now time.Time) parsedItem {
+	e := event.Envelope{
+		V: event.Version, Kind: event.KindTransaction, WorkspaceID: ws, ReceivedAt: now,
+		ExternalID:         r.str("external_id", true, maxIDLen),
+		OccurredAt:         r.occurredAt(now),
+		AccountExternalID:  r.str("account_external_id", true, maxIDLen),
+		CustomerExternalID: r.str("customer_external_id", false, maxIDLen),
+		Amount:             r.amount("amount"),
+		Currency:           r.currency("currency", true),
+		Direction:          event.Direction(r.enum("direction", true, string(event.DirectionIn), string(event.DirectionOut))),
+		Type:               r.str("type", false, maxLabelLen),
+		Status:             r.str("status", false, maxLabelLen),
+		Reference:          r.str("reference", false, maxReferenceLen),
+		Channel:            r.str("channel", false, maxLabelLen),
+		Metadata:           r.object("metadata"),
+	}
+	cpr := r.sub("counterparty")
+	var cp wireCounterparty
+	if cpr.present {
+		cp.Name = cpr.str("name", false, maxNameLen)
+		cp.Identifier, cp.IdentifierKind = cpr.identifier("identifier", "identifier_kind")
+	}
+	if len(*r.errs) > 0 {
+		return parsedItem{item: item{externalID: e.ExternalID}, errors: *r.errs}
+	}
+	e.ID = event.TransactionID(ws, e.ExternalID, e.OccurredAt)
+	return r.finish(e, &cp, ws.String()+":"+e.AccountExternalID)
+}
+
+func (r *fieldReader) accountEvent(ws event.UUID, now time.Time) parsedItem {
+	e := event.Envelope{
+		V: event.Version, Kind: event.KindAccountEvent, WorkspaceID: ws, ReceivedAt: now,
+		ExternalID:         r.str("external_id", true, maxIDLen),
+		OccurredAt:         r.occurredAt(now),
+		CustomerExternalID: r.str("customer_external_id", true, maxIDLen),
+		AccountExternalID:  r.str("account_external_id", false, maxIDLen),
+		Type:               r.str("type", true, maxLabelLen),
+		Attributes:         r.object("attributes"),
+	}
+	if len(*r.errs) > 0 {
+		return parsedItem{item: item{externalID: e.ExternalID}, errors: *r.errs}
+	}
+	e.ID = event.AccountEventID(ws, e.ExternalID, e.OccurredAt)
+	return r.finish(e, nil, ws.String()+":"+e.CustomerExternalID)
+}
+
+// finish encodes the envelope through event.Encode (the schema's own
+// checks) and appends the clear counterparty for the pipeline to protect.
+func (r *fieldReader) finish(e event.Envelope, cp *wireCounterparty, key string) parsedItem {
+	b, err := event.Encode(e)
+	if err != nil {
+		// Our own checks are stricter than Encode's, so this is a bug; the
+		// error names the field, never a value.
+		r.fail("", err.Error())
+		return parsedItem{item: item{externalID: e.ExternalID}, errors: *r.errs}
+	}
+	if cp != nil && (cp.Name != "" || cp.Identifier != "") {
+		cpJSON, err := json.Marshal(cp)
+		if err != nil {
+			r.fail("counterparty", "cannot encode")
+			return parsedItem{item: item{externalID: e.ExternalID}, errors: *r.errs}
+		}
+		b = append(append(append(b[:len(b)-1:len(b)-1], `,"counterparty":`...), cpJSON...), '}')
+	}
+	return parsedItem{item: item{externalID: e.ExternalID, id: e.ID, occurredAt: e.OccurredAt, key: key, value: b}}
+}
+
+// iso4217 holds the active ISO 4217 codes, funds and precious metals
+// included; XTS (testing) and XXX (no currency) are left out.
+var iso4217 = func() map[string]bool {
+	m := map[string]bool{}
+	for _, c := range strings.Fields(`AED AFN ALL AMD ANG AOA ARS AUD AWG AZN BAM BBD BDT BGN BHD BIF BMD BND BOB
+		BOV BRL BSD BTN BWP BYN BZD CAD CDF CHE CHF CHW CLF CLP CNY COP COU CRC CUC CUP CVE CZK DJF DKK DOP
+		DZD EGP ERN ETB EUR FJD FKP GBP GEL GHS GIP GMD GNF GTQ GYD HKD HNL HRK HTG HUF IDR ILS INR IQD IRR
+		ISK JMD JOD JPY KES KGS KHR KMF KPW KRW KWD KYD KZT LAK LBP LKR LRD LSL LYD MAD MDL MGA MKD MMK MNT
+		MOP MRU MUR MVR MWK MXN MXV MYR MZN NAD NGN NIO NOK NPR NZD OMR PAB PEN PGK PHP PKR PLN PYG QAR RON
+		RSD RUB RWF SAR SBD SCR SDG SEK SGD SHP SLE SLL SOS SRD SSP STN SVC SYP SZL THB TJS TMT TND TOP TRY
+		TTD TWD TZS UAH UGX USD USN UYI UYU UYW UZS VED VES VND VUV WST XAF XAG XAU XBA XBB XBC XBD XCD XCG
+		XDR XOF XPD XPF XPT XSU XUA YER ZAR ZMW ZWG ZWL`) {
+		m[c] = true
+	}
+	return m
+}()

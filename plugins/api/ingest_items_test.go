@@ -1,0 +1,268 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/speculapro/speculapro/internal/event"
+)
+
+var (
+	testWS  = event.UUID{0x6f, 0x1c, 0x2b, 0x9e, 0x3d, 0x4a, 0x4f, 0x5b, 0x9c, 0x8d, 0x7e, 0x6f, 0x5a, 0x4b, 0x3c, 0x2d}
+	testNow = time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
+)
+
+const validTxn = `{"external_id":"t-1","occurred_at":"2026-11-30T07:41:12.345+01:00","account_external_id":"acc-1",` +
+	`"customer_external_id":"cust-1","amount":"1249.90","currency":"EUR","direction":"out","type":"transfer",` +
+	`"reference":"rent","metadata":{ "ip": "203.0.113.7" },` +
+	`"counterparty":{"name":"Hausverwaltung Müller GmbH","identifier":"DE89 3704 0044 0532 0130 00","identifier_kind":"iban"}}`
+
+func batchOf(items ...string) []byte {
+	return []byte(`{"items":[` + strings.Join(items, ",") + `]}`)
+}
+
+// withField returns validTxn with one field set (raw JSON) or removed ("").
+func withField(t *testing.T, field, raw string) string {
+	t.Helper()
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(validTxn), &m); err != nil {
+		t.Fatal(err)
+	}
+	if raw == "" {
+		delete(m, field)
+	} else {
+		m[field] = json.RawMessage(raw)
+	}
+	b, _ := json.Marshal(m)
+	return string(b)
+}
+
+func TestDecodeValidTransaction(t *testing.T) {
+	got, err := decodeBatch(batchOf(validTxn), event.KindTransaction, testWS, testNow, 10)
+	if err != nil || len(got) != 1 || len(got[0].errors) != 0 {
+		t.Fatalf("decodeBatch = %+v, %v", got, err)
+	}
+	it := got[0].item
+	occurred := time.Date(2026, 11, 30, 6, 41, 12, 345e6, time.UTC)
+	if want := event.TransactionID(testWS, "t-1", occurred); it.id != want {
+		t.Errorf("id = %s, want TransactionID = %s", it.id, want)
+	}
+	if it.key != testWS.String()+":acc-1" {
+		t.Errorf("key = %q", it.key)
+	}
+	// The envelope must be what the persister reads, plus the clear
+	// counterparty the pipeline's processor protects.
+	var wire struct {
+		Counterparty wireCounterparty `json:"counterparty"`
+	}
+	if err := json.Unmarshal(it.value, &wire); err != nil {
+		t.Fatalf("value is not JSON: %v\n%s", err, it.value)
+	}
+	if wire.Counterparty.Identifier == "" || wire.Counterparty.IdentifierKind != "iban" || wire.Counterparty.Name != "Hausverwaltung Müller GmbH" {
+		t.Errorf("counterparty = %+v", wire.Counterparty)
+	}
+	e, err := event.Decode(it.value)
+	if err != nil {
+		t.Fatalf("event.Decode: %v", err)
+	}
+	if e.ID != it.id || e.WorkspaceID != testWS || e.Amount != "1249.90" || !e.OccurredAt.Equal(occurred) ||
+		string(e.Metadata) != `{"ip":"203.0.113.7"}` || !e.ReceivedAt.Equal(testNow) {
+		t.Errorf("envelope = %+v", e)
+	}
+}
+
+func TestDecodeRejectsWithFieldPaths(t *testing.T) {
+	tests := []struct {
+		name  string
+		item  string
+		field string
+		msg   string
+	}{
+		{"amount as number", withField(t, "amount", `1249.9`), "items[0].amount", "not a JSON number"},
+		{"amount exponent", withField(t, "amount", `"1e3"`), "items[0].amount", "decimal string"},
+		{"amount negative", withField(t, "amount", `"-5.00"`), "items[0].amount", "negative"},
+		{"amount 5 decimals", withField(t, "amount", `"1.00001"`), "items[0].amount", "4 decimal places"},
+		{"amount missing", withField(t, "amount", ""), "items[0].amount", "required"},
+		{"currency lower case", withField(t, "currency", `"eur"`), "items[0].currency", "ISO 4217"},
+		{"currency unknown", withField(t, "currency", `"ABC"`), "items[0].currency", "ISO 4217"},
+		{"time not RFC 3339", withField(t, "occurred_at", `"2026-11-30 07:41"`), "items[0].occurred_at", "RFC 3339"},
+		{"time far future", withField(t, "occurred_at", `"2027-11-30T07:41:00Z"`), "items[0].occurred_at", "future"},
+		{"time before 1970", withField(t, "occurred_at", `"1969-12-31T23:59:59Z"`), "items[0].occurred_at", "1970"},
+		{"time before the oldest partition", withField(t, "occurred_at", `"`+time.Now().UTC().AddDate(0, -3, 0).Format(time.RFC3339)+`"`), "items[0].occurred_at", "oldest month stored"},
+		{"direction enum", withField(t, "direction", `"sideways"`), "items[0].direction", "in, out"},
+		{"external_id empty", withField(t, "external_id", `""`), "items[0].external_id", "must not be empty"},
+		{"external_id too long", withField(t, "external_id", `"`+strings.Repeat("x", 129)+`"`), "items[0].external_id", "at most 128"},
+		{"account missing", withField(t, "account_external_id", ""), "items[0].account_external_id", "required"},
+		{"reference control char", withField(t, "reference", `"a\u0000b"`), "items[0].reference", "control"},
+		{"metadata not object", withField(t, "metadata", `[1]`), "items[0].metadata", "object"},
+		{"bad IBAN checksum", withField(t, "counterparty", `{"identifier":"DE89370400440532013001","identifier_kind":"iban"}`), "items[0].counterparty.identifier", "checksum"},
+		{"bad kind", withField(t, "counterparty", `{"identifier":"12345678","identifier_kind":"email"}`), "items[0].counterparty.identifier_kind", "iban, account_number, phone"},
+		{"phone without prefix", withField(t, "counterparty", `{"identifier":"0171 1234567","identifier_kind":"phone"}`), "items[0].counterparty.identifier", "international prefix"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := decodeBatch(batchOf(tt.item), event.KindTransaction, testWS, testNow, 10)
+			if err != nil {
+				t.Fatalf("request refused as a whole: %v", err)
+			}
+			var found bool
+			for _, fe := range got[0].errors {
+				if fe.Field == tt.field && strings.Contains(fe.Message, tt.msg) {
+					found = true
+				}
+				if strings.Contains(fe.Message, "0532") || strings.Contains(fe.Message, "1234567") {
+					t.Errorf("error quotes the identifier: %+v", fe)
+				}
+			}
+			if !found {
+				t.Errorf("errors = %+v; want %s containing %q", got[0].errors, tt.field, tt.msg)
+			}
+		})
+	}
+}
+
+func TestDecodeReportsEveryErrorOfAnItem(t *testing.T) {
+	bad := `{"external_id":"t-1","occurred_at":"yesterday","account_external_id":"acc-1","amount":12,"currency":"euro","direction":"up"}`
+	got, err := decodeBatch(batchOf(validTxn, bad), event.KindTransaction, testWS, testNow, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got[0].errors) != 0 {
+		t.Errorf("valid item rejected: %+v", got[0].errors)
+	}
+	var fields []string
+	for _, fe := range got[1].errors {
+		fields = append(fields, fe.Field)
+	}
+	if want := "items[1].occurred_at items[1].amount items[1].currency items[1].direction"; strings.Join(fields, " ") != want {
+		t.Errorf("error fields = %v; want %s", fields, want)
+	}
+}
+
+func TestDecodeRefusesWholeRequests(t *testing.T) {
+	many := make([]string, 11)
+	for i := range many {
+		many[i] = validTxn
+	}
+	tests := []struct {
+		name string
+		body string
+		want error
+		msg  string
+	}{
+		{"empty body", ``, errMalformed, "empty body"},
+		{"not JSON", `{"items":[`, errMalformed, "ends early"},
+		{"trailing data", `{"items":[]} {}`, errMalformed, "after the JSON value"},
+		{"array", `[1]`, errMalformed, "object"},
+		{"items not array", `{"items":{}}`, errMalformed, "array"},
+		{"item not object", `{"items":[1]}`, errMalformed, "items[0]"},
+		{"no items", `{"items":[]}`, errNoItems, "empty"},
+		{"unknown top-level field", `{"items":[` + validTxn + `],"workspace_id":"x"}`, errUnknownField, `"workspace_id"`},
+		{"unknown item field", string(batchOf(validTxn, withField(t, "workspace_id", `"6f1c2b9e-3d4a-4f5b-9c8d-7e6f5a4b3c2e"`))), errUnknownField, `"items[1].workspace_id"`},
+		{"unknown nested field", string(batchOf(withField(t, "counterparty", `{"name":"x","iban":"DE89"}`))), errUnknownField, `"items[0].counterparty.iban"`},
+		{"too many", string(batchOf(many...)), errTooManyItems, "at most 10"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := decodeBatch([]byte(tt.body), event.KindTransaction, testWS, testNow, 10)
+			if !errors.Is(err, tt.want) || !strings.Contains(err.Error(), tt.msg) {
+				t.Fatalf("err = %v; want %v containing %q", err, tt.want, tt.msg)
+			}
+		})
+	}
+}
+
+func TestDecodeAccountEvent(t *testing.T) {
+	ev := `{"external_id":"ev-1","occurred_at":"2026-11-30T07:00:00Z","customer_external_id":"cust-1","type":"sim_swap","attributes":{"carrier":"T"}}`
+	got, err := decodeBatch(batchOf(ev, `{"external_id":"ev-2","occurred_at":"2026-11-30T07:00:00Z"}`), event.KindAccountEvent, testWS, testNow, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got[0].errors) != 0 || got[0].item.key != testWS.String()+":cust-1" ||
+		got[0].item.id != event.AccountEventID(testWS, "ev-1", time.Date(2026, 11, 30, 7, 0, 0, 0, time.UTC)) {
+		t.Errorf("item 0 = %+v", got[0])
+	}
+	if _, err := event.Decode(got[0].item.value); err != nil {
+		t.Errorf("event.Decode: %v", err)
+	}
+	if fmt.Sprint(got[1].errors) != "[{items[1].customer_external_id required} {items[1].type required}]" {
+		t.Errorf("item 1 errors = %v", got[1].errors)
+	}
+}
+
+// FuzzDecodeBatch: whatever the body, the decoder neither panics nor lets
+// an item through that the persister could not read.
+func FuzzDecodeBatch(f *testing.F) {
+	f.Add(string(batchOf(validTxn)))
+	f.Add(`{"items":[{"external_id":"a","occurred_at":"2026-11-30T07:00:00Z","account_external_id":"b","amount":"1","currency":"EUR","direction":"in","counterparty":{"identifier":"+4917112345678"}}]}`)
+	f.Add(`{"items":[{"amount":1e400}]}`)
+	f.Add(`{"items":[null,{},[]]}`)
+	f.Add(`{"items":[{"external_id":"\ud800","occurred_at":"2026-02-30T00:00:00Z"}]}`)
+	f.Add(`{"items":[{"metadata":{"a":{"b":[1,2,{"c":null}]}},"counterparty":null}]}`)
+	f.Fuzz(func(t *testing.T, body string) {
+		for _, kind := range []event.Kind{event.KindTransaction, event.KindAccountEvent} {
+			got, err := decodeBatch([]byte(body), kind, testWS, testNow, 50)
+			if err != nil {
+				continue
+			}
+			for _, p := range got {
+				if len(p.errors) > 0 {
+					continue
+				}
+				e, derr := event.Decode(p.item.value)
+				if derr != nil {
+					t.Fatalf("accepted item the persister cannot read: %v\n%s", derr, p.item.value)
+				}
+				if e.ID != p.item.id || e.WorkspaceID != testWS {
+					t.Fatalf("envelope id/workspace = %s/%s, want %s/%s", e.ID, e.WorkspaceID, p.item.id, testWS)
+				}
+			}
+		}
+	})
+}
+
+// BenchmarkDecodeBatch measures validating a 500-item request into
+// envelopes, beside a baseline measured in the same run: encoding/json
+// reading the same body into plain structs with no validation at all.
+// Reports items/s, baseline items/s and their ratio.
+func BenchmarkDecodeBatch(b *testing.B) {
+	items := make([]string, 500)
+	for i := range items {
+		items[i] = validTxn
+	}
+	body := batchOf(items...)
+	type plain struct {
+		Items []struct {
+			ExternalID, OccurredAt, AccountExternalID, CustomerExternalID string
+			Amount, Currency, Direction, Type, Reference                  string
+			Metadata                                                      json.RawMessage
+			Counterparty                                                  struct{ Name, Identifier, IdentifierKind string }
+		}
+	}
+	start := time.Now()
+	rounds := 0
+	for ; rounds < 20 || time.Since(start) < 500*time.Millisecond; rounds++ {
+		var p plain
+		if err := json.Unmarshal(body, &p); err != nil {
+			b.Fatal(err)
+		}
+	}
+	baseline := float64(rounds*len(items)) / time.Since(start).Seconds()
+
+	b.SetBytes(int64(len(body)))
+	b.ResetTimer()
+	start = time.Now()
+	for b.Loop() {
+		if _, err := decodeBatch(body, event.KindTransaction, testWS, testNow, 1000); err != nil {
+			b.Fatal(err)
+		}
+	}
+	rate := float64(b.N*len(items)) / time.Since(start).Seconds()
+	b.ReportMetric(rate, "items/s")
+	b.ReportMetric(baseline, "plain-json-items/s")
+	b.ReportMetric(rate/baseline, "decode/plain")
+}

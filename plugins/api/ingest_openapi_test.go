@@ -1,0 +1,270 @@
+package api
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/speculapro/speculapro/internal/event"
+)
+
+// openAPI is the part of the document the tests read.
+type openAPI struct {
+	Paths      map[string]map[string]openAPIOperation `json:"paths"`
+	Components struct {
+		Schemas map[string]*schema `json:"schemas"`
+	} `json:"components"`
+}
+
+type openAPIOperation struct {
+	RequestBody *struct {
+		Content map[string]struct {
+			Schema *schema `json:"schema"`
+		} `json:"content"`
+	} `json:"requestBody"`
+	Responses map[string]struct {
+		Content map[string]struct {
+			Schema *schema `json:"schema"`
+		} `json:"content"`
+	} `json:"responses"`
+	Security []map[string][]string `json:"security"`
+}
+
+// schema is the subset of JSON Schema openapi.json uses.
+type schema struct {
+	Ref                  string             `json:"$ref"`
+	Type                 string             `json:"type"`
+	Required             []string           `json:"required"`
+	Properties           map[string]*schema `json:"properties"`
+	AdditionalProperties *bool              `json:"additionalProperties"`
+	Items                *schema            `json:"items"`
+	Enum                 []string           `json:"enum"`
+	MinLength            *int               `json:"minLength"`
+	MaxLength            *int               `json:"maxLength"`
+	MinItems             *int               `json:"minItems"`
+	MaxItems             *int               `json:"maxItems"`
+	Pattern              string             `json:"pattern"`
+}
+
+func loadOpenAPI(t *testing.T) *openAPI {
+	t.Helper()
+	var doc openAPI
+	if err := json.Unmarshal(openAPIDocument, &doc); err != nil {
+		t.Fatalf("openapi.json: %v", err)
+	}
+	return &doc
+}
+
+func (d *openAPI) resolve(s *schema) *schema {
+	for s != nil && s.Ref != "" {
+		s = d.Components.Schemas[strings.TrimPrefix(s.Ref, "#/components/schemas/")]
+	}
+	return s
+}
+
+// validate lists every way v (decoded JSON) breaks s.
+func (d *openAPI) validate(s *schema, v any, path string) []string {
+	s = d.resolve(s)
+	if s == nil {
+		return []string{path + ": unresolvable schema"}
+	}
+	var errs []string
+	bad := func(format string, args ...any) { errs = append(errs, path+": "+fmt.Sprintf(format, args...)) }
+	switch s.Type {
+	case "object":
+		m, ok := v.(map[string]any)
+		if !ok {
+			bad("want an object")
+			break
+		}
+		for _, r := range s.Required {
+			if _, ok := m[r]; !ok {
+				bad("required %q missing", r)
+			}
+		}
+		for k, fv := range m {
+			ps, ok := s.Properties[k]
+			if !ok {
+				if s.AdditionalProperties != nil && !*s.AdditionalProperties {
+					bad("property %q not in the schema", k)
+				}
+				continue
+			}
+			errs = append(errs, d.validate(ps, fv, path+"."+k)...)
+		}
+	case "array":
+		a, ok := v.([]any)
+		if !ok {
+			bad("want an array")
+			break
+		}
+		if s.MinItems != nil && len(a) < *s.MinItems || s.MaxItems != nil && len(a) > *s.MaxItems {
+			bad("%d items outside the limits", len(a))
+		}
+		for i, e := range a {
+			errs = append(errs, d.validate(s.Items, e, fmt.Sprintf("%s[%d]", path, i))...)
+		}
+	case "string":
+		str, ok := v.(string)
+		if !ok {
+			bad("want a string")
+			break
+		}
+		if len(s.Enum) > 0 && !contains(s.Enum, str) {
+			bad("%q not in %v", str, s.Enum)
+		}
+		if s.MinLength != nil && len(str) < *s.MinLength || s.MaxLength != nil && len(str) > *s.MaxLength {
+			bad("length %d outside the limits", len(str))
+		}
+		if s.Pattern != "" && !regexp.MustCompile(s.Pattern).MatchString(str) {
+			bad("%q does not match %s", str, s.Pattern)
+		}
+	case "integer":
+		if f, ok := v.(float64); !ok || f != float64(int64(f)) {
+			bad("want an integer")
+		}
+	}
+	return errs
+}
+
+func contains(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func mustJSON(t *testing.T, v any) any {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out any
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestOpenAPIDocumentsEveryRoute(t *testing.T) {
+	doc := loadOpenAPI(t)
+	var documented, served []string
+	for p, ops := range doc.Paths {
+		for m := range ops {
+			documented = append(documented, strings.ToUpper(m)+" "+p)
+		}
+	}
+	a := &ingestAPI{}
+	for _, rt := range a.routeList() {
+		served = append(served, rt.method+" "+rt.pattern)
+		op := doc.Paths[rt.pattern][strings.ToLower(rt.method)]
+		if rt.authed != (len(op.Security) > 0) {
+			t.Errorf("%s %s: authenticated=%v but the document's security says %v", rt.method, rt.pattern, rt.authed, op.Security)
+		}
+	}
+	sort.Strings(documented)
+	sort.Strings(served)
+	if strings.Join(documented, "\n") != strings.Join(served, "\n") {
+		t.Errorf("documented routes:\n%s\nserved routes:\n%s", strings.Join(documented, "\n"), strings.Join(served, "\n"))
+	}
+}
+
+// TestOpenAPIRequestSamples: the samples are valid for the document, and
+// an item using every documented property is read without an unknown field,
+// so the document and the decoder name the same fields.
+func TestOpenAPIRequestSamples(t *testing.T) {
+	doc := loadOpenAPI(t)
+	reqSchema := func(path, method string) *schema {
+		return doc.Paths[path][method].RequestBody.Content["application/json"].Schema
+	}
+	fullEvent := `{"external_id":"ev-1","occurred_at":"2026-11-30T07:00:00Z","customer_external_id":"c",` +
+		`"account_external_id":"a","type":"sim_swap","attributes":{"x":1}}`
+	samples := []struct {
+		path, method, body string
+		kind               event.Kind
+	}{
+		{"/v1/transactions", "post", string(batchOf(validTxn, withField(t, "channel", `"mobile"`), withField(t, "status", `"completed"`))), event.KindTransaction},
+		{"/v1/account-events", "post", string(batchOf(fullEvent)), event.KindAccountEvent},
+		{"/v1/customers/{external_id}", "put", `{"kind":"person","name":"Ada","country":"DE","risk_level":"low","attributes":{}}`, ""},
+		{"/v1/accounts/{external_id}", "put", `{"customer_external_id":"c","kind":"current","currency":"EUR","status":"open",` +
+			`"number":"DE89370400440532013000","number_kind":"iban","opened_at":"2020-01-01T00:00:00Z","closed_at":"2026-01-01T00:00:00Z","attributes":{}}`, ""},
+	}
+	for _, s := range samples {
+		var v any
+		if err := json.Unmarshal([]byte(s.body), &v); err != nil {
+			t.Fatal(err)
+		}
+		if errs := doc.validate(reqSchema(s.path, s.method), v, s.method+" "+s.path); len(errs) > 0 {
+			t.Errorf("sample does not validate:\n%s", strings.Join(errs, "\n"))
+		}
+		if s.kind != "" {
+			got, err := decodeBatch([]byte(s.body), s.kind, testWS, testNow, 10)
+			if err != nil {
+				t.Errorf("%s: decoder refuses the documented sample: %v", s.path, err)
+				continue
+			}
+			for _, p := range got {
+				if len(p.errors) > 0 {
+					t.Errorf("%s: decoder rejects the documented sample: %v", s.path, p.errors)
+				}
+			}
+		}
+	}
+	// Every documented item property is one the decoder reads.
+	for name, kind := range map[string]event.Kind{"Transaction": event.KindTransaction, "AccountEvent": event.KindAccountEvent} {
+		for prop := range doc.Components.Schemas[name].Properties {
+			body := fmt.Sprintf(`{"items":[{%q:null}]}`, prop)
+			if _, err := decodeBatch([]byte(body), kind, testWS, testNow, 10); err != nil {
+				t.Errorf("%s.%s is documented but the decoder refuses it: %v", name, prop, err)
+			}
+		}
+	}
+}
+
+// TestOpenAPIResponseSamples: the answers the handlers build validate
+// against the documented response schemas.
+func TestOpenAPIResponseSamples(t *testing.T) {
+	doc := loadOpenAPI(t)
+	respSchema := func(path, method, code string) *schema {
+		r, ok := doc.Paths[path][method].Responses[code]
+		if !ok {
+			t.Fatalf("%s %s: response %s not documented", method, path, code)
+		}
+		return r.Content["application/json"].Schema
+	}
+	batch := batchResponse{Accepted: 1, Duplicate: 1, Rejected: 1, Retry: 1, Results: []itemResult{
+		{Index: 0, ExternalID: "t-1", Status: statusAccepted, ID: "0193f5a2-7c00-7abc-8def-0123456789ab"},
+		{Index: 1, ExternalID: "t-1", Status: statusDuplicate, ID: "0193f5a2-7c00-7abc-8def-0123456789ab"},
+		{Index: 2, Status: statusRejected, Errors: []FieldError{{Field: "items[2].amount", Message: "required"}}},
+		{Index: 3, ExternalID: "t-4", Status: statusRetry, ID: "0193f5a2-7c00-7abc-8def-0123456789ac", Message: "send it again"},
+	}}
+	samples := []struct {
+		path, method, code string
+		v                  any
+	}{
+		{"/v1/transactions", "post", "200", batch},
+		{"/v1/account-events", "post", "200", batch},
+		{"/v1/transactions", "post", "400", errorResponse{Error: "malformed request body"}},
+		{"/v1/transactions", "post", "401", errorResponse{Error: errUnauthenticated.Error()}},
+		{"/v1/customers/{external_id}", "put", "201", entityResponse{ID: "x", ExternalID: "c", Status: "created"}},
+		{"/v1/accounts/{external_id}", "put", "200", entityResponse{ID: "x", ExternalID: "a", Status: "updated"}},
+		{"/v1/accounts/{external_id}", "put", "422", rejectedResponse{Error: "validation failed", Errors: []FieldError{{Field: "currency", Message: "x"}}}},
+		{"/healthz", "get", "200", map[string]string{"status": "ok"}},
+		{"/readyz", "get", "503", map[string]string{"status": "not ready", "kafka": "unreachable", "postgres": "ok"}},
+	}
+	for _, s := range samples {
+		if errs := doc.validate(respSchema(s.path, s.method, s.code), mustJSON(t, s.v), s.method+" "+s.path+" "+s.code); len(errs) > 0 {
+			t.Errorf("answer does not validate:\n%s", strings.Join(errs, "\n"))
+		}
+	}
+	// The validator itself must catch a missing required field.
+	if errs := doc.validate(respSchema("/v1/transactions", "post", "200"), mustJSON(t, map[string]any{"results": []any{}}), "x"); len(errs) == 0 {
+		t.Error("validator accepted a batch answer without its counts")
+	}
+}

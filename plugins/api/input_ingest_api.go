@@ -1,0 +1,303 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redpanda-data/benthos/v4/public/service"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/speculapro/speculapro/internal/config"
+	"github.com/speculapro/speculapro/internal/identity"
+	"github.com/speculapro/speculapro/internal/kafkaconf"
+)
+
+const (
+	iaFieldAddress        = "address"
+	iaFieldDBURL          = "db_url"
+	iaFieldMaxItems       = "max_items"
+	iaFieldMaxBodyBytes   = "max_body_bytes"
+	iaFieldAckTimeout     = "ack_timeout"
+	iaFieldRecentIDs      = "recent_ids"
+	iaFieldEncryptionKey  = "encryption_key"
+	iaFieldFingerprintKey = "fingerprint_key"
+
+	// iaRejectPrefix starts the error of an item the pipeline refused for
+	// its content (see pipelines/ingest.yaml, whose reject output writes
+	// it): such an item is answered rejected, every other failure retry.
+	iaRejectPrefix = "rejected: "
+	// iaProbeTimeout bounds each readiness probe and each database call on
+	// the request path that has no item deadline of its own.
+	iaProbeTimeout = 2 * time.Second
+)
+
+func ingestAPISpec() *service.ConfigSpec {
+	return service.NewConfigSpec().
+		Beta().
+		Categories("Network").
+		Summary("SpeculaPro's HTTP ingest API: batches of transactions and account events in, each item answered only once it is safely in Kafka.").
+		Description(`
+Serves the API documented in `+"`/v1/openapi.json`"+` on its own `+"`address`"+` (not the engine's HTTP
+server, so the pipeline also runs under `+"`speculapro streams`"+`):
+
+- `+"`POST /v1/transactions`"+`, `+"`POST /v1/account-events`"+`: a batch of up to `+"`max_items`"+` items
+  (and `+"`max_body_bytes`"+`). Each item is answered `+"`accepted`"+` with its fixed ID, `+"`duplicate`"+`
+  (already accepted or already stored, with the ID), `+"`rejected`"+` with every validation error and its
+  field path, or `+"`retry`"+` when Kafka did not take it in time. A request's new items go to the pipeline
+  as ONE batch and the answer waits for that batch's acknowledgement, so nothing is accepted that the
+  output did not deliver; configure the output with acks from all in-sync replicas and a 10 s timeout
+  (`+"`kafka_franz`"+` does both) so that the answer is on time.
+- `+"`PUT /v1/customers/{external_id}`"+`, `+"`PUT /v1/accounts/{external_id}`"+`: written straight to
+  PostgreSQL as `+"`db_url`"+` (the app role, bound to the caller's workspace by row-level security),
+  replacing a placeholder the persister created.
+- `+"`GET /healthz`"+` (the process is up) and `+"`GET /readyz`"+` (Kafka and PostgreSQL answer).
+
+Every request but the health checks and the OpenAPI document needs `+"`Authorization: Bearer <API key>`"+`;
+the key names the workspace, and nothing in a body can name another.
+
+Each item's ID is fixed (the event package's TransactionID / AccountEventID of workspace, external_id
+and occurred_at), so a resend gets the same ID. A resend is answered `+"`duplicate`"+` when this process
+accepted the ID recently (a bounded in-memory set of `+"`recent_ids`"+` IDs, lost on restart and not
+shared between processes) or when the persister already stored it (looked up by `+"`(id, occurred_at)`"+`).
+A resend of an item that is accepted but not yet stored, sent to another process or after a restart,
+is accepted again; the persister stores it once all the same.
+
+Messages carry metadata `+"`ingest_topic`"+` (`+"`txn.ingested`"+` or `+"`account.events`"+`) and
+`+"`ingest_key`"+` (`+"`<workspace>:<account>`"+` or `+"`<workspace>:<customer>`"+`) for the output.`).
+		Fields(kafkaconf.Fields()...).
+		Fields(
+			service.NewStringField(iaFieldAddress).
+				Description("Address the API listens on.").
+				Default(config.IngestAddr.Default).
+				Example("${SP_INGEST_ADDR:127.0.0.1:8080}"),
+			service.NewStringField(iaFieldDBURL).
+				Description("PostgreSQL URL of the speculapro_app role (API keys, customers, accounts, stored-duplicate lookups). Empty means `SP_DB_URL`.").
+				Secret().
+				Default(""),
+			service.NewIntField(iaFieldMaxItems).
+				Description("The most items one request may carry.").
+				Default(maxItemsDefault),
+			service.NewIntField(iaFieldMaxBodyBytes).
+				Description("The largest request body, in bytes.").
+				Default(maxBodyBytesDefault),
+			service.NewDurationField(iaFieldAckTimeout).
+				Description("How long a request waits for the pipeline to take and acknowledge its items before they are answered `retry`. Keep it above the output's own timeout (10 s), which normally answers first.").
+				Default("15s"),
+			service.NewIntField(iaFieldRecentIDs).
+				Description("How many recently accepted IDs are remembered to answer a resend `duplicate` before the persister stored it.").
+				Default(200000).
+				Advanced(),
+			service.NewStringField(iaFieldEncryptionKey).
+				Description("Key ring for account numbers written by `PUT /v1/accounts`, in `SP_ENCRYPTION_KEY`'s format; empty means that variable.").
+				Secret().
+				Default(""),
+			service.NewStringField(iaFieldFingerprintKey).
+				Description("Fingerprint key for account numbers, in `SP_FINGERPRINT_KEY`'s format; empty means that variable.").
+				Secret().
+				Default(""),
+		)
+}
+
+func init() {
+	service.MustRegisterBatchInput("ingest_api", ingestAPISpec(),
+		func(conf *service.ParsedConfig, mgr *service.Resources) (service.BatchInput, error) {
+			return newIngestAPIFromParsed(conf, mgr)
+		})
+}
+
+// job is one request's new items on their way through the pipeline; the
+// ack function sends the outcome on done, which has room for it so the
+// engine never blocks on a handler that gave up waiting.
+type job struct {
+	batch service.MessageBatch
+	done  chan error
+	index *service.Indexer
+}
+
+type ingestAPI struct {
+	addr       string
+	dbURL      string
+	maxItems   int
+	maxBody    int64
+	ackTimeout time.Duration
+	kafka      kafkaconf.Config
+	protector  *identity.Protector
+
+	log      *service.Logger
+	items    *service.MetricCounter // by endpoint and outcome
+	requests *service.MetricCounter // by endpoint and status code
+	latency  *service.MetricTimer   // by endpoint
+
+	recent *recentIDs
+	keys   *keyCache
+
+	// jobs hands batches from handlers to ReadBatch; unbuffered so a batch
+	// is only ever in the pipeline's hands or its handler's, never parked.
+	jobs      chan *job
+	closing   chan struct{}
+	closeOnce sync.Once
+
+	mu    sync.Mutex
+	srv   *http.Server
+	pool  *pgxpool.Pool
+	probe *kgo.Client
+	serve chan error
+}
+
+func newIngestAPIFromParsed(conf *service.ParsedConfig, mgr *service.Resources) (*ingestAPI, error) {
+	a := &ingestAPI{
+		log:      mgr.Logger(),
+		items:    mgr.Metrics().NewCounter("speculapro_ingest_items_total", "endpoint", "outcome"),
+		requests: mgr.Metrics().NewCounter("speculapro_ingest_requests_total", "endpoint", "code"),
+		latency:  mgr.Metrics().NewTimer("speculapro_ingest_request_duration", "endpoint"),
+		keys:     newKeyCache(),
+		jobs:     make(chan *job),
+		closing:  make(chan struct{}),
+	}
+	var err error
+	if a.kafka, err = kafkaconf.FromParsed(conf); err != nil {
+		return nil, err
+	}
+	if a.addr, err = conf.FieldString(iaFieldAddress); err != nil {
+		return nil, err
+	}
+	if a.dbURL, err = conf.FieldString(iaFieldDBURL); err != nil {
+		return nil, err
+	}
+	if a.dbURL == "" {
+		a.dbURL = config.DBURL.Value()
+	}
+	if a.maxItems, err = conf.FieldInt(iaFieldMaxItems); err != nil {
+		return nil, err
+	}
+	maxBody, err := conf.FieldInt(iaFieldMaxBodyBytes)
+	if err != nil {
+		return nil, err
+	}
+	a.maxBody = int64(maxBody)
+	if a.ackTimeout, err = conf.FieldDuration(iaFieldAckTimeout); err != nil {
+		return nil, err
+	}
+	recent, err := conf.FieldInt(iaFieldRecentIDs)
+	if err != nil {
+		return nil, err
+	}
+	if a.maxItems < 1 || a.maxBody < 1024 || a.ackTimeout <= 0 || recent < 0 {
+		return nil, fmt.Errorf("ingest_api: %s, %s, %s and %s must be positive (body at least 1 KiB)",
+			iaFieldMaxItems, iaFieldMaxBodyBytes, iaFieldAckTimeout, iaFieldRecentIDs)
+	}
+	a.recent = newRecentIDs(recent)
+	encKey, err := conf.FieldString(iaFieldEncryptionKey)
+	if err != nil {
+		return nil, err
+	}
+	if encKey == "" {
+		encKey = config.EncryptionKey.Value()
+	}
+	fpKey, err := conf.FieldString(iaFieldFingerprintKey)
+	if err != nil {
+		return nil, err
+	}
+	if fpKey == "" {
+		fpKey = config.FingerprintKey.Value()
+	}
+	if a.protector, err = identity.NewProtector(encKey, fpKey); err != nil {
+		return nil, fmt.Errorf("ingest_api: %w", err)
+	}
+	return a, nil
+}
+
+// Connect opens the listener (so a taken address stops the pipeline at
+// start), the database pool and the client the readiness probe pings.
+// Neither PostgreSQL nor Kafka must answer yet: /readyz says when they do.
+func (a *ingestAPI) Connect(ctx context.Context) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.srv != nil {
+		return nil
+	}
+	pcfg, err := pgxpool.ParseConfig(a.dbURL)
+	if err != nil {
+		return fmt.Errorf("ingest_api: parsing %s: %w", iaFieldDBURL, errors.New("invalid PostgreSQL URL"))
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
+	if err != nil {
+		return fmt.Errorf("ingest_api: creating the PostgreSQL pool: %w", err)
+	}
+	opts, err := a.kafka.ClientOpts()
+	if err != nil {
+		pool.Close()
+		return fmt.Errorf("ingest_api: %w", err)
+	}
+	probe, err := kgo.NewClient(append(opts, kgo.ClientID("speculapro-ingest-probe"))...)
+	if err != nil {
+		pool.Close()
+		return fmt.Errorf("ingest_api: creating the Kafka probe client: %w", err)
+	}
+	ln, err := net.Listen("tcp", a.addr)
+	if err != nil {
+		pool.Close()
+		probe.Close()
+		return fmt.Errorf("ingest_api: listening on %s: %w", a.addr, err)
+	}
+	a.pool, a.probe = pool, probe
+	a.srv = &http.Server{
+		Handler:           a.routes(),
+		ReadHeaderTimeout: 10 * time.Second,
+		// A whole body must arrive in time: a client trickling 5 MiB must
+		// not hold a connection for ever.
+		ReadTimeout: 60 * time.Second,
+		IdleTimeout: 120 * time.Second,
+	}
+	a.serve = make(chan error, 1)
+	// The server goroutine ends when Close shuts the server down.
+	go func() { a.serve <- a.srv.Serve(ln) }()
+	a.log.Infof("ingest_api: listening on %s", ln.Addr())
+	return nil
+}
+
+// ReadBatch hands the pipeline the next request's items. The ack reports
+// the output's outcome, per message when it is a *service.BatchError, to
+// the waiting handler.
+func (a *ingestAPI) ReadBatch(ctx context.Context) (service.MessageBatch, service.AckFunc, error) {
+	select {
+	case j := <-a.jobs:
+		return j.batch, func(_ context.Context, err error) error {
+			j.done <- err
+			return nil
+		}, nil
+	case <-a.closing:
+		return nil, nil, service.ErrEndOfInput
+	case <-ctx.Done():
+		return nil, nil, ctx.Err()
+	}
+}
+
+// Close stops taking requests and waits (bounded by ctx) for those in
+// flight: their batches are already in the pipeline, which the engine
+// drains before closing the output, so they still get their answers.
+func (a *ingestAPI) Close(ctx context.Context) error {
+	a.closeOnce.Do(func() { close(a.closing) })
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.srv == nil {
+		return nil
+	}
+	err := a.srv.Shutdown(ctx)
+	if err != nil {
+		_ = a.srv.Close()
+	}
+	a.pool.Close()
+	a.probe.Close()
+	a.srv = nil
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,187 @@
+package tests
+
+import (
+	"bufio"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/speculapro/speculapro/internal/dbmigrate/dbtest"
+	"github.com/speculapro/speculapro/internal/testenv"
+)
+
+var (
+	kfakeOnce sync.Once
+	kfakeBin  string
+	kfakeErr  error
+)
+
+// kfakeBinary builds tests/testdata/kfakebroker once per test run.
+func kfakeBinary(t *testing.T) string {
+	t.Helper()
+	kfakeOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "speculapro-kfake-")
+		if err != nil {
+			kfakeErr = err
+			return
+		}
+		kfakeBin = filepath.Join(dir, "kfakebroker-test")
+		cmd := exec.Command("go", "build", "-o", kfakeBin, "./tests/testdata/kfakebroker")
+		cmd.Dir = testenv.RepoRoot(t)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			kfakeErr = err
+			t.Logf("go build kfakebroker:\n%s", out)
+		}
+	})
+	if kfakeErr != nil {
+		t.Fatalf("building kfakebroker: %v", kfakeErr)
+	}
+	return kfakeBin
+}
+
+// kfakeProcess is a kfake broker in its own process, which the test may
+// stop and start again on the same address and data directory.
+type kfakeProcess struct {
+	addr, data string
+	topics     []string
+	cmd        *exec.Cmd
+	exited     chan struct{}
+}
+
+func (k *kfakeProcess) start(t *testing.T) {
+	t.Helper()
+	k.cmd = exec.Command(kfakeBinary(t), "-addr", k.addr, "-data", k.data, "-partitions", "3", "-topics", strings.Join(k.topics, ","))
+	stdout, err := k.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := k.cmd.Start(); err != nil {
+		t.Fatalf("starting kfakebroker: %v", err)
+	}
+	k.exited = make(chan struct{})
+	cmd, exited := k.cmd, k.exited
+	// The waiter owns cmd.Wait and ends with the process, which stop or
+	// cleanup ends.
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-exited:
+		default:
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "listening ") {
+		t.Fatalf("kfakebroker did not start: %q %v", line, err)
+	}
+}
+
+func (k *kfakeProcess) stop(t *testing.T) {
+	t.Helper()
+	_ = k.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-k.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("kfakebroker did not stop within 30s")
+	}
+}
+
+// TestIngestKafkaOutage: with Kafka stopped, every item is answered retry
+// within about 10 seconds and none is accepted; with Kafka back, a resend
+// is accepted and stored once. The shared real broker must not be stopped,
+// so "Kafka" here is a kfake broker running as its own process, killed and
+// restarted on the same port and data directory.
+func TestIngestKafkaOutage(t *testing.T) {
+	db := dbtest.New(t)
+	ws, key := ingestWorkspace(t, db.AppURL)
+	prefix := "sp."
+	broker := &kfakeProcess{
+		addr: testenv.FreeAddr(t), data: t.TempDir(),
+		topics: []string{prefix + "txn.ingested", prefix + "txn.ingested.dlq", prefix + "account.events", prefix + "account.events.dlq"},
+	}
+	broker.start(t)
+
+	addr := testenv.FreeAddr(t)
+	base := "http://" + addr
+	p := newPersistProcess(t)
+	p.start(t, ingestEnv([]string{broker.addr}, prefix, "outage-persist", db, addr), ingestStreamsArgs...)
+	ingestWaitReady(t, p, base)
+	client := &http.Client{Timeout: 60 * time.Second}
+	conn := db.Connect(t, db.SuperuserURL)
+	count := `SELECT count(*) FROM speculapro.transactions WHERE workspace_id = $1`
+
+	at := persistBase.Add(time.Minute)
+	before := make([]map[string]any, 20)
+	for i := range before {
+		before[i] = ingestTxn(i, at)
+	}
+	if _, ans := ingestPost(t, client, base, key, "/v1/transactions", ingestBody(t, before...)); ans.Accepted != len(before) {
+		t.Fatalf("with Kafka up: %+v", ans)
+	}
+	if got := waitCount(t, conn, len(before), count, ws); got != len(before) {
+		t.Fatalf("stored %d of %d before the outage", got, len(before))
+	}
+
+	broker.stop(t)
+	during := make([]map[string]any, 30)
+	for i := range during {
+		during[i] = ingestTxn(1000+i, at)
+	}
+	start := time.Now()
+	code, ans := ingestPost(t, client, base, key, "/v1/transactions", ingestBody(t, during...))
+	took := time.Since(start)
+	if code != http.StatusOK || ans.Retry != len(during) || ans.Accepted != 0 || ans.Duplicate != 0 {
+		t.Fatalf("with Kafka down (answered after %v): %d accepted %d retry %d duplicate %d %s", took, code, ans.Accepted, ans.Retry, ans.Duplicate, ans.Error)
+	}
+	// "Within about 10 seconds": the output's 10 s timeout answers, the
+	// input's 15 s ack_timeout is only the safety net.
+	if took > 16*time.Second {
+		t.Errorf("retry answered after %v, want about 10s", took)
+	}
+	t.Logf("Kafka down: %d items answered retry after %v (%q)", ans.Retry, took.Round(time.Millisecond), ans.Results[0].Message)
+	if resp, err := http.Get(base + "/readyz"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable {
+			t.Errorf("readyz with Kafka down = %d, want 503", resp.StatusCode)
+		}
+	}
+
+	broker.start(t)
+	ingestWaitReady(t, p, base)
+	// The producer reconnects on its own; the first resend may still race
+	// it, so resend (bounded) until nothing is answered retry, as a client
+	// would after a retry.
+	var resent ingestAnswer
+	for attempt := 0; attempt < 5; attempt++ {
+		_, resent = ingestPost(t, client, base, key, "/v1/transactions", ingestBody(t, during...))
+		if resent.Retry == 0 {
+			break
+		}
+		t.Logf("resend %d: %d retry", attempt+1, resent.Retry)
+	}
+	if resent.Accepted+resent.Duplicate != len(during) || resent.Retry != 0 {
+		t.Fatalf("resend with Kafka back: %d accepted %d duplicate %d retry", resent.Accepted, resent.Duplicate, resent.Retry)
+	}
+	want := len(before) + len(during)
+	if got := waitCount(t, conn, want, count, ws); got != want {
+		t.Fatalf("stored %d, want %d", got, want)
+	}
+	time.Sleep(2 * time.Second)
+	if got := persistCount(t, conn, count, ws); got != want {
+		t.Errorf("stored %d after settling, want each once: %d", got, want)
+	}
+
+	if code := p.stop(t); code != 0 {
+		t.Errorf("exit code %d after SIGTERM", code)
+	}
+}
