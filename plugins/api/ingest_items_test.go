@@ -92,7 +92,7 @@ func TestDecodeRejectsWithFieldPaths(t *testing.T) {
 		{"time not RFC 3339", withField(t, "occurred_at", `"2026-11-30 07:41"`), "items[0].occurred_at", "RFC 3339"},
 		{"time far future", withField(t, "occurred_at", `"2027-11-30T07:41:00Z"`), "items[0].occurred_at", "future"},
 		{"time before 1970", withField(t, "occurred_at", `"1969-12-31T23:59:59Z"`), "items[0].occurred_at", "1970"},
-		{"time before the oldest partition", withField(t, "occurred_at", `"`+time.Now().UTC().AddDate(0, -3, 0).Format(time.RFC3339)+`"`), "items[0].occurred_at", "oldest month stored"},
+		{"time before the oldest partition", withField(t, "occurred_at", `"`+testNow.AddDate(0, -3, 0).Format(time.RFC3339)+`"`), "items[0].occurred_at", "oldest month stored"},
 		{"direction enum", withField(t, "direction", `"sideways"`), "items[0].direction", "in, out"},
 		{"external_id empty", withField(t, "external_id", `""`), "items[0].external_id", "must not be empty"},
 		{"external_id too long", withField(t, "external_id", `"`+strings.Repeat("x", 129)+`"`), "items[0].external_id", "at most 128"},
