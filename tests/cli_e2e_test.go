@@ -1,0 +1,56 @@
+package tests
+
+import (
+	"context"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/speculapro/speculapro/internal/testenv"
+)
+
+// The binary a user installs: our subcommands beside the engine's, every
+// plugin listed with its docs, and a version that names the commit.
+func TestCLIListsOurCommandsAndPlugins(t *testing.T) {
+	bin := testenv.Binary(t)
+	run := func(args ...string) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("speculapro %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+
+	help := run("--help")
+	for _, cmd := range []string{"migrate", "topics", "dev", "loadgen", "workspace", "apikey", "run", "streams", "lint", "test", "list", "blobl", "echo"} {
+		if !strings.Contains(help, "\n   "+cmd+" ") {
+			t.Errorf("speculapro --help does not list the %s command:\n%s", cmd, help)
+		}
+	}
+	for _, cmd := range []string{"migrate", "topics", "dev", "loadgen"} {
+		if out := run(cmd, "--help"); !strings.Contains(out, "USAGE:") || len(out) < 200 {
+			t.Errorf("speculapro %s --help is not useful:\n%s", cmd, out)
+		}
+	}
+	if v := run("--version"); !strings.Contains(v, "commit ") {
+		t.Errorf("speculapro --version does not name the commit: %s", v)
+	}
+
+	list := run("list", "inputs", "outputs", "processors", "metrics", "tracers")
+	for _, plugin := range []string{"kafka_franz", "ingest_api", "pg_copy_upsert", "counterparty_fingerprint", "event_decode", "prometheus", "open_telemetry_collector"} {
+		if !strings.Contains(list, "  - "+plugin+"\n") {
+			t.Errorf("speculapro list does not name %s:\n%s", plugin, list)
+		}
+	}
+	// Docs: the CUE schema carries each plugin's field descriptions.
+	cue := run("list", "--format", "cue", "inputs", "outputs")
+	for _, doc := range []string{"consumer_group", "checkpoint_limit", "max_in_flight", "dead_letter"} {
+		if !strings.Contains(cue, doc) {
+			t.Errorf("speculapro list --format cue lacks the field %s", doc)
+		}
+	}
+}
