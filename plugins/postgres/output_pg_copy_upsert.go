@@ -56,12 +56,16 @@ func pgCopyUpsertSpec() *service.ConfigSpec {
 		Description(`
 Per batch, in ONE database transaction:
 
-1. placeholder customers and accounts for those the batch names that are not stored yet (`+"`placeholder = true`"+`,
+1. the rows `+"`COPY`"+`'d (binary) straight into the table. A batch with a row already stored (a replay) fails that
+   COPY on the primary key and is written again in a new transaction: `+"`COPY`"+` into a per-connection staging
+   table, then `+"`INSERT … SELECT … ON CONFLICT (id, occurred_at) DO NOTHING`"+`, so a row already stored is skipped;
+2. placeholder customers and accounts for those the batch names that are not stored yet (`+"`placeholder = true`"+`,
    `+"`ON CONFLICT DO NOTHING`"+`; the real record, when it arrives, replaces the placeholder);
-2. for transactions, counterparties found or created by their de-duplication fingerprint (once per batch), linked
-   to a monitored account whose number has the same keyed fingerprint;
-3. the rows `+"`COPY`"+`'d (binary) into a per-connection staging table, then
-   `+"`INSERT … SELECT … ON CONFLICT (id, occurred_at) DO NOTHING`"+` into the table, so a row already stored is skipped.
+3. for transactions, counterparties found or created by their de-duplication fingerprint (once per batch), linked
+   to a monitored account whose number has the same keyed fingerprint.
+
+The parties come last, each set in key order, because a row another writer has just created is waited for until
+that writer commits: taken last, such locks are held for a round trip, not for the whole batch.
 
 Every key is computed from the event (deterministic IDs), and records repeated within a batch are written once, so
 a batch delivered again creates no duplicate of anything. The output reports a batch done, and the input commits
@@ -163,7 +167,7 @@ type deadLetterSink interface {
 type pgCopyUpsert struct {
 	table          string
 	kind           event.Kind
-	write          func(ctx context.Context, tx pgx.Tx, rows []*event.Envelope, reuse bool) (writeStats, error)
+	write          func(ctx context.Context, tx pgx.Tx, rows []*event.Envelope, mode writeMode) (writeStats, error)
 	pool           *pgxpool.Pool
 	deadLetter     deadLetterSink
 	owned          *service.OwnedOutput // deadLetter when built from config; primed and closed here
@@ -457,9 +461,18 @@ func (o *pgCopyUpsert) store(ctx context.Context, rows []*event.Envelope) (store
 	var res storeResult
 	err := o.inTx(actx, func(tx pgx.Tx) error {
 		var err error
-		res.stats, err = o.write(actx, tx, rows, false)
+		res.stats, err = o.write(actx, tx, rows, writeDirect)
 		return err
 	})
+	if errors.Is(err, errStoredBefore) {
+		// A replay: write the batch again, skipping what is stored.
+		res = storeResult{}
+		err = o.inTx(actx, func(tx pgx.Tx) error {
+			var err error
+			res.stats, err = o.write(actx, tx, rows, writeStaged)
+			return err
+		})
+	}
 	if err == nil || !pgclass.IsRowFault(err) {
 		return res, err
 	}
@@ -488,13 +501,19 @@ func (o *pgCopyUpsert) store(ctx context.Context, rows []*event.Envelope) (store
 // isolateTimeoutFactor times attempt_timeout bounds one isolating attempt.
 const isolateTimeoutFactor = 5
 
-// errUnknownWorkspace is what a row of a workspace that does not exist is
-// dead-lettered with: the foreign-key violation (23503) the database raises
-// for it, found with one query rather than by bisecting.
-var errUnknownWorkspace = &pgconn.PgError{
-	Severity: "ERROR", Code: "23503",
-	Message: "workspace_id is not present in table \"workspaces\"",
-}
+var (
+	// errUnknownWorkspace is what a row of a workspace that does not exist
+	// is dead-lettered with: the foreign-key violation (23503) the database
+	// raises for it, found with one query rather than by bisecting.
+	errUnknownWorkspace = &pgconn.PgError{
+		Severity: "ERROR", Code: "23503",
+		Message: "workspace_id is not present in table \"workspaces\"",
+	}
+	// errStoredBefore marks a direct write (COPY straight into the table)
+	// that met a row already stored: the batch is a replay, to be written
+	// again staged, skipping what is stored. Never a row's fault.
+	errStoredBefore = errors.New("a row of the batch is already stored")
+)
 
 // rejectUnknownWorkspaces rejects the rows whose workspace does not exist and
 // returns the indexes of the others.
@@ -539,7 +558,7 @@ func (o *pgCopyUpsert) isolate(ctx context.Context, tx pgx.Tx, rows []*event.Env
 	if err != nil {
 		return fmt.Errorf("creating a savepoint: %w", err)
 	}
-	stats, err := o.write(ctx, sp, sub, true)
+	stats, err := o.write(ctx, sp, sub, writeStagedReuse)
 	if err == nil {
 		if err := sp.Commit(ctx); err != nil {
 			return fmt.Errorf("releasing a savepoint: %w", err)

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -28,7 +29,8 @@ func tableOfKind(k event.Kind) string {
 }
 
 // Staging tables live per connection (created by the pool's AfterConnect) and
-// empty themselves at every commit, so the happy path costs no DDL. Their
+// empty themselves at every commit, so using them costs no DDL. Only a replay
+// and the isolation of a bad row use them; a first write COPYs directly. Their
 // columns are deliberately loose (numeric, text): a value the target column
 // refuses then fails the INSERT … SELECT with the target's own error, which
 // is what the row is dead-lettered with.
@@ -66,6 +68,7 @@ const (
 INSERT INTO speculapro.customers (id, workspace_id, external_id, placeholder)
 SELECT t.id, t.ws, t.ext, true
   FROM unnest($1::uuid[], $2::uuid[], $3::text[]) AS t(id, ws, ext)
+ WHERE NOT EXISTS (SELECT FROM speculapro.customers c WHERE c.id = t.id)
  ORDER BY t.id
 ON CONFLICT DO NOTHING`
 
@@ -73,15 +76,17 @@ ON CONFLICT DO NOTHING`
 INSERT INTO speculapro.accounts (id, workspace_id, external_id, customer_id, placeholder)
 SELECT t.id, t.ws, t.ext, t.cust, true
   FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::uuid[]) AS t(id, ws, ext, cust)
+ WHERE NOT EXISTS (SELECT FROM speculapro.accounts a WHERE a.id = t.id)
  ORDER BY t.id
 ON CONFLICT DO NOTHING`
 
-	// A counterparty is found or created by its fingerprint. An existing one
-	// is only rewritten when it can now be linked to a monitored account, or
-	// its last_seen_at is more than a day behind: a recipient paid 500 times a
-	// day is not rewritten 500 times.
-	upsertCounterparties = `
-INSERT INTO speculapro.counterparties AS c
+	// A counterparty is found or created by its fingerprint. Only the
+	// missing ones are inserted, and DO NOTHING takes no lock on a row that
+	// already exists: an upsert (DO UPDATE … WHERE) locks every conflicting
+	// row even when its WHERE is false, so concurrent batches paying the
+	// same popular recipients queued behind each other's commits.
+	insertCounterparties = `
+INSERT INTO speculapro.counterparties
        (id, workspace_id, fingerprint, identifier_kind, identifier_encrypted, identifier_masked, name,
         account_id, first_seen_at, last_seen_at)
 SELECT t.id, t.ws, t.fp, t.kind, t.enc, t.masked, t.name,
@@ -92,16 +97,35 @@ SELECT t.id, t.ws, t.fp, t.kind, t.enc, t.masked, t.name,
   FROM unnest($1::uuid[], $2::uuid[], $3::bytea[], $4::text[], $5::bytea[], $6::text[], $7::text[],
               $8::bytea[], $9::timestamptz[], $10::timestamptz[])
        AS t(id, ws, fp, kind, enc, masked, name, ifp, first_seen, last_seen)
+ WHERE NOT EXISTS (SELECT FROM speculapro.counterparties c WHERE c.workspace_id = t.ws AND c.fingerprint = t.fp)
  ORDER BY t.id
-ON CONFLICT (workspace_id, fingerprint) DO UPDATE
-   SET account_id = COALESCE(c.account_id, EXCLUDED.account_id),
-       last_seen_at = GREATEST(c.last_seen_at, EXCLUDED.last_seen_at)
- WHERE (c.account_id IS NULL AND EXCLUDED.account_id IS NOT NULL)
-    OR c.last_seen_at < EXCLUDED.last_seen_at - interval '1 day'
-RETURNING (xmax = 0) AS created`
+ON CONFLICT (workspace_id, fingerprint) DO NOTHING`
+
+	// An existing counterparty is only rewritten when it can now be linked
+	// to a monitored account, or its last_seen_at is more than a day
+	// behind: a recipient paid 500 times a day is not rewritten (nor
+	// locked) 500 times. The rows to rewrite are locked in id order, the
+	// order every writer takes, so two writers cannot deadlock on them.
+	updateCounterparties = `
+UPDATE speculapro.counterparties AS c
+   SET account_id = COALESCE(c.account_id, u.acc),
+       last_seen_at = GREATEST(c.last_seen_at, u.last_seen)
+  FROM (SELECT e.id, t.last_seen, l.acc
+          FROM unnest($1::uuid[], $2::bytea[], $3::bytea[], $4::timestamptz[]) AS t(ws, fp, ifp, last_seen)
+          JOIN speculapro.counterparties e ON e.workspace_id = t.ws AND e.fingerprint = t.fp
+          LEFT JOIN LATERAL (SELECT a.id AS acc FROM speculapro.accounts a
+                              WHERE e.account_id IS NULL AND t.ifp IS NOT NULL
+                                AND a.workspace_id = t.ws AND a.number_fingerprint = t.ifp
+                              ORDER BY a.placeholder, a.id LIMIT 1) AS l ON true
+         WHERE (e.account_id IS NULL AND l.acc IS NOT NULL)
+            OR e.last_seen_at < t.last_seen - interval '1 day'
+         ORDER BY e.id
+           FOR UPDATE OF e) AS u
+ WHERE c.id = u.id`
 
 	lookupAccountCustomers = `SELECT id, customer_id FROM speculapro.accounts WHERE id = ANY($1::uuid[])`
 
+	// The staged moves; a direct write COPYs into the table instead.
 	insertTransactions = `
 INSERT INTO speculapro.transactions
        (id, workspace_id, external_id, account_id, customer_id, counterparty_id, amount, currency, direction,
@@ -255,17 +279,20 @@ func timeOrNil(t time.Time) *time.Time {
 	return &t
 }
 
-func jsonOrNil(raw []byte) []byte {
+// jsonOrEmpty is raw, or the empty object the jsonb columns default to.
+func jsonOrEmpty(raw []byte) []byte {
 	if len(raw) == 0 {
-		return nil
+		return emptyJSON
 	}
 	return raw
 }
 
-// writeTransactions stores rows (already de-duplicated by ID) in tx. With
-// reuse, the staging table may hold rows of an earlier write in the same
-// transaction (isolating a bad row) and is emptied first.
-func writeTransactions(ctx context.Context, tx pgx.Tx, rows []*event.Envelope, reuse bool) (writeStats, error) {
+var emptyJSON = []byte("{}")
+
+// writeTransactions stores rows (already de-duplicated by ID) in tx, moving
+// them as mode says. A direct write falls back to staged when a row lacks
+// received_at, which the table then defaults to the transaction's time.
+func writeTransactions(ctx context.Context, tx pgx.Tx, rows []*event.Envelope, mode writeMode) (writeStats, error) {
 	var stats writeStats
 	ph := newPlaceholderSet()
 
@@ -293,8 +320,10 @@ func writeTransactions(ctx context.Context, tx pgx.Tx, rows []*event.Envelope, r
 
 	cps := map[string]*counterpartyRow{}
 	var cpOrder []string
-	copyRows := make([][]any, 0, len(rows))
+	src := &txnSource{rows: make([]txnRow, 0, len(rows)), vals: make([]any, len(stagingTxnColumns))}
+	allReceived := true
 	for _, e := range rows {
+		allReceived = allReceived && !e.ReceivedAt.IsZero()
 		accountID := event.AccountID(e.WorkspaceID, e.AccountExternalID)
 		var customerID event.UUID
 		switch {
@@ -308,9 +337,7 @@ func writeTransactions(ctx context.Context, tx pgx.Tx, rows []*event.Envelope, r
 		ph.account(e.WorkspaceID, e.AccountExternalID, customerID)
 
 		var counterpartyID *event.UUID
-		var counterpartyName *string
 		if c := e.Counterparty; c != nil {
-			counterpartyName = textOrNil(c.Name)
 			if c.Fingerprint != "" {
 				id := event.CounterpartyID(e.WorkspaceID, c.Fingerprint)
 				counterpartyID = &id
@@ -337,31 +364,19 @@ func writeTransactions(ctx context.Context, tx pgx.Tx, rows []*event.Envelope, r
 			}
 		}
 
-		amount, err := decimalToNumeric(e.Amount)
-		if err != nil {
-			// Decode validated the amount, so this is a bug, not bad data.
-			return stats, fmt.Errorf("converting the amount of transaction %s: %w", e.ID, err)
-		}
-		var decision, reason *string
-		var score *float64
-		var decidedAt *time.Time
-		if d := e.Decision; d != nil {
-			decision = textOrNil(string(d.Outcome))
-			reason = textOrNil(strings.Join(d.Reasons, ","))
-			score = &d.Score
-			decidedAt = timeOrNil(d.DecidedAt)
-		}
-		copyRows = append(copyRows, []any{
-			e.ID, e.WorkspaceID, e.ExternalID, accountID, customerID, counterpartyID,
-			amount, e.Currency, string(e.Direction), textOrNil(e.Type), textOrNil(e.Status),
-			e.OccurredAt, timeOrNil(e.ReceivedAt), textOrNil(e.Reference), counterpartyName, textOrNil(e.Channel),
-			jsonOrNil(e.Metadata), decision, reason, score, decidedAt,
-		})
+		src.rows = append(src.rows, txnRow{e: e, account: accountID, customer: customerID, counterparty: counterpartyID})
 	}
 
+	// The rows go in first, the parties last: inserting rows takes no lock
+	// another writer waits for, while a placeholder or counterparty just
+	// created is waited for by every writer naming it until this
+	// transaction commits, which is then only a round trip away.
 	b := &pgx.Batch{}
-	if reuse {
-		b.Queue("DELETE FROM " + stagingTransactions)
+	if mode == writeDirect && !allReceived {
+		mode = writeStaged
+	}
+	if err := copyRows(ctx, tx, b, mode, tableTransactions, len(rows), src, &stats); err != nil {
+		return stats, err
 	}
 	ph.queue(b, &stats)
 	if len(cps) > 0 {
@@ -381,35 +396,126 @@ func writeTransactions(ctx context.Context, tx pgx.Tx, rows []*event.Envelope, r
 			kinds[i], maskeds[i], names[i] = cp.kind, cp.masked, cp.name
 			firsts[i], lasts[i] = cp.firstSeen, cp.lastSeen
 		}
-		b.Queue(upsertCounterparties, ids, wss, fps, kinds, encs, maskeds, names, ifps, firsts, lasts).
-			Query(func(r pgx.Rows) error {
-				var created bool
-				_, err := pgx.ForEachRow(r, []any{&created}, func() error {
-					if created {
-						stats.counterpartiesCreated++
-					}
-					return nil
-				})
-				return err
+		b.Queue(insertCounterparties, ids, wss, fps, kinds, encs, maskeds, names, ifps, firsts, lasts).
+			Exec(func(tag pgconn.CommandTag) error {
+				stats.counterpartiesCreated += tag.RowsAffected()
+				return nil
 			})
+		b.Queue(updateCounterparties, wss, fps, ifps, lasts)
 	}
-	if b.Len() > 0 {
-		if err := tx.SendBatch(ctx, b).Close(); err != nil {
-			return stats, fmt.Errorf("creating placeholders and counterparties for %d transactions: %w", len(rows), err)
-		}
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return stats, fmt.Errorf("storing %d transactions with their placeholders and counterparties: %w", len(rows), err)
 	}
-
-	n, err := tx.CopyFrom(ctx, pgx.Identifier{stagingTransactions}, stagingTxnColumns, pgx.CopyFromRows(copyRows))
-	if err != nil {
-		return stats, fmt.Errorf("copying %d transactions into staging: %w", len(rows), err)
-	}
-	tag, err := tx.Exec(ctx, insertTransactions)
-	if err != nil {
-		return stats, fmt.Errorf("inserting %d transactions from staging: %w", n, err)
-	}
-	stats.stored = tag.RowsAffected()
 	stats.skipped = int64(len(rows)) - stats.stored
 	return stats, nil
+}
+
+// txnRow is one transaction to COPY with the IDs worked out for it.
+type txnRow struct {
+	e                 *event.Envelope
+	account, customer event.UUID
+	counterparty      *event.UUID
+}
+
+// txnSource hands pgx the COPY values of one row at a time, in one slice
+// reused for every row: pgx encodes a row before asking for the next, so a
+// batch never holds its rows a second time as boxed values.
+type txnSource struct {
+	rows []txnRow
+	next int
+	vals []any
+}
+
+func (s *txnSource) Next() bool {
+	s.next++
+	return s.next <= len(s.rows)
+}
+
+// Values follows stagingTxnColumns.
+func (s *txnSource) Values() ([]any, error) {
+	r := s.rows[s.next-1]
+	e := r.e
+	amount, err := decimalToNumeric(e.Amount)
+	if err != nil {
+		// Decode validated the amount, so this is a bug, not bad data.
+		return nil, fmt.Errorf("converting the amount of transaction %s: %w", e.ID, err)
+	}
+	var counterpartyName *string
+	if e.Counterparty != nil {
+		counterpartyName = textOrNil(e.Counterparty.Name)
+	}
+	var decision, reason *string
+	var score *float64
+	var decidedAt *time.Time
+	if d := e.Decision; d != nil {
+		decision = textOrNil(string(d.Outcome))
+		reason = textOrNil(strings.Join(d.Reasons, ","))
+		score = &d.Score
+		decidedAt = timeOrNil(d.DecidedAt)
+	}
+	v := s.vals
+	v[0], v[1], v[2], v[3], v[4], v[5] = e.ID, e.WorkspaceID, e.ExternalID, r.account, r.customer, r.counterparty
+	v[6], v[7], v[8], v[9], v[10] = amount, e.Currency, string(e.Direction), textOrNil(e.Type), textOrNil(e.Status)
+	v[11], v[12], v[13], v[14], v[15] = e.OccurredAt, timeOrNil(e.ReceivedAt), textOrNil(e.Reference), counterpartyName, textOrNil(e.Channel)
+	v[16], v[17], v[18], v[19], v[20] = jsonOrEmpty(e.Metadata), decision, reason, score, decidedAt
+	return v, nil
+}
+
+func (s *txnSource) Err() error { return nil }
+
+// writeMode is how a write moves its rows into the table.
+type writeMode int
+
+const (
+	// writeDirect COPYs the rows straight into the table, as fast as
+	// PostgreSQL loads data. It has no ON CONFLICT, so a row stored before
+	// (a replay) fails it with a unique violation: the caller then writes
+	// the batch again, staged, in a new transaction.
+	writeDirect writeMode = iota
+	// writeStaged COPYs the rows into the staging table and moves them with
+	// INSERT … SELECT … ON CONFLICT DO NOTHING, skipping stored rows.
+	writeStaged
+	// writeStagedReuse is writeStaged in a transaction whose staging table
+	// may hold rows of an earlier write (isolating a bad row), emptied first.
+	writeStagedReuse
+)
+
+// codeUniqueViolation is the SQLSTATE of a key stored twice.
+const codeUniqueViolation = "23505"
+
+// copyRows COPYs n rows into the table (direct) or into its staging table
+// and queues on b the INSERT … SELECT that moves them (staged), counting
+// what it stored in stats.
+func copyRows(ctx context.Context, tx pgx.Tx, b *pgx.Batch, mode writeMode, table string, n int, src pgx.CopyFromSource, stats *writeStats) error {
+	staging, columns, insert := stagingTransactions, stagingTxnColumns, insertTransactions
+	if table == tableAccountEvents {
+		staging, columns, insert = stagingAccountEvents, stagingEventColumns, insertAccountEvents
+	}
+	if mode == writeStagedReuse {
+		if _, err := tx.Exec(ctx, "DELETE FROM "+staging); err != nil {
+			return fmt.Errorf("emptying the staging table: %w", err)
+		}
+	}
+	if mode == writeDirect {
+		copied, err := tx.CopyFrom(ctx, pgx.Identifier{"speculapro", table}, columns, src)
+		if err != nil {
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) && pgErr.Code == codeUniqueViolation {
+				return fmt.Errorf("copying %d rows into %s: %w: %w", n, table, errStoredBefore, err)
+			}
+			return fmt.Errorf("copying %d rows into %s: %w", n, table, err)
+		}
+		stats.stored = copied
+		return nil
+	}
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{staging}, columns, src); err != nil {
+		return fmt.Errorf("copying %d rows into staging: %w", n, err)
+	}
+	b.Queue(insert).Exec(func(tag pgconn.CommandTag) error {
+		stats.stored = tag.RowsAffected()
+		return nil
+	})
+	return nil
 }
 
 // orphanCustomerPrefix names the placeholder customer of an account that a
@@ -418,42 +524,36 @@ func writeTransactions(ctx context.Context, tx pgx.Tx, rows []*event.Envelope, r
 const orphanCustomerPrefix = "account:"
 
 // writeAccountEvents stores rows (already de-duplicated by ID) in tx; see
-// writeTransactions for reuse.
-func writeAccountEvents(ctx context.Context, tx pgx.Tx, rows []*event.Envelope, reuse bool) (writeStats, error) {
+// writeTransactions.
+func writeAccountEvents(ctx context.Context, tx pgx.Tx, rows []*event.Envelope, mode writeMode) (writeStats, error) {
 	var stats writeStats
 	ph := newPlaceholderSet()
-	copyRows := make([][]any, 0, len(rows))
+	values := make([][]any, 0, len(rows))
+	allReceived := true
 	for _, e := range rows {
+		allReceived = allReceived && !e.ReceivedAt.IsZero()
 		customerID := ph.customer(e.WorkspaceID, e.CustomerExternalID)
 		var accountID *event.UUID
 		if e.AccountExternalID != "" {
 			id := ph.account(e.WorkspaceID, e.AccountExternalID, customerID)
 			accountID = &id
 		}
-		copyRows = append(copyRows, []any{
+		values = append(values, []any{
 			e.ID, e.WorkspaceID, e.ExternalID, e.Type, customerID, accountID,
-			e.OccurredAt, timeOrNil(e.ReceivedAt), jsonOrNil(e.Attributes),
+			e.OccurredAt, timeOrNil(e.ReceivedAt), jsonOrEmpty(e.Attributes),
 		})
 	}
+	if mode == writeDirect && !allReceived {
+		mode = writeStaged
+	}
 	b := &pgx.Batch{}
-	if reuse {
-		b.Queue("DELETE FROM " + stagingAccountEvents)
+	if err := copyRows(ctx, tx, b, mode, tableAccountEvents, len(values), pgx.CopyFromRows(values), &stats); err != nil {
+		return stats, err
 	}
 	ph.queue(b, &stats)
-	if b.Len() > 0 {
-		if err := tx.SendBatch(ctx, b).Close(); err != nil {
-			return stats, fmt.Errorf("creating placeholders for %d account events: %w", len(rows), err)
-		}
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return stats, fmt.Errorf("storing %d account events with their placeholders: %w", len(rows), err)
 	}
-	n, err := tx.CopyFrom(ctx, pgx.Identifier{stagingAccountEvents}, stagingEventColumns, pgx.CopyFromRows(copyRows))
-	if err != nil {
-		return stats, fmt.Errorf("copying %d account events into staging: %w", len(rows), err)
-	}
-	tag, err := tx.Exec(ctx, insertAccountEvents)
-	if err != nil {
-		return stats, fmt.Errorf("inserting %d account events from staging: %w", n, err)
-	}
-	stats.stored = tag.RowsAffected()
 	stats.skipped = int64(len(rows)) - stats.stored
 	return stats, nil
 }
