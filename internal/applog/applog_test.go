@@ -3,6 +3,7 @@ package applog
 import (
 	"bytes"
 	"context"
+	"github.com/redpanda-data/benthos/v4/public/service"
 	"log/slog"
 	"strings"
 	"testing"
@@ -69,5 +70,20 @@ func TestLevels(t *testing.T) {
 	New(&buf, LevelTrace).Log(context.Background(), LevelTrace, "t")
 	if !strings.Contains(buf.String(), "level=TRACE") {
 		t.Errorf("trace line reads %q, want level=TRACE", buf.String())
+	}
+}
+
+// The engine's Logger.With keeps one call's fields in a map; With must keep
+// the order of the spec's line on every run, not on most.
+func TestWithKeepsFieldOrder(t *testing.T) {
+	var buf bytes.Buffer
+	l := service.NewLoggerFromSlog(New(&buf, slog.LevelInfo))
+	for range 50 {
+		With(l, "rows", 5000, "err", "connection refused", "backoff", "1s").Error("persist: batch failed, retrying")
+	}
+	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		if !strings.Contains(line, `msg="persist: batch failed, retrying" rows=5000 err="connection refused" backoff=1s`) {
+			t.Fatalf("fields out of order: %s", line)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/speculapro/speculapro/internal/applog"
 	"slices"
 	"strings"
 	"time"
@@ -397,7 +398,7 @@ func (o *pgCopyUpsert) WriteBatch(ctx context.Context, batch service.MessageBatc
 		o.m.stage.Timing(time.Since(start).Nanoseconds(), o.table, "dead_letter")
 		if undecodable > 0 {
 			o.m.deadLetters.Incr(int64(undecodable), o.table, "undecodable")
-			o.log.With("count", undecodable).Warn(logUndecodable)
+			applog.With(o.log, "count", undecodable).Warn(logUndecodable)
 		}
 		if rejected := len(dead) - undecodable; rejected > 0 {
 			var codes []string
@@ -408,7 +409,7 @@ func (o *pgCopyUpsert) WriteBatch(ctx context.Context, batch service.MessageBatc
 			}
 			slices.Sort(codes)
 			o.m.deadLetters.Incr(int64(rejected), o.table, "rejected")
-			o.log.With("count", rejected, "codes", strings.Join(codes, ",")).Warn(logRejected)
+			applog.With(o.log, "count", rejected, "codes", strings.Join(codes, ",")).Warn(logRejected)
 		}
 	}
 
@@ -435,7 +436,7 @@ func (o *pgCopyUpsert) policy(rows int, faulted *bool) retry.Policy {
 				o.m.faults.Incr(1, o.table)
 			}
 			o.m.retries.Incr(1, o.table)
-			o.log.With("rows", rows, "err", err.Error(), "backoff", backoff.Round(time.Millisecond).String()).Error(logBatchRetry)
+			applog.With(o.log, "rows", rows, "err", err.Error(), "backoff", backoff.Round(time.Millisecond).String()).Error(logBatchRetry)
 		},
 	}
 }
