@@ -32,7 +32,7 @@ func TestDevRunsWholePipelineWithEmbeddedBroker(t *testing.T) {
 		"SP_INGEST_ADDR":      testenv.FreeAddr(t),
 	}
 	kafkaAddr := testenv.FreeAddr(t)
-	dev := newPersistProcess(t).start(t, env, "dev", "--kafka-addr", kafkaAddr)
+	dev := newBinProcess(t).start(t, env, "dev", "--kafka-addr", kafkaAddr)
 	waitUntil(t, 90*time.Second, "dev to serve /metrics", func() error {
 		body, err := dev.scrape()
 		if err == nil && !strings.Contains(body, "input_connection_up") {
@@ -70,7 +70,7 @@ func TestDevRunsWholePipelineWithEmbeddedBroker(t *testing.T) {
 	devStop(t, dev)
 
 	// Second start on the same folder: the topics survived, so none is created.
-	dev2 := newPersistProcess(t)
+	dev2 := newBinProcess(t)
 	dev2.httpAddr = dev.httpAddr
 	dev2.start(t, env, "dev", "--kafka-addr", kafkaAddr)
 	waitUntil(t, 90*time.Second, "dev to serve /metrics again", func() error {
@@ -87,7 +87,7 @@ func TestDevRunsWholePipelineWithEmbeddedBroker(t *testing.T) {
 
 // devStop is Ctrl-C: dev must stop its pipelines and broker, exit 0, and log
 // no error on the way.
-func devStop(t *testing.T, dev *persistProcess) {
+func devStop(t *testing.T, dev *binProcess) {
 	t.Helper()
 	if code := dev.interrupt(t); code != 0 {
 		t.Fatalf("dev exited with code %d after Ctrl-C:\n%s\n%s", code, dev.stdout, dev.stderr)

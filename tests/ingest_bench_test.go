@@ -2,20 +2,15 @@ package tests
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"slices"
-	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/speculapro/speculapro/internal/dbmigrate/dbtest"
@@ -42,20 +37,19 @@ func BenchmarkIngestThroughput(b *testing.B) {
 	if os.Getenv("SP_TEST_SCALE") == "full" {
 		n = 500000
 	}
-	brokers := testenv.KafkaBrokers(b)
-	suffix := make([]byte, 4)
-	_, _ = rand.Read(suffix)
-	prefix := "t-ingest-bench-" + hex.EncodeToString(suffix) + "."
-	topics := []string{prefix + "txn.ingested", prefix + "account.events", prefix + "baseline"}
-	benchTopics(b, brokers, topics)
+	k := newTestKafka(b)
+	brokers := k.brokers
+	prefix := uniqueName(b, "ingest-bench") + "."
+	k.create(b, 6, prefix+"txn.ingested", prefix+"account.events", prefix+"baseline")
 
 	db := dbtest.New(b)
 	ws, key := ingestWorkspace(b, db.AppURL)
 	addr := testenv.FreeAddr(b)
 	base := "http://" + addr
-	httpAddr := testenv.FreeAddr(b)
-	stop := benchStartIngest(b, brokers, prefix, db, addr, httpAddr)
-	defer stop()
+	p := newBinProcess(b)
+	p.start(b, ingestEnv(brokers, prefix, "unused", db, addr),
+		"run", "--set", "http.address="+p.httpAddr, "--set", "http.debug_endpoints=true", "pipelines/ingest.yaml")
+	ingestWaitReady(b, p, base)
 
 	at := time.Now().UTC().Truncate(time.Hour).Add(-2 * time.Hour)
 	bodies := make([][]byte, 0, n/ingestBenchBatch)
@@ -85,7 +79,7 @@ func BenchmarkIngestThroughput(b *testing.B) {
 		// The fetch owns only its response; it ends after 3 s of profile.
 		go func() {
 			defer profiled.Done()
-			benchIngestProfile(b, httpAddr, path)
+			saveCPUProfile(b, p, "the ingest process", path, 3)
 		}()
 	}
 	next := make(chan []byte)
@@ -134,89 +128,9 @@ func BenchmarkIngestThroughput(b *testing.B) {
 	b.Logf("%d transactions in %d requests of %d, %d clients: %s, %.0f txn/s, latency p50 %v p99 %v; franz-go straight to the broker: %.0f txn/s; ratio %.2f",
 		accepted, len(bodies), ingestBenchBatch, ingestBenchClients, elapsed.Round(time.Millisecond), rate,
 		p50.Round(time.Millisecond), p99.Round(time.Millisecond), brokerRate, rate/brokerRate)
-}
-
-// benchTopics creates the benchmark's topics (deleted at cleanup).
-func benchTopics(b *testing.B, brokers, topics []string) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		b.Fatal(err)
-	}
-	adm := kadm.NewClient(cl)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	res, err := adm.CreateTopics(ctx, 6, 1, nil, topics...)
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, r := range res {
-		if r.Err != nil {
-			b.Fatalf("creating %s: %v", r.Topic, r.Err)
-		}
-	}
-	b.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_, _ = adm.DeleteTopics(ctx, topics...)
-		cl.Close()
-	})
-}
-
-// benchStartIngest runs `speculapro run pipelines/ingest.yaml` and waits
-// until it is ready; the returned func stops it.
-func benchStartIngest(b *testing.B, brokers []string, prefix string, db *dbtest.DB, addr, httpAddr string) func() {
-	cmd := exec.Command(testenv.Binary(b), "run", "--set", "http.address="+httpAddr, "--set", "http.debug_endpoints=true", "pipelines/ingest.yaml")
-	cmd.Dir = testenv.RepoRoot(b)
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "SP_") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	for k, v := range ingestEnv(brokers, prefix, "unused", db, addr) {
-		cmd.Env = append(cmd.Env, k+"="+v)
-	}
-	out := &persistSyncBuffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	exited := make(chan struct{})
-	// The waiter owns cmd.Wait and ends with the process.
-	go func() { _ = cmd.Wait(); close(exited) }()
-	stop := func() {
-		select {
-		case <-exited:
-			return
-		default:
-		}
-		_ = cmd.Process.Signal(os.Interrupt)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	}
-	deadline := time.Now().Add(persistWait)
-	for {
-		resp, err := http.Get("http://" + addr + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return stop
-			}
-		}
-		select {
-		case <-exited:
-			b.Fatalf("speculapro exited:\n%s", out)
-		default:
-		}
-		if time.Now().After(deadline) {
-			stop()
-			b.Fatalf("ingest API not ready:\n%s", out)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	// Ctrl-C, as the benchmark's operator would; its exit code is not
+	// what is measured.
+	p.signal(b, syscall.SIGINT, 30*time.Second)
 }
 
 // benchBaselineRecords are the benchmark's transactions as the pipeline
@@ -274,25 +188,4 @@ func benchProduceBaseline(b *testing.B, brokers []string, recs []*kgo.Record) fl
 		b.Fatalf("baseline produce: %v", err)
 	}
 	return float64(len(recs)) / time.Since(start).Seconds()
-}
-
-// benchIngestProfile saves a 3 s CPU profile of the ingest process.
-func benchIngestProfile(b *testing.B, httpAddr, path string) {
-	client := http.Client{Timeout: time.Minute}
-	resp, err := client.Get("http://" + httpAddr + "/debug/pprof/profile?seconds=3")
-	if err != nil {
-		b.Logf("CPU profile: %v", err)
-		return
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		b.Logf("CPU profile: status %d, %v", resp.StatusCode, err)
-		return
-	}
-	if err := os.WriteFile(path, data, 0o644); err != nil {
-		b.Logf("CPU profile: %v", err)
-		return
-	}
-	b.Logf("CPU profile of 3 s of the ingest process saved to %s (go tool pprof -top %s)", path, path)
 }

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -43,20 +41,12 @@ type ingestAnswer struct {
 // ingestCLI runs a speculapro admin command and returns its key=value lines.
 func ingestCLI(t testing.TB, dbURL string, args ...string) map[string]string {
 	t.Helper()
-	cmd := exec.Command(testenv.Binary(t), args...)
-	cmd.Dir = testenv.RepoRoot(t)
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "SP_") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	cmd.Env = append(cmd.Env, "SP_DB_URL="+dbURL)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("speculapro %s: %v\n%s", strings.Join(args, " "), err, out)
+	stdout, stderr, code := runBin(t, map[string]string{"SP_DB_URL": dbURL}, args...)
+	if code != 0 {
+		t.Fatalf("speculapro %s: exit code %d\n%s%s", strings.Join(args, " "), code, stdout, stderr)
 	}
 	kv := map[string]string{}
-	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc := bufio.NewScanner(strings.NewReader(stdout))
 	for sc.Scan() {
 		if k, v, ok := strings.Cut(sc.Text(), "="); ok {
 			kv[k] = v
@@ -123,25 +113,21 @@ func ingestPost(t testing.TB, client *http.Client, base, key, path string, body 
 }
 
 // ingestWaitReady waits until /readyz says Kafka and PostgreSQL answer.
-func ingestWaitReady(t *testing.T, p *persistProcess, base string) {
+func ingestWaitReady(t testing.TB, p *binProcess, base string) {
 	t.Helper()
-	deadline := time.Now().Add(persistWait)
-	for time.Now().Before(deadline) {
-		select {
-		case <-p.exited:
+	if !poll(waitBound, 200*time.Millisecond, func() bool {
+		if !p.running() {
 			t.Fatalf("speculapro exited before the API was ready")
-		default:
 		}
 		resp, err := http.Get(base + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
+		if err != nil {
+			return false
 		}
-		time.Sleep(200 * time.Millisecond)
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}) {
+		t.Fatalf("ingest API at %s not ready within %v", base, waitBound)
 	}
-	t.Fatalf("ingest API at %s not ready within %v", base, persistWait)
 }
 
 // ingestTxn is transaction n as a client sends it, with a clear IBAN and
@@ -186,7 +172,7 @@ func TestIngestE2E(t *testing.T) {
 	ws, key := ingestWorkspace(t, db.AppURL)
 	addr := testenv.FreeAddr(t)
 	base := "http://" + addr
-	p := newPersistProcess(t)
+	p := newBinProcess(t)
 	p.start(t, ingestEnv(k.brokers, k.prefix, k.group, db, addr), ingestStreamsArgs...)
 	ingestWaitReady(t, p, base)
 	client := &http.Client{Timeout: 60 * time.Second}
@@ -329,12 +315,9 @@ func TestIngestE2E(t *testing.T) {
 // workspace that does not exist instead of minting a useless key.
 func TestIngestAPIKeyForUnknownWorkspace(t *testing.T) {
 	db := dbtest.New(t)
-	cmd := exec.Command(testenv.Binary(t), "apikey", "create", "--workspace", "6f1c2b9e-3d4a-4f5b-9c8d-7e6f5a4b3c2d")
-	cmd.Dir = testenv.RepoRoot(t)
-	cmd.Env = append(os.Environ(), "SP_DB_URL="+db.AppURL)
-	out, err := cmd.CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "no such workspace") || strings.Contains(string(out), "spk_") {
-		t.Errorf("apikey create for an unknown workspace: err=%v\n%s", err, out)
+	stdout, stderr, code := runBin(t, map[string]string{"SP_DB_URL": db.AppURL}, "apikey", "create", "--workspace", "6f1c2b9e-3d4a-4f5b-9c8d-7e6f5a4b3c2d")
+	if out := stdout + stderr; code == 0 || !strings.Contains(out, "no such workspace") || strings.Contains(out, "spk_") {
+		t.Errorf("apikey create for an unknown workspace: exit code %d\n%s", code, out)
 	}
 	conn := db.Connect(t, db.SuperuserURL)
 	if n := persistCount(t, conn, `SELECT count(*) FROM speculapro.api_keys`); n != 0 {

@@ -1,7 +1,7 @@
 package tests
 
 import (
-	"bufio"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -50,50 +50,27 @@ func kfakeBinary(t *testing.T) string {
 type kfakeProcess struct {
 	addr, data string
 	topics     []string
-	cmd        *exec.Cmd
-	exited     chan struct{}
+	proc       *binProcess
 }
 
 func (k *kfakeProcess) start(t *testing.T) {
 	t.Helper()
-	k.cmd = exec.Command(kfakeBinary(t), "-addr", k.addr, "-data", k.data, "-partitions", "3", "-topics", strings.Join(k.topics, ","))
-	stdout, err := k.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := k.cmd.Start(); err != nil {
-		t.Fatalf("starting kfakebroker: %v", err)
-	}
-	k.exited = make(chan struct{})
-	cmd, exited := k.cmd, k.exited
-	// The waiter owns cmd.Wait and ends with the process, which stop or
-	// cleanup ends.
-	go func() {
-		_ = cmd.Wait()
-		close(exited)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-exited:
-		default:
-			_ = cmd.Process.Kill()
-			<-exited
+	k.proc = newBinProcess(t).named("kfakebroker").using(kfakeBinary(t)).
+		start(t, nil, "-addr", k.addr, "-data", k.data, "-partitions", "3", "-topics", strings.Join(k.topics, ","))
+	waitUntil(t, 30*time.Second, "kfakebroker to listen", func() error {
+		if !k.proc.running() {
+			t.Fatalf("kfakebroker did not start: exit code %d", k.proc.cmd.ProcessState.ExitCode())
 		}
+		if !strings.HasPrefix(k.proc.stdout.String(), "listening ") {
+			return fmt.Errorf("its first line is %q", k.proc.stdout)
+		}
+		return nil
 	})
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil || !strings.HasPrefix(line, "listening ") {
-		t.Fatalf("kfakebroker did not start: %q %v", line, err)
-	}
 }
 
 func (k *kfakeProcess) stop(t *testing.T) {
 	t.Helper()
-	_ = k.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-k.exited:
-	case <-time.After(30 * time.Second):
-		t.Fatal("kfakebroker did not stop within 30s")
-	}
+	k.proc.signal(t, syscall.SIGTERM, 30*time.Second)
 }
 
 // TestIngestKafkaOutage: with Kafka stopped, every item is answered retry
@@ -113,7 +90,7 @@ func TestIngestKafkaOutage(t *testing.T) {
 
 	addr := testenv.FreeAddr(t)
 	base := "http://" + addr
-	p := newPersistProcess(t)
+	p := newBinProcess(t)
 	p.start(t, ingestEnv([]string{broker.addr}, prefix, "outage-persist", db, addr), ingestStreamsArgs...)
 	ingestWaitReady(t, p, base)
 	client := &http.Client{Timeout: 60 * time.Second}

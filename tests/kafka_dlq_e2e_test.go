@@ -1,15 +1,10 @@
 package tests
 
 import (
-	"bufio"
-	"context"
 	"fmt"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -22,25 +17,13 @@ import (
 // broker: flagged records land on the .dlq twin with their key, value and
 // headers plus source-offset, and the others carry on.
 func TestDLQExamplePipeline(t *testing.T) {
-	brokers := testenv.KafkaBrokers(t)
-	topic := kafkaE2EName(t, "dlq")
+	k := newTestKafka(t)
+	brokers := k.brokers
+	topic := uniqueName(t, "dlq")
 	dlq := topic + ".dlq"
-	t.Cleanup(func() { kafkaE2EDeleteTopics(t, brokers, topic, dlq) })
+	k.create(t, 3, topic, dlq)
+	k.own(nil, []string{topic})
 
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	adm := kafkaE2EAdmin(t, brokers)
-	for _, tp := range []string{topic, dlq} {
-		if resp, err := adm.CreateTopic(ctx, 3, -1, nil, tp); err != nil || resp.Err != nil {
-			t.Fatalf("creating %s: %v %v", tp, err, resp.Err)
-		}
-	}
-
-	prod, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer prod.Close()
 	const total = 20
 	var records []*kgo.Record
 	for i := range total {
@@ -58,9 +41,7 @@ func TestDLQExamplePipeline(t *testing.T) {
 		}
 		records = append(records, r)
 	}
-	if err := prod.ProduceSync(ctx, records...).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
+	k.produce(t, records...)
 	wantDead := map[string]*kgo.Record{} // by value
 	for _, r := range records {
 		if !strings.Contains(string(r.Value), "workspace_id") {
@@ -68,49 +49,20 @@ func TestDLQExamplePipeline(t *testing.T) {
 		}
 	}
 
-	cmd := exec.CommandContext(ctx, testenv.Binary(t), "run", filepath.Join(testenv.RepoRoot(t), "config", "examples", "dlq.yaml"))
-	cmd.Env = kafkaE2EEnv(brokers, "DLQ_EXAMPLE_TOPIC="+topic, "DLQ_EXAMPLE_GROUP="+topic)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var passed atomic.Int64
-	scanned := make(chan struct{})
-	go func() { // owns stdout until the process exits and closes it
-		defer close(scanned)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			// Logs share stdout with the records; count only records.
-			if strings.HasPrefix(sc.Text(), `{"v":1,"id":`) && strings.Contains(sc.Text(), `"workspace_id":"w-1"`) {
-				passed.Add(1)
+	p := newBinProcess(t).start(t, map[string]string{"SP_KAFKA_BROKERS": strings.Join(brokers, ","), "DLQ_EXAMPLE_TOPIC": topic, "DLQ_EXAMPLE_GROUP": topic},
+		"run", filepath.Join(testenv.RepoRoot(t), "config", "examples", "dlq.yaml"))
+	// Logs share stdout with the records; count only records.
+	passed := func() int {
+		n := 0
+		for _, line := range strings.Split(p.stdout.String(), "\n") {
+			if strings.HasPrefix(line, `{"v":1,"id":`) && strings.Contains(line, `"workspace_id":"w-1"`) {
+				n++
 			}
 		}
-	}()
-	defer func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		<-scanned
-		_ = cmd.Wait()
-		if t.Failed() {
-			t.Logf("pipeline stderr:\n%s", stderr.String())
-		}
-	}()
+		return n
+	}
 
-	cons, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(dlq), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cons.Close()
-	var dead []*kgo.Record
-	for len(dead) < len(wantDead) && ctx.Err() == nil {
-		pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
-		cons.PollFetches(pctx).EachRecord(func(r *kgo.Record) { dead = append(dead, r) })
-		pcancel()
-	}
+	dead := k.consume(t, dlq, len(wantDead), 2*time.Minute)
 	if len(dead) != len(wantDead) {
 		t.Fatalf("%d dead letters on %s, want %d", len(dead), dlq, len(wantDead))
 	}
@@ -133,10 +85,9 @@ func TestDLQExamplePipeline(t *testing.T) {
 			t.Errorf("dead letter %q has headers %v, want %v", d.Value, got, want)
 		}
 	}
-	for deadline := time.Now().Add(30 * time.Second); passed.Load() < int64(total-len(wantDead)) && time.Now().Before(deadline); {
-		time.Sleep(100 * time.Millisecond)
-	}
-	if got := passed.Load(); got != int64(total-len(wantDead)) {
+	poll(30*time.Second, 100*time.Millisecond, func() bool { return passed() >= total-len(wantDead) })
+	if got := passed(); got != total-len(wantDead) {
 		t.Fatalf("%d good records carried on, want %d", got, total-len(wantDead))
 	}
+	p.stop(t) // how it exits is not what this test is about
 }

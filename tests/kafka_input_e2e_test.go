@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -16,8 +15,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/speculapro/speculapro/internal/testenv"
 )
 
 // kfiE2EPartitions is the test topic's partition count.
@@ -100,65 +97,16 @@ func (p *kfiE2EProgress) distinct() int64 {
 	return n
 }
 
-// kfiE2EProcess is one `speculapro run` of the consuming pipeline.
-type kfiE2EProcess struct {
-	name    string
-	cmd     *exec.Cmd
-	exited  chan struct{} // closed once the process has exited
-	waitErr error         // how it exited, set before exited closes
-}
-
-func kfiE2EStart(t *testing.T, dir, name, pipeline string) *kfiE2EProcess {
+// kfiE2EStart runs the consuming pipeline as process name, writing the
+// records it consumes to <dir>/out-<name>.txt and its log to <dir>/<name>.log.
+func kfiE2EStart(t *testing.T, dir, name, pipeline string) *binProcess {
 	t.Helper()
-	logf, err := os.Create(filepath.Join(dir, name+".log"))
-	if err != nil {
-		t.Fatal(err)
+	env := map[string]string{"SP_TEST_E2E_OUT": filepath.Join(dir, "out-"+name+".txt")}
+	// The pipeline's log level may be raised to replay a failure.
+	if v := os.Getenv("SP_TEST_E2E_LOG_LEVEL"); v != "" {
+		env["SP_TEST_E2E_LOG_LEVEL"] = v
 	}
-	cmd := exec.Command(testenv.Binary(t), "run", pipeline)
-	cmd.Env = append(os.Environ(), "SP_TEST_E2E_OUT="+filepath.Join(dir, "out-"+name+".txt"))
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting %s: %v", name, err)
-	}
-	p := &kfiE2EProcess{name: name, cmd: cmd, exited: make(chan struct{})}
-	go func() {
-		p.waitErr = cmd.Wait()
-		logf.Close()
-		close(p.exited)
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-p.exited
-	})
-	return p
-}
-
-// stop asks for a graceful shutdown and waits for it, bounded.
-func (p *kfiE2EProcess) stop(t *testing.T) {
-	t.Helper()
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.exited:
-		if p.waitErr != nil {
-			t.Errorf("process %s exited with %v on SIGTERM", p.name, p.waitErr)
-		}
-	case <-time.After(30 * time.Second):
-		_ = p.cmd.Process.Kill()
-		t.Errorf("process %s did not stop within 30s of SIGTERM", p.name)
-	}
-}
-
-// kfiE2EKeepLogs shows the end of every process log of a failed run.
-func kfiE2EKeepLogs(t *testing.T, dir string) {
-	logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
-	for _, l := range logs {
-		data, err := os.ReadFile(l)
-		if err != nil {
-			continue
-		}
-		lines := strings.Split(strings.TrimSpace(string(data)), "\n")
-		t.Logf("--- last lines of %s:\n%s", filepath.Base(l), strings.Join(lines[max(0, len(lines)-40):], "\n"))
-	}
+	return newBinProcess(t).named(name).toFile(filepath.Join(dir, name+".log")).start(t, env, "run", pipeline)
 }
 
 const kfiE2EPipeline = `
@@ -200,48 +148,31 @@ output:
 // least once, and a committed offset must never pass a record that no
 // output had written when the offset was read.
 func TestKafkaInputNeverCommitsPastUnprocessedRecords(t *testing.T) {
-	brokers := testenv.KafkaBrokers(t)
 	n := 20000
 	if os.Getenv("SP_TEST_SCALE") == "full" {
 		n = 100000
 	}
-	topic := kafkaE2EName(t, "kfi")
+	k := newTestKafka(t)
+	brokers, adm := k.brokers, k.adm
+	topic := uniqueName(t, "kfi")
 	group := topic + "-group"
-	adm := kafkaE2EAdmin(t, brokers)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
+	k.create(t, kfiE2EPartitions, topic)
+	k.own(nil, []string{group})
 
-	if _, err := adm.CreateTopic(ctx, kfiE2EPartitions, -1, nil, topic); err != nil {
-		t.Fatalf("creating topic %s: %v", topic, err)
-	}
-	t.Cleanup(func() {
-		kafkaE2EDeleteTopics(t, brokers, topic)
-		dctx, dcancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer dcancel()
-		_, _ = adm.DeleteGroup(dctx, group)
-	})
-
-	producer, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic))
-	if err != nil {
-		t.Fatal(err)
-	}
 	for from := 0; from < n; from += 5000 {
 		var recs []*kgo.Record
 		for i := from; i < min(from+5000, n); i++ {
-			recs = append(recs, &kgo.Record{Key: fmt.Appendf(nil, "ws-1:acct-%d", i%997), Value: fmt.Appendf(nil, `{"i":%d}`, i)})
+			recs = append(recs, &kgo.Record{Topic: topic, Key: fmt.Appendf(nil, "ws-1:acct-%d", i%997), Value: fmt.Appendf(nil, `{"i":%d}`, i)})
 		}
-		if err := producer.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-			t.Fatalf("producing records %d..: %v", from, err)
-		}
+		k.produce(t, recs...)
 	}
-	producer.Close()
-	listed, err := adm.ListEndOffsets(ctx, topic)
-	if err != nil {
-		t.Fatalf("listing end offsets: %v", err)
-	}
-	ends := map[int32]int64{}
+	ends := k.endOffsets(t, topic)
 	var total int64
-	listed.Each(func(o kadm.ListedOffset) { ends[o.Partition] = o.Offset; total += o.Offset })
+	for _, end := range ends {
+		total += end
+	}
 	if len(ends) != kfiE2EPartitions || total != int64(n) {
 		t.Fatalf("topic holds %d records in %d partitions, want %d in %d", total, len(ends), n, kfiE2EPartitions)
 	}
@@ -255,15 +186,10 @@ func TestKafkaInputNeverCommitsPastUnprocessedRecords(t *testing.T) {
 	}
 	outs := []string{filepath.Join(dir, "out-a.txt"), filepath.Join(dir, "out-b.txt"), filepath.Join(dir, "out-a2.txt")}
 
-	t.Cleanup(func() {
-		if t.Failed() {
-			kfiE2EKeepLogs(t, dir)
-		}
-	})
 	start := time.Now()
 	a := kfiE2EStart(t, dir, "a", pipeline)
 	b := kfiE2EStart(t, dir, "b", pipeline)
-	var a2 *kfiE2EProcess
+	var a2 *binProcess
 
 	progress := newKfiE2EProgress(ends)
 	killAt := int64(n/10 + rand.IntN(n/2))
@@ -300,8 +226,7 @@ func TestKafkaInputNeverCommitsPastUnprocessedRecords(t *testing.T) {
 			}
 		}
 		if a2 == nil && progress.distinct() >= killAt {
-			_ = a.cmd.Process.Kill() // SIGKILL: no commit, no leave
-			<-a.exited
+			a.kill(t) // no commit, no leave
 			killedAt = time.Since(start)
 			t.Logf("SIGKILLed process a after %s with %d records written", killedAt.Round(time.Millisecond), progress.distinct())
 			time.Sleep(500 * time.Millisecond)
@@ -320,8 +245,11 @@ func TestKafkaInputNeverCommitsPastUnprocessedRecords(t *testing.T) {
 	if a2 == nil {
 		t.Fatalf("the run finished before the kill at %d records; the test did not exercise a crash", killAt)
 	}
-	b.stop(t)
-	a2.stop(t)
+	for _, p := range []*binProcess{b, a2} {
+		if code := p.signal(t, syscall.SIGTERM, 30*time.Second); code != 0 {
+			t.Errorf("process %s exited with %d on SIGTERM", p.name, code)
+		}
+	}
 	progress.update(t, outs)
 	for _, bad := range progress.bad {
 		t.Errorf("unreadable output: %s", bad)

@@ -72,16 +72,11 @@ func fileExists(path string) bool {
 }
 
 func TestOutputPartitionsLikeJavaForAnotherClient(t *testing.T) {
-	brokers := testenv.KafkaBrokers(t)
+	k := newTestKafka(t)
+	brokers := k.brokers
 	const partitions, records = 6, 300
-	topic := kafkaE2EName(t, "interop")
-
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	t.Cleanup(func() { kafkaE2EDeleteTopics(t, brokers, topic) })
-	if resp, err := kafkaE2EAdmin(t, brokers).CreateTopic(ctx, partitions, -1, nil, topic); err != nil || resp.Err != nil {
-		t.Fatalf("creating %s: %v %v", topic, err, resp.Err)
-	}
+	topic := uniqueName(t, "interop")
+	k.create(t, partitions, topic)
 
 	pipeline := filepath.Join(t.TempDir(), "interop.yaml")
 	yaml := fmt.Sprintf(`
@@ -104,7 +99,7 @@ output:
 	if err := os.WriteFile(pipeline, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	stdout, stderr, code := kafkaE2ERun(t, kafkaE2EEnv(brokers), "run", pipeline)
+	stdout, stderr, code := runBin(t, map[string]string{"SP_KAFKA_BROKERS": strings.Join(brokers, ",")}, "run", pipeline)
 	if code != 0 {
 		t.Fatalf("speculapro run exited %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
@@ -130,12 +125,9 @@ output:
 			t.Skip("\n*** deploy/local/kafka-cli.sh NOT AVAILABLE: SKIPPING the comparison with the Java producer. ***\n")
 		}
 		javaTopic := topic + "-java"
-		t.Cleanup(func() { kafkaE2EDeleteTopics(t, brokers, javaTopic) })
+		newTestKafka(t).create(t, partitions, javaTopic)
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		if resp, err := kafkaE2EAdmin(t, brokers).CreateTopic(ctx, partitions, -1, nil, javaTopic); err != nil || resp.Err != nil {
-			t.Fatalf("creating %s: %v %v", javaTopic, err, resp.Err)
-		}
 		var in strings.Builder
 		for key := range got {
 			fmt.Fprintf(&in, "%s|v\n", key)

@@ -1,17 +1,12 @@
 package tests
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
-	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -25,7 +20,6 @@ import (
 // would on a new installation: `migrate --bootstrap`, then `migrate` again.
 func TestMigrateE2EBootstrapThenUpToDate(t *testing.T) {
 	super := testenv.PostgresSuperuserURL(t)
-	bin := testenv.Binary(t)
 	suffix := make([]byte, 5)
 	_, _ = rand.Read(suffix)
 	name := "sp_e2e_migrate_" + hex.EncodeToString(suffix)
@@ -37,33 +31,6 @@ func TestMigrateE2EBootstrapThenUpToDate(t *testing.T) {
 		"SP_DB_URL":           dbtest.RoleURL(t, super, dbmigrate.AppRole, name),
 		"SP_DB_SYSTEM_URL":    dbtest.RoleURL(t, super, dbmigrate.SystemRole, name),
 	}
-	run := func(env map[string]string, args ...string) (stdout, stderr string, code int) {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, bin, args...)
-		for _, kv := range os.Environ() {
-			if !strings.HasPrefix(kv, "SP_DB_") {
-				cmd.Env = append(cmd.Env, kv)
-			}
-		}
-		for k, v := range env {
-			cmd.Env = append(cmd.Env, k+"="+v)
-		}
-		var out, errOut bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errOut
-		err := cmd.Run()
-		var exitErr *exec.ExitError
-		switch {
-		case err == nil:
-		case errors.As(err, &exitErr):
-			code = exitErr.ExitCode()
-		default:
-			t.Fatalf("running speculapro %v: %v", args, err)
-		}
-		return out.String(), errOut.String(), code
-	}
-
 	all, err := dbmigrate.Migrations()
 	if err != nil {
 		t.Fatal(err)
@@ -73,7 +40,7 @@ func TestMigrateE2EBootstrapThenUpToDate(t *testing.T) {
 		wantApplied = append(wantApplied, "applied "+m.Name)
 	}
 
-	stdout, stderr, code := run(env, "migrate", "--bootstrap")
+	stdout, stderr, code := runBin(t, env, "migrate", "--bootstrap")
 	if code != 0 {
 		t.Fatalf("migrate --bootstrap exited %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
@@ -95,7 +62,7 @@ func TestMigrateE2EBootstrapThenUpToDate(t *testing.T) {
 		t.Fatalf("migrate --bootstrap printed\n%s\nwant \"created database %s\" and, in order,\n%s", stdout, name, strings.Join(wantApplied, "\n"))
 	}
 
-	stdout, stderr, code = run(env, "migrate")
+	stdout, stderr, code = runBin(t, env, "migrate")
 	if code != 0 || stdout != "" {
 		t.Fatalf("second migrate exited %d and printed %q (stderr %q); want exit 0 and nothing", code, stdout, stderr)
 	}
@@ -122,7 +89,7 @@ func TestMigrateE2EBootstrapThenUpToDate(t *testing.T) {
 		wrong[k] = v
 	}
 	wrong["SP_DB_OWNER_URL"] = env["SP_DB_URL"]
-	stdout, stderr, code = run(wrong, "migrate")
+	stdout, stderr, code = runBin(t, wrong, "migrate")
 	if code == 0 || stdout != "" || !strings.HasPrefix(stderr, "error: ") || !strings.Contains(stderr, "speculapro_owner") {
 		t.Fatalf("migrate as speculapro_app exited %d, stdout %q, stderr %q; want a non-zero exit and `error: …` naming speculapro_owner", code, stdout, stderr)
 	}

@@ -1,12 +1,10 @@
 package tests
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -24,9 +22,9 @@ const (
 
 // observeRun writes yaml (whose http.address is %[1]s, the process's own
 // loopback address) to <tmp>/pipeline.yaml and starts `speculapro run` on it.
-func observeRun(t *testing.T, yaml string) *persistProcess {
+func observeRun(t *testing.T, yaml string) *binProcess {
 	t.Helper()
-	p := newPersistProcess(t)
+	p := newBinProcess(t)
 	path := filepath.Join(t.TempDir(), "pipeline.yaml")
 	if err := os.WriteFile(path, []byte(fmt.Sprintf(yaml, p.httpAddr)), 0o600); err != nil {
 		t.Fatal(err)
@@ -35,26 +33,10 @@ func observeRun(t *testing.T, yaml string) *persistProcess {
 }
 
 // observeInterrupt is Ctrl-C: the process must exit 0.
-func observeInterrupt(t *testing.T, p *persistProcess) {
+func observeInterrupt(t *testing.T, p *binProcess) {
 	t.Helper()
 	if code := p.interrupt(t); code != 0 {
 		t.Fatalf("speculapro exited with code %d after SIGINT, want 0", code)
-	}
-}
-
-// waitUntil polls cond every 200ms until it returns nil or the timeout passes.
-func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %v for %s: %v", timeout, what, err)
-		}
-		time.Sleep(200 * time.Millisecond)
 	}
 }
 
@@ -158,16 +140,13 @@ func TestObserveDefaultMetricsIsPrometheus(t *testing.T) {
 }
 
 func TestObserveListNamesBothPlugins(t *testing.T) {
-	bin := testenv.Binary(t)
 	run := func(args ...string) string {
 		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("speculapro %s: %v\n%s", strings.Join(args, " "), err, out)
+		p := newBinProcess(t).start(t, nil, args...)
+		if code := p.waitExit(t, observeExitTimeout); code != 0 {
+			t.Fatalf("speculapro %s: exit code %d\n%s%s", strings.Join(args, " "), code, p.stdout, p.stderr)
 		}
-		return string(out)
+		return p.stdout.String()
 	}
 
 	text := run("list", "metrics", "tracers")

@@ -3,8 +3,6 @@ package tests
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -114,12 +112,12 @@ func BenchmarkPersistThroughput(b *testing.B) {
 	}
 	start := time.Now()
 	p := startPersister(b, s, "persister",
-		[]string{"SP_PERSIST_WORKERS=" + strconv.Itoa(workers), "SP_PERSIST_BATCH_MAX=" + strconv.Itoa(batch)}, extra...)
+		map[string]string{"SP_PERSIST_WORKERS": strconv.Itoa(workers), "SP_PERSIST_BATCH_MAX": strconv.Itoa(batch)}, extra...)
 	var firstRow time.Time
 	var profileDone sync.WaitGroup
-	deadline := start.Add(time.Duration(n/1000)*time.Second + 2*time.Minute)
-	for {
-		c := s.count(b)
+	var c int64
+	if !poll(time.Duration(n/1000)*time.Second+2*time.Minute, 200*time.Millisecond, func() bool {
+		c = s.count(b)
 		if c > 0 && firstRow.IsZero() {
 			firstRow = time.Now()
 			if profile != "" {
@@ -128,27 +126,26 @@ func BenchmarkPersistThroughput(b *testing.B) {
 				// the profile's seconds are over (or the process exits).
 				go func() {
 					defer profileDone.Done()
-					benchSaveProfile(b, p, profile, max(2, min(20, n/20000)))
+					saveCPUProfile(b, p, "the persister's work", profile, max(2, min(20, n/20000)))
 				}()
 			}
 		}
 		if c >= int64(n) {
-			break
+			return true
 		}
 		if !p.running() {
 			b.Fatalf("the persister exited at %d of %d rows:\n%s", c, n, p.tail(3000))
 		}
-		if time.Now().After(deadline) {
-			b.Fatalf("only %d of %d rows stored after %s", c, n, time.Since(start))
-		}
-		time.Sleep(200 * time.Millisecond)
+		return false
+	}) {
+		b.Fatalf("only %d of %d rows stored after %s", c, n, time.Since(start))
 	}
 	elapsed := time.Since(start)
 	steady := time.Since(firstRow)
 	b.StopTimer()
 	profileDone.Wait()
 	rss := p.peakRSS(b)
-	if code := p.signalAndWait(b, syscall.SIGTERM, time.Minute); code != 0 {
+	if code := p.signal(b, syscall.SIGTERM, time.Minute); code != 0 {
 		b.Errorf("the persister exited with %d on SIGTERM", code)
 	}
 
@@ -232,27 +229,6 @@ func benchCopyCeiling(b *testing.B, g *loadgen.Generator, n, workers, batch int)
 	return float64(n) / elapsed.Seconds()
 }
 
-// benchSaveProfile saves a CPU profile of seconds of the persister's work.
-func benchSaveProfile(b *testing.B, p *lgProcess, path string, seconds int) {
-	client := http.Client{Timeout: time.Duration(seconds+30) * time.Second}
-	resp, err := client.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.httpAddr, seconds))
-	if err != nil {
-		b.Logf("CPU profile: %v", err)
-		return
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		b.Logf("CPU profile: status %d, %v", resp.StatusCode, err)
-		return
-	}
-	if err := os.WriteFile(path, data, 0o644); err != nil {
-		b.Logf("CPU profile: %v", err)
-		return
-	}
-	b.Logf("CPU profile of %d s of the persister's work saved to %s (go tool pprof -top %s)", seconds, path, path)
-}
-
 // BenchmarkPersistLatency measures produce-to-stored latency at 1,000
 // transactions per second: `speculapro loadgen --rate 1000` sends 25,000
 // transactions (25 s) to a persister that has already caught up, and each
@@ -283,14 +259,14 @@ func BenchmarkPersistLatency(b *testing.B) {
 	// Warm up: the group joined, connections open, the workspaces' parties
 	// known, before anything is measured.
 	warm := benchConfig(uint64(time.Now().UnixNano()), 2000)
-	if code := startLG(b, "loadgen-warmup", s.env(), lgLoadgenArgs(s, warm, 0, filepath.Join(dir, "warm.json"))...).waitExit(b, 2*time.Minute); code != 0 {
+	if code := startLG(b, "loadgen-warmup", s.env(nil), lgLoadgenArgs(s, warm, 0, filepath.Join(dir, "warm.json"))...).waitExit(b, 2*time.Minute); code != 0 {
 		b.Fatalf("warm-up loadgen exited with %d", code)
 	}
 	s.waitStored(b, int64(warm.Count), 2*time.Minute)
 
 	b.ResetTimer()
 	measured := benchConfig(warm.Seed+1, count)
-	load := startLG(b, "loadgen", s.env(), lgLoadgenArgs(s, measured, rate, filepath.Join(dir, "measured.json"))...)
+	load := startLG(b, "loadgen", s.env(nil), lgLoadgenArgs(s, measured, rate, filepath.Join(dir, "measured.json"))...)
 	if code := load.waitExit(b, time.Duration(count/rate)*time.Second+2*time.Minute); code != 0 {
 		b.Fatalf("loadgen exited with %d:\n%s", code, load.tail(2000))
 	}
@@ -317,7 +293,7 @@ SELECT count(*),
 		b.Fatalf("latency over %d rows, want %d", rows, count)
 	}
 	rss := p.peakRSS(b)
-	if code := p.signalAndWait(b, syscall.SIGTERM, time.Minute); code != 0 {
+	if code := p.signal(b, syscall.SIGTERM, time.Minute); code != 0 {
 		b.Errorf("the persister exited with %d on SIGTERM", code)
 	}
 	b.ReportMetric(p50, "p50-ms")

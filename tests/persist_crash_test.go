@@ -2,12 +2,10 @@ package tests
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
+	"maps"
 	mrand "math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -16,15 +14,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/speculapro/speculapro/internal/dbmigrate/dbtest"
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/identity"
-	"github.com/speculapro/speculapro/internal/kafkatopics"
 	"github.com/speculapro/speculapro/internal/loadgen"
-	"github.com/speculapro/speculapro/internal/testenv"
 )
 
 // lgFullScale reports whether SP_TEST_SCALE=full asks for the issue's sizes
@@ -50,12 +44,11 @@ const lgPartitions = 6
 
 // lgStack is one load test's topics, consumer group and database.
 type lgStack struct {
-	brokers []string
-	prefix  string
-	group   string
-	db      *dbtest.DB
-	adm     *kadm.Client
-	super   *pgx.Conn // superuser on the test database, for checks
+	*testKafka
+	prefix string
+	group  string
+	db     *dbtest.DB
+	super  *pgx.Conn // superuser on the test database, for checks
 }
 
 // newLGStack creates a fresh migrated database and the 16 topics under a
@@ -63,47 +56,26 @@ type lgStack struct {
 // the group (dbtest drops the database).
 func newLGStack(t testing.TB, name string) *lgStack {
 	t.Helper()
-	brokers := testenv.KafkaBrokers(t)
-	suffix := make([]byte, 4)
-	_, _ = rand.Read(suffix)
-	s := &lgStack{
-		brokers: brokers,
-		prefix:  fmt.Sprintf("t-%s-%s.", name, hex.EncodeToString(suffix)),
-		group:   fmt.Sprintf("t-%s-%s-persist", name, hex.EncodeToString(suffix)),
-		db:      dbtest.New(t),
-	}
+	unique := uniqueName(t, name)
+	s := &lgStack{testKafka: newTestKafka(t), prefix: unique + ".", group: unique + "-persist", db: dbtest.New(t)}
 	s.super = s.db.Connect(t, s.db.SuperuserURL)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.adm = kadm.NewClient(cl)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	res, err := kafkatopics.Ensure(ctx, s.adm, kafkatopics.Spec{Prefix: s.prefix, Partitions: lgPartitions, ReplicationFactor: -1})
-	if err != nil || len(res.Refused) > 0 {
-		t.Fatalf("creating topics %s*: %v %v", s.prefix, err, res.Refused)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_, _ = s.adm.DeleteTopics(ctx, kafkatopics.Names(s.prefix)...)
-		_, _ = s.adm.DeleteGroups(ctx, s.group)
-		cl.Close()
-	})
+	s.createAll(t, s.prefix, lgPartitions)
+	s.own(nil, []string{s.group})
 	return s
 }
 
 func (s *lgStack) topic() string { return s.prefix + "txn.ingested" }
 
 // env is the environment of a persister or loadgen on this stack.
-func (s *lgStack) env(extra ...string) []string {
-	return append([]string{
-		"SP_KAFKA_BROKERS=" + strings.Join(s.brokers, ","),
-		"SP_KAFKA_TOPIC_PREFIX=" + s.prefix,
-		"SP_PERSIST_GROUP=" + s.group,
-		"SP_DB_SYSTEM_URL=" + s.db.SystemURL,
-	}, extra...)
+func (s *lgStack) env(extra map[string]string) map[string]string {
+	env := map[string]string{
+		"SP_KAFKA_BROKERS":      strings.Join(s.brokers, ","),
+		"SP_KAFKA_TOPIC_PREFIX": s.prefix,
+		"SP_PERSIST_GROUP":      s.group,
+		"SP_DB_SYSTEM_URL":      s.db.SystemURL,
+	}
+	maps.Copy(env, extra)
+	return env
 }
 
 // count is the number of stored transactions.
@@ -122,38 +94,21 @@ func (s *lgStack) count(t testing.TB) int64 {
 // (a partition without a commit counts from its start).
 func (s *lgStack) lag(t testing.TB, topic string) int64 {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	ends, err := s.adm.ListEndOffsets(ctx, topic)
-	if err != nil {
-		t.Fatalf("listing end offsets of %s: %v", topic, err)
-	}
-	committed, err := s.adm.FetchOffsets(ctx, s.group)
-	if err != nil {
-		t.Fatalf("fetching offsets of %s: %v", s.group, err)
-	}
+	ends, committed := s.endOffsets(t, topic), s.committed(t, s.group)[topic]
 	var lag int64
-	ends.Each(func(o kadm.ListedOffset) {
-		var at int64
-		if c, ok := committed.Lookup(topic, o.Partition); ok && c.Err == nil && c.At > 0 {
-			at = c.At
-		}
-		lag += max(o.Offset-at, 0)
-	})
+	for part, end := range ends {
+		lag += max(end-max(committed[part], 0), 0)
+	}
 	return lag
 }
 
-// endOffsets is the number of records ever written to topic.
-func (s *lgStack) endOffsets(t testing.TB, topic string) int64 {
+// written is the number of records ever written to topic.
+func (s *lgStack) written(t testing.TB, topic string) int64 {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	ends, err := s.adm.ListEndOffsets(ctx, topic)
-	if err != nil {
-		t.Fatalf("listing end offsets of %s: %v", topic, err)
-	}
 	var n int64
-	ends.Each(func(o kadm.ListedOffset) { n += o.Offset })
+	for _, end := range s.endOffsets(t, topic) {
+		n += end
+	}
 	return n
 }
 
@@ -161,137 +116,28 @@ func (s *lgStack) endOffsets(t testing.TB, topic string) int64 {
 // the transactions topic, failing after within.
 func (s *lgStack) waitStored(t testing.TB, want int64, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		n, lag := s.count(t), s.lag(t, s.topic())
-		if n >= want && lag == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %d of %d transactions stored, group lag %d", within, n, want, lag)
-		}
-		time.Sleep(250 * time.Millisecond)
+	var n, lag int64
+	if !poll(within, 250*time.Millisecond, func() bool {
+		n, lag = s.count(t), s.lag(t, s.topic())
+		return n >= want && lag == 0
+	}) {
+		t.Fatalf("after %s: %d of %d transactions stored, group lag %d", within, n, want, lag)
 	}
 }
 
-// lgProcess is one run of the real binary, its output in a file.
-type lgProcess struct {
-	name     string
-	cmd      *exec.Cmd
-	log      string
-	exited   chan struct{}
-	httpAddr string // the engine's HTTP server, for a persister
-}
-
-// startLG runs `speculapro args…` from the repository root with env on top
-// of the test's environment minus its SP_* variables. Cleanup kills it if
-// the test did not end it, and shows the end of its log when the test failed.
-func startLG(t testing.TB, name string, env []string, args ...string) *lgProcess {
+// startLG runs `speculapro args…` with env, its output in a file.
+func startLG(t testing.TB, name string, env map[string]string, args ...string) *binProcess {
 	t.Helper()
-	p := &lgProcess{name: name, exited: make(chan struct{}), log: filepath.Join(t.TempDir(), name+".log")}
-	out, err := os.Create(p.log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.cmd = exec.Command(testenv.Binary(t), args...)
-	p.cmd.Dir = testenv.RepoRoot(t)
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "SP_") {
-			p.cmd.Env = append(p.cmd.Env, kv)
-		}
-	}
-	p.cmd.Env = append(p.cmd.Env, env...)
-	p.cmd.Stdout, p.cmd.Stderr = out, out
-	if err := p.cmd.Start(); err != nil {
-		out.Close()
-		t.Fatalf("starting %s: %v", name, err)
-	}
-	// The waiter owns cmd.Wait; it ends with the process, which cleanup
-	// kills at the latest.
-	go func() {
-		_ = p.cmd.Wait()
-		out.Close()
-		close(p.exited)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-p.exited:
-		default:
-			_ = p.cmd.Process.Kill()
-			<-p.exited
-		}
-		if t.Failed() {
-			t.Logf("--- end of %s's output:\n%s", name, p.tail(4000))
-		}
-	})
-	return p
+	return newBinProcess(t).named(name).toFile(filepath.Join(t.TempDir(), name+".log")).start(t, env, args...)
 }
 
 // startPersister runs pipelines/persist.yaml on the stack with its HTTP
-// server on a free loopback port (two persisters must not share one).
-func startPersister(t testing.TB, s *lgStack, name string, extraEnv []string, extraArgs ...string) *lgProcess {
-	addr := testenv.FreeAddr(t)
-	args := append([]string{"run", "--set", "http.address=" + addr}, extraArgs...)
-	args = append(args, "pipelines/persist.yaml")
-	p := startLG(t, name, s.env(append([]string{"SP_HTTP_ADDR=" + addr}, extraEnv...)...), args...)
-	p.httpAddr = addr
-	return p
-}
-
-func (p *lgProcess) tail(n int) string {
-	b, _ := os.ReadFile(p.log)
-	if len(b) > n {
-		b = b[len(b)-n:]
-	}
-	return string(b)
-}
-
-func (p *lgProcess) running() bool {
-	select {
-	case <-p.exited:
-		return false
-	default:
-		return true
-	}
-}
-
-// signalAndWait sends sig and waits (bounded) for the exit code.
-func (p *lgProcess) signalAndWait(t testing.TB, sig syscall.Signal, within time.Duration) int {
+// server on its own loopback port (two persisters must not share one).
+func startPersister(t testing.TB, s *lgStack, name string, extraEnv map[string]string, extraArgs ...string) *binProcess {
 	t.Helper()
-	if err := p.cmd.Process.Signal(sig); err != nil && p.running() {
-		t.Fatalf("signalling %s: %v", p.name, err)
-	}
-	return p.waitExit(t, within)
-}
-
-func (p *lgProcess) waitExit(t testing.TB, within time.Duration) int {
-	t.Helper()
-	select {
-	case <-p.exited:
-	case <-time.After(within):
-		t.Fatalf("%s still running after %s:\n%s", p.name, within, p.tail(2000))
-	}
-	return p.cmd.ProcessState.ExitCode()
-}
-
-// peakRSS is the process's peak resident set (VmHWM) in bytes.
-func (p *lgProcess) peakRSS(t testing.TB) int64 {
-	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
-	if err != nil {
-		t.Fatalf("reading the status of %s: %v", p.name, err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) == 3 && f[0] == "VmHWM:" && f[2] == "kB" {
-			kb, err := strconv.ParseInt(f[1], 10, 64)
-			if err != nil {
-				t.Fatalf("VmHWM of %s: %v", p.name, err)
-			}
-			return kb << 10
-		}
-	}
-	t.Fatalf("no VmHWM in the status of %s", p.name)
-	return 0
+	p := newBinProcess(t).named(name).toFile(filepath.Join(t.TempDir(), name+".log"))
+	args := append([]string{"run", "--set", "http.address=" + p.httpAddr}, extraArgs...)
+	return p.start(t, s.env(extraEnv), append(args, "pipelines/persist.yaml")...)
 }
 
 // lgLoadgenArgs are the loadgen flags of a run over the stack; the start is
@@ -355,14 +201,14 @@ func TestPersistCrashKillsAndRebalances(t *testing.T) {
 	manifest := filepath.Join(t.TempDir(), "manifest.json")
 	// Three writers each: two persisters then hold as many writers as the
 	// topic has partitions, as the spec advises.
-	workers := []string{"SP_PERSIST_WORKERS=3"}
+	workers := map[string]string{"SP_PERSIST_WORKERS": "3"}
 	// The group notices a killed member after the session timeout; the
 	// broker's minimum (6 s) instead of the default 45 s keeps five kills
 	// from costing four minutes of waiting, and changes nothing else.
 	crashArgs := []string{"--set", "input.kafka_franz.session_timeout=6s"}
 
 	persister := startPersister(t, s, "persister-0", workers, crashArgs...)
-	load := startLG(t, "loadgen", s.env(), lgLoadgenArgs(s, cfg, rate, manifest)...)
+	load := startLG(t, "loadgen", s.env(nil), lgLoadgenArgs(s, cfg, rate, manifest)...)
 	loadStart := time.Now()
 	shareAt := 1 + rnd.IntN(events-2) // never first, never last
 	slot := (loadFor - 6*time.Second) / events
@@ -370,15 +216,17 @@ func TestPersistCrashKillsAndRebalances(t *testing.T) {
 	// progressed waits (bounded) until the count passes from, unless
 	// everything is stored already.
 	progressed := func(from int64) {
-		deadline := time.Now().Add(settle)
-		for n := s.count(t); n <= from && n < int64(cfg.Count); n = s.count(t) {
-			if time.Now().After(deadline) {
-				t.Fatalf("no transaction stored for %s; count %d, lag %d", settle, n, s.lag(t, s.topic()))
+		var n int64
+		if !poll(settle, 50*time.Millisecond, func() bool {
+			if n = s.count(t); n > from || n >= int64(cfg.Count) {
+				return true
 			}
 			if !persister.running() {
 				t.Fatalf("%s exited by itself (code %d):\n%s", persister.name, persister.cmd.ProcessState.ExitCode(), persister.tail(3000))
 			}
-			time.Sleep(50 * time.Millisecond)
+			return false
+		}) {
+			t.Fatalf("no transaction stored for %s; count %d, lag %d", settle, n, s.lag(t, s.topic()))
 		}
 	}
 	restarts, storedAtStart, last := 0, int64(0), time.Duration(0)
@@ -391,7 +239,7 @@ func TestPersistCrashKillsAndRebalances(t *testing.T) {
 		progressed(storedAtStart)
 		if k != shareAt {
 			before := s.count(t)
-			persister.signalAndWait(t, syscall.SIGKILL, 30*time.Second)
+			persister.signal(t, syscall.SIGKILL, 30*time.Second)
 			restarts++
 			t.Logf("%4.1fs: SIGKILL %s at %d stored (%.0f%%), loadgen still sending: %v",
 				time.Since(loadStart).Seconds(), persister.name, before, 100*float64(before)/float64(cfg.Count), load.running())
@@ -403,15 +251,19 @@ func TestPersistCrashKillsAndRebalances(t *testing.T) {
 		// writing, and leaves again: two rebalances under load.
 		second := startPersister(t, s, "persister-second", workers, crashArgs...)
 		joinedAt, from := time.Now(), s.count(t)
-		deadline := joinedAt.Add(settle)
-		for time.Since(joinedAt) < 5*time.Second || s.count(t) < min(from+int64(cfg.Count/50), int64(cfg.Count)) {
-			if time.Now().After(deadline) || !second.running() {
+		if !poll(settle, 100*time.Millisecond, func() bool {
+			if time.Since(joinedAt) >= 5*time.Second && s.count(t) >= min(from+int64(cfg.Count/50), int64(cfg.Count)) {
+				return true
+			}
+			if !second.running() {
 				t.Fatalf("with two persisters the count stayed at %d (second running: %v)", s.count(t), second.running())
 			}
-			time.Sleep(100 * time.Millisecond)
+			return false
+		}) {
+			t.Fatalf("with two persisters the count stayed at %d (second running: %v)", s.count(t), second.running())
 		}
 		before := s.count(t)
-		if code := second.signalAndWait(t, syscall.SIGTERM, time.Minute); code != 0 {
+		if code := second.signal(t, syscall.SIGTERM, time.Minute); code != 0 {
 			t.Fatalf("the second persister left with exit code %d:\n%s", code, second.tail(3000))
 		}
 		t.Logf("%4.1fs: second persister joined at %d stored and left at %d, loadgen still sending: %v",
@@ -448,10 +300,10 @@ func TestPersistCrashKillsAndRebalances(t *testing.T) {
 	}
 	want := g.Expect(mcfg.Count)
 	lgCheckStored(t, s, want)
-	if n := s.endOffsets(t, s.prefix+"txn.ingested.dlq"); n != 0 {
+	if n := s.written(t, s.prefix+"txn.ingested.dlq"); n != 0 {
 		t.Errorf("%d records were dead-lettered; loadgen only sends valid ones", n)
 	}
-	if code := persister.signalAndWait(t, syscall.SIGTERM, time.Minute); code != 0 {
+	if code := persister.signal(t, syscall.SIGTERM, time.Minute); code != 0 {
 		t.Errorf("the last persister exited with %d on SIGTERM", code)
 	}
 	t.Logf("%d transactions, %d counterparties, %d accounts checked after %d kills and one join/leave",

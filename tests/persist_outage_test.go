@@ -61,12 +61,12 @@ func TestPersistRidesOutDatabaseOutage(t *testing.T) {
 			key, val, _ := persistTxn(t, ws, n, nil)
 			recs = append(recs, &kgo.Record{Key: []byte(key), Value: val})
 		}
-		k.produce(t, "txn.ingested", recs...)
+		k.produceTo(t, "txn.ingested", recs...)
 	}
 	const countTxns = "SELECT count(*) FROM speculapro.transactions WHERE workspace_id = $1"
 
 	produce(0, perPhase)
-	p := newPersistProcess(t)
+	p := newBinProcess(t)
 	p.start(t, persistEnv(k, dbtest.RoleURL(t, pg.SuperuserURL, dbmigrate.SystemRole, dbName)), p.runArgs("pipelines/persist.yaml")...)
 	if n := waitCount(t, conn, perPhase, countTxns, ws); n != perPhase {
 		t.Fatalf("before the outage: stored %d, want %d", n, perPhase)

@@ -54,13 +54,13 @@ func TestPersistDeadLettersPoisonRecords(t *testing.T) {
 	if len(poisonAt) != len(poisons) {
 		t.Fatalf("interleaved %d poison records, want %d", len(poisonAt), len(poisons))
 	}
-	k.produce(t, "txn.ingested", recs...)
+	k.produceTo(t, "txn.ingested", recs...)
 	offsetOf := map[string]string{}
 	for _, r := range recs {
 		offsetOf[string(r.Key)] = fmt.Sprintf("%s/%d/%d", r.Topic, r.Partition, r.Offset)
 	}
 
-	p := newPersistProcess(t)
+	p := newBinProcess(t)
 	p.start(t, persistEnv(k, db.SystemURL), p.runArgs("pipelines/persist.yaml")...)
 
 	if n := waitCount(t, conn, good, "SELECT count(*) FROM speculapro.transactions WHERE workspace_id = $1", ws); n != good {

@@ -31,18 +31,14 @@ func TestPersistShutdownWhileBatchKeepsFailing(t *testing.T) {
 		key, val, _ := persistTxn(t, ws, n, func(e *event.Envelope) { e.AccountExternalID = "acc-1" }) // one partition
 		recs = append(recs, &kgo.Record{Key: []byte(key), Value: val})
 	}
-	k.produce(t, "txn.ingested", recs...)
+	k.produceTo(t, "txn.ingested", recs...)
 
-	p := newPersistProcess(t)
+	p := newBinProcess(t)
 	p.start(t, persistEnv(k, db.SystemURL), "streams", "-o", "config/observability.yaml", "pipelines/persist.yaml")
 
 	retryLine := persistLogLine("ERROR", "persist: batch failed, retrying")
-	deadline := time.Now().Add(persistWait)
-	for len(retryLine.FindAllString(p.stdout.String(), -1)) < 4 {
-		if time.Now().After(deadline) {
-			t.Fatalf("no retry lines logged")
-		}
-		time.Sleep(100 * time.Millisecond)
+	if !poll(waitBound, 100*time.Millisecond, func() bool { return len(retryLine.FindAllString(p.stdout.String(), -1)) >= 4 }) {
+		t.Fatalf("no retry lines logged")
 	}
 	line := retryLine.FindString(p.stdout.String())
 	// The spec's line: rows, err and backoff right after msg, in that order.
@@ -70,7 +66,7 @@ func TestPersistShutdownWhileBatchKeepsFailing(t *testing.T) {
 		}
 		break
 	}
-	code := p.waitExit(t, persistExitWait)
+	code := p.waitExit(t, exitBound)
 	t.Logf("exited %s after SIGTERM", time.Since(stopped).Round(time.Millisecond))
 	if code != 0 {
 		t.Errorf("exit code %d after SIGTERM, want 0", code)

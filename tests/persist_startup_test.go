@@ -26,23 +26,23 @@ func TestPersistRefusesToStartAsAppRole(t *testing.T) {
 		key, val, _ := persistTxn(t, ws, n, nil)
 		recs = append(recs, &kgo.Record{Key: []byte(key), Value: val})
 	}
-	k.produce(t, "txn.ingested", recs...)
+	k.produceTo(t, "txn.ingested", recs...)
 
 	modes := []struct {
 		name string
-		args func(p *persistProcess) []string
+		args func(p *binProcess) []string
 	}{
-		{"run", func(p *persistProcess) []string { return p.runArgs("pipelines/persist.yaml") }},
-		{"streams", func(*persistProcess) []string {
+		{"run", func(p *binProcess) []string { return p.runArgs("pipelines/persist.yaml") }},
+		{"streams", func(*binProcess) []string {
 			return []string{"streams", "-o", "config/observability.yaml", "pipelines/persist.yaml", "pipelines/persist-events.yaml"}
 		}},
 	}
 	for _, mode := range modes {
 		t.Run(mode.name, func(t *testing.T) {
-			p := newPersistProcess(t)
+			p := newBinProcess(t)
 			p.start(t, persistEnv(k, db.AppURL), mode.args(p)...)
 			start := time.Now()
-			code := p.waitExit(t, persistExitWait)
+			code := p.waitExit(t, exitBound)
 			if code == 0 {
 				t.Fatalf("exit code 0, want non-zero")
 			}

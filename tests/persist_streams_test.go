@@ -2,7 +2,6 @@ package tests
 
 import (
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -42,10 +41,10 @@ func TestPersistPipelinesAsStreams(t *testing.T) {
 		events = append(events, &kgo.Record{Key: []byte(ws.String() + ":" + e.CustomerExternalID), Value: val})
 	}
 	events = append(events, &kgo.Record{Key: []byte("bad-event"), Value: []byte(`{"v":7}`)})
-	k.produce(t, "txn.ingested", txns...)
-	k.produce(t, "account.events", events...)
+	k.produceTo(t, "txn.ingested", txns...)
+	k.produceTo(t, "account.events", events...)
 
-	p := newPersistProcess(t)
+	p := newBinProcess(t)
 	p.start(t, persistEnv(k, db.SystemURL),
 		"streams", "-o", "config/observability.yaml", "pipelines/persist.yaml", "pipelines/persist-events.yaml")
 
@@ -63,19 +62,17 @@ func TestPersistPipelinesAsStreams(t *testing.T) {
 	}
 
 	var scrape string
-	deadline := time.Now().Add(persistWait)
-	for time.Now().Before(deadline) {
+	stored := poll(waitBound, 200*time.Millisecond, func() bool {
 		s, err := p.scrape()
-		if err == nil && metricWith(s, "speculapro_persist_rows_stored_total", `table="account_events"`) == 30 &&
-			metricWith(s, "speculapro_persist_rows_stored_total", `table="transactions"`) == 50 {
+		if err == nil && metricSum(s, "speculapro_persist_rows_stored_total", `table="account_events"`) == 30 &&
+			metricSum(s, "speculapro_persist_rows_stored_total", `table="transactions"`) == 50 {
 			scrape = s
-			break
 		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	if scrape == "" {
+		return scrape != ""
+	})
+	if !stored {
 		s, _ := p.scrape()
-		t.Fatalf("/metrics never showed 50 transactions and 30 account events stored:\n%s", persistMetricLines(s))
+		t.Fatalf("/metrics never showed 50 transactions and 30 account events stored:\n%s", metricLines(s, "speculapro_persist_"))
 	}
 	for _, want := range []struct {
 		metric string
@@ -91,7 +88,7 @@ func TestPersistPipelinesAsStreams(t *testing.T) {
 		{"speculapro_persist_stage_duration_ns_count", []string{`stage="decode"`, `table="transactions"`}, -1},
 		{"speculapro_persist_stage_duration_ns_count", []string{`stage="write"`, `table="account_events"`}, -1},
 	} {
-		got := metricWith(scrape, want.metric, want.labels...)
+		got := metricSum(scrape, want.metric, want.labels...)
 		if want.value < 0 && got <= 0 || want.value >= 0 && got != want.value {
 			t.Errorf("%s%v = %v, want %v", want.metric, want.labels, got, want.value)
 		}
@@ -102,39 +99,4 @@ func TestPersistPipelinesAsStreams(t *testing.T) {
 	if code := p.stop(t); code != 0 {
 		t.Errorf("exit code %d after SIGTERM, want 0", code)
 	}
-}
-
-// metricWith sums the samples of metric whose labels include every one of
-// labels (`name="value"`).
-func metricWith(scrape, metric string, labels ...string) float64 {
-	var sum float64
-	for _, line := range strings.Split(scrape, "\n") {
-		if !strings.HasPrefix(line, metric+"{") {
-			continue
-		}
-		set := line[len(metric)+1 : strings.LastIndexByte(line, '}')]
-		ok := true
-		for _, l := range labels {
-			if !strings.Contains(","+set+",", ","+l+",") {
-				ok = false
-			}
-		}
-		if ok {
-			f := strings.Fields(line)
-			var v float64
-			fmt.Sscan(f[len(f)-1], &v)
-			sum += v
-		}
-	}
-	return sum
-}
-
-func persistMetricLines(scrape string) string {
-	var out []string
-	for _, l := range strings.Split(scrape, "\n") {
-		if strings.HasPrefix(l, "speculapro_persist_") {
-			out = append(out, l)
-		}
-	}
-	return strings.Join(out, "\n")
 }
