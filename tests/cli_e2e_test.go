@@ -1,28 +1,20 @@
 package tests
 
 import (
-	"context"
-	"os/exec"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/speculapro/speculapro/internal/testenv"
 )
 
 // The binary a user installs: our subcommands beside the engine's, every
 // plugin listed with its docs, and a version that names the commit.
 func TestCLIListsOurCommandsAndPlugins(t *testing.T) {
-	bin := testenv.Binary(t)
 	run := func(args ...string) string {
 		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("speculapro %s: %v\n%s", strings.Join(args, " "), err, out)
+		stdout, stderr, code := runBin(t, nil, args...)
+		if code != 0 {
+			t.Fatalf("speculapro %s exited %d:\n%s%s", strings.Join(args, " "), code, stdout, stderr)
 		}
-		return string(out)
+		return stdout
 	}
 
 	help := run("--help")
