@@ -43,7 +43,7 @@ func interopReadKeysAndPartitions(t *testing.T, brokers []string, topic string, 
 		skip = func(line string) bool { return !strings.HasPrefix(line, "Partition:") }
 		t.Logf("reading %s with the Java console consumer", topic)
 	} else {
-		t.Skip("\n*** NEITHER kcat NOR deploy/local/kafka-cli.sh AVAILABLE: SKIPPING the interop check. Install kcat (apt-get install kcat). ***\n")
+		testenv.Unavailable(t, "NEITHER kcat NOR deploy/local/kafka-cli.sh AVAILABLE for the interop check: install kcat (apt-get install kcat).")
 	}
 	out, err := cmd.Output()
 	if err != nil {
@@ -122,7 +122,7 @@ output:
 	t.Run("same partitions as the Java producer", func(t *testing.T) {
 		script := filepath.Join(testenv.RepoRoot(t), "deploy", "local", "kafka-cli.sh")
 		if !fileExists(script) {
-			t.Skip("\n*** deploy/local/kafka-cli.sh NOT AVAILABLE: SKIPPING the comparison with the Java producer. ***\n")
+			testenv.Unavailable(t, "deploy/local/kafka-cli.sh NOT AVAILABLE for the comparison with the Java producer.")
 		}
 		javaTopic := topic + "-java"
 		newTestKafka(t).create(t, partitions, javaTopic)

@@ -35,11 +35,7 @@ func PrivatePostgres(t testing.TB) *PrivatePG {
 	sort.Strings(bins)
 	pgUser, uerr := user.Lookup("postgres")
 	if len(bins) == 0 || uerr != nil || os.Geteuid() != 0 {
-		msg := "\n*** private PostgreSQL NOT AVAILABLE (needs /usr/lib/postgresql/*/bin, the postgres OS user and root): SKIPPING. ***\n"
-		if os.Getenv("SP_TEST_REQUIRE_SERVICES") == "1" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
+		Unavailable(t, "private PostgreSQL NOT AVAILABLE (needs /usr/lib/postgresql/*/bin, the postgres OS user and root).")
 	}
 	binDir := filepath.Dir(bins[len(bins)-1])
 	uid, _ := strconv.Atoi(pgUser.Uid)

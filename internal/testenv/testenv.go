@@ -113,7 +113,15 @@ func requireTCP(t testing.TB, service, addr string) {
 		c.Close()
 		return
 	}
-	msg := fmt.Sprintf("\n*** %s NOT AVAILABLE at %s (%v): SKIPPING. Start it with `deploy/local/stack.sh up` or run `make test`. ***\n", service, addr, err)
+	Unavailable(t, fmt.Sprintf("%s NOT AVAILABLE at %s (%v). Start it with `deploy/local/stack.sh up` or run `make test`.", service, addr, err))
+}
+
+// Unavailable skips the test loudly because something it needs is missing —
+// or fails it under SP_TEST_REQUIRE_SERVICES=1 (make test), which installs
+// and starts everything, so that nothing is ever skipped there unseen.
+func Unavailable(t testing.TB, why string) {
+	t.Helper()
+	msg := "\n*** " + why + " SKIPPING. ***\n"
 	if os.Getenv("SP_TEST_REQUIRE_SERVICES") == "1" {
 		t.Fatal(msg)
 	}
