@@ -28,6 +28,11 @@ const (
 	kfiFieldSessionTimeout   = "session_timeout"
 	kfiFieldRebalanceTimeout = "rebalance_timeout"
 	kfiFieldBatching         = "batching"
+
+	kfiFieldMaxBufferedRecords     = "max_buffered_records"
+	kfiFieldFetchMaxBytes          = "fetch_max_bytes"
+	kfiFieldFetchMaxPartitionBytes = "fetch_max_partition_bytes"
+	kfiFieldFetchMaxWait           = "fetch_max_wait"
 )
 
 // Metadata keys set on every message, besides the record's own headers.
@@ -47,9 +52,8 @@ const (
 	// kfiPollRecords bounds one poll, so the mutex and the rebalance block
 	// that a poll holds stay short.
 	kfiPollRecords = 10000
-	// kfiFetchMaxWait is short because a partition resumed after an ack
-	// joins the broker's next fetch only once the current one returns.
-	kfiFetchMaxWait = 250 * time.Millisecond
+	// kfiDefaultBuffered is max_buffered_records when batching has no count.
+	kfiDefaultBuffered = 10000
 	// kfiCommitTimeout bounds one periodic commit.
 	kfiCommitTimeout = 10 * time.Second
 	// kfiPollErrorPause keeps a poll loop that only sees errors (broker
@@ -75,8 +79,24 @@ func kafkaFranzInputSpec() *service.ConfigSpec {
 			Description("Consumer group to consume as. Every process of one role uses the same group, so Kafka divides the partitions between them; the group's committed offsets are where a restarted process carries on.").
 			Example("speculapro-persist"),
 		service.NewIntField(kfiFieldCheckpointLimit).
-			Description("The most records of one partition handed out and not yet acked: a batch takes at most this many records of a partition, so with few partitions raise it to fill `batching.count`. It also bounds how many records of a partition are delivered again after a crash. Fetching of a partition pauses while this many of its records wait in memory (a fetch already under way can add one more response).").
+			Description("The most records of one partition handed out and not yet acked: a batch takes at most this many records of a partition, so with few partitions raise it to fill `batching.count`. It also bounds how many records of a partition are delivered again after a crash. Fetching of a partition pauses while this many of its records wait in memory (a fetch already under way can add one more response); memory across all partitions is bounded by `max_buffered_records`.").
 			Default(1024).
+			Advanced(),
+		service.NewIntField(kfiFieldMaxBufferedRecords).
+			Description("The most fetched records held in memory, across all partitions, before they are handed out in a batch; 0 means twice `batching.count` (10000 without a count). While this many wait, the input stops taking records from the client, and the client then fetches nothing more once its current fetch response is taken, so this bounds the input's memory however many partitions it owns, while `checkpoint_limit` bounds each partition's unacked records. Records of a nacked batch go back to their partition whatever the budget, so it can be exceeded by one batch. Lower it when a process owns many partitions or records are large; keep it at least `batching.count`, or batches are cut smaller than their count.").
+			Default(0).
+			Advanced(),
+		service.NewIntField(kfiFieldFetchMaxBytes).
+			Description("The most bytes one fetch response from a broker may carry (Kafka's `fetch.max.bytes`); a broker still returns a single record batch larger than this. The client holds one response per broker at a time, so memory for fetches is about brokers × this, more once records are decompressed. Raise it only when consumption cannot keep up on a fast network; lower it when compressed records decompress to far more than this.").
+			Default(16<<20).
+			Advanced(),
+		service.NewIntField(kfiFieldFetchMaxPartitionBytes).
+			Description("The most bytes one fetch response carries for one partition (Kafka's `max.partition.fetch.bytes`). With few partitions this, not `fetch_max_bytes`, sizes a response; lowering it below about 1 MiB makes fetches small and slows consumption.").
+			Default(1<<20).
+			Advanced(),
+		service.NewDurationField(kfiFieldFetchMaxWait).
+			Description("How long a broker may hold a fetch while it has no new records (Kafka's `fetch.max.wait.ms`). It is short because a partition resumed after an ack joins the broker's next fetch only once the current one returns; raising it saves requests on idle topics at the cost of latency.").
+			Default("250ms").
 			Advanced(),
 		service.NewDurationField(kfiFieldCommitPeriod).
 			Description("How often acked offsets are committed to the group. Offsets are also committed when partitions are revoked and on shutdown.").
@@ -154,6 +174,10 @@ type kafkaFranzInput struct {
 	batchCount       int
 	batchBytes       int
 	batchPeriod      time.Duration
+	maxBuffered      int
+	fetchMaxBytes    int32
+	fetchPartBytes   int32
+	fetchMaxWait     time.Duration
 	extraOpts        []kgo.Opt // tests tune heartbeats with these
 
 	log *service.Logger
@@ -248,7 +272,37 @@ func newKafkaFranzInput(conf *service.ParsedConfig, mgr *service.Resources) (*ka
 			return nil, fmt.Errorf("kafka_franz input: parsing %s.period %q: %w", kfiFieldBatching, policy.Period, err)
 		}
 	}
-	in.tracker = newKfiTracker(in.checkpointLimit)
+	if in.maxBuffered, err = conf.FieldInt(kfiFieldMaxBufferedRecords); err != nil {
+		return nil, err
+	}
+	switch {
+	case in.maxBuffered < 0:
+		return nil, fmt.Errorf("kafka_franz input: %s must not be negative, got %d", kfiFieldMaxBufferedRecords, in.maxBuffered)
+	case in.maxBuffered == 0 && in.batchCount > 0:
+		in.maxBuffered = 2 * in.batchCount
+	case in.maxBuffered == 0:
+		in.maxBuffered = kfiDefaultBuffered
+	}
+	for _, f := range []struct {
+		name string
+		dst  *int32
+	}{{kfiFieldFetchMaxBytes, &in.fetchMaxBytes}, {kfiFieldFetchMaxPartitionBytes, &in.fetchPartBytes}} {
+		v, err := conf.FieldInt(f.name)
+		if err != nil {
+			return nil, err
+		}
+		if v < 1 || v > 1<<30 {
+			return nil, fmt.Errorf("kafka_franz input: %s must be between 1 and 1GiB, got %d", f.name, v)
+		}
+		*f.dst = int32(v)
+	}
+	if in.fetchMaxWait, err = conf.FieldDuration(kfiFieldFetchMaxWait); err != nil {
+		return nil, err
+	}
+	if in.fetchMaxWait < time.Millisecond {
+		return nil, fmt.Errorf("kafka_franz input: %s must be at least 1ms, got %s", kfiFieldFetchMaxWait, in.fetchMaxWait)
+	}
+	in.tracker = newKfiTracker(in.checkpointLimit, in.maxBuffered)
 	in.lag = mgr.Metrics().NewGauge(kfiLagMetric, "topic", "partition", "group")
 	return in, nil
 }
@@ -298,7 +352,9 @@ func (in *kafkaFranzInput) Connect(ctx context.Context) error {
 		kgo.BlockRebalanceOnPoll(),
 		kgo.SessionTimeout(in.sessionTimeout),
 		kgo.RebalanceTimeout(in.rebalanceTimeout),
-		kgo.FetchMaxWait(kfiFetchMaxWait),
+		kgo.FetchMaxWait(in.fetchMaxWait),
+		kgo.FetchMaxBytes(in.fetchMaxBytes),
+		kgo.FetchMaxPartitionBytes(in.fetchPartBytes),
 		kgo.OnPartitionsAssigned(in.onAssigned),
 		kgo.OnPartitionsRevoked(in.onRevoked),
 		kgo.OnPartitionsLost(in.onLost),
@@ -351,6 +407,8 @@ func (in *kafkaFranzInput) ReadBatch(ctx context.Context) (service.MessageBatch,
 			deadline := first.Add(in.batchPeriod)
 			if full || !canGrow || !now.Before(deadline) {
 				claims := in.tracker.take(in.batchCount, in.batchBytes, now)
+				// Taking made room in the budget, which the poll loop may be waiting for.
+				in.notifyLocked()
 				in.mu.Unlock()
 				return in.batchOf(claims), in.ackFunc(claims), nil
 			}
@@ -459,7 +517,11 @@ func (in *kafkaFranzInput) pollLoop(ctx context.Context, cl *kgo.Client) {
 	// A canceled poll still counts as a poller; let the final leave run.
 	defer cl.AllowRebalance()
 	for {
-		fetches := cl.PollRecords(ctx, kfiPollRecords)
+		room, ok := in.waitForRoom(ctx)
+		if !ok {
+			return
+		}
+		fetches := cl.PollRecords(ctx, min(room, kfiPollRecords))
 		if ctx.Err() != nil || fetches.IsClientClosed() {
 			return
 		}
@@ -498,6 +560,34 @@ func (in *kafkaFranzInput) pollLoop(ctx context.Context, cl *kgo.Client) {
 			}
 		}
 	}
+}
+
+// waitForRoom blocks while max_buffered_records records wait to be handed
+// out and returns how many more may be polled; false once ctx ends. Not
+// polling is what bounds memory: the client fetches again only after its
+// buffered response has been polled.
+func (in *kafkaFranzInput) waitForRoom(ctx context.Context) (int, bool) {
+	for {
+		in.mu.Lock()
+		room := in.tracker.room()
+		changed := in.changed
+		in.mu.Unlock()
+		if room > 0 {
+			return room, true
+		}
+		select {
+		case <-ctx.Done():
+			return 0, false
+		case <-changed:
+		}
+	}
+}
+
+// bufferedRecords is how many fetched records wait to be handed out.
+func (in *kafkaFranzInput) bufferedRecords() int {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.tracker.buffered
 }
 
 // commitLoop commits acked offsets and refreshes the lag gauge every

@@ -711,6 +711,9 @@ func TestInputConfig(t *testing.T) {
 		{"revoke wait too long", "topics: [a]\nconsumer_group: g\nrevoke_wait: 2m\n", "revoke_wait"},
 		{"batching check", "topics: [a]\nconsumer_group: g\nbatching: {count: 5, check: 'true'}\n", "not supported"},
 		{"batching processors", "topics: [a]\nconsumer_group: g\nbatching: {count: 5, processors: [{mapping: 'root = this'}]}\n", "not supported"},
+		{"negative buffer budget", "topics: [a]\nconsumer_group: g\nmax_buffered_records: -1\n", "max_buffered_records must not be negative"},
+		{"zero fetch bytes", "topics: [a]\nconsumer_group: g\nfetch_max_bytes: 0\n", "fetch_max_bytes must be between"},
+		{"zero fetch wait", "topics: [a]\nconsumer_group: g\nfetch_max_wait: 0s\n", "fetch_max_wait must be at least"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -799,5 +802,104 @@ func TestInputConnectFailsWithoutBroker(t *testing.T) {
 	}
 	if err := in.Close(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestInputBufferBudgetWithSlowOutput has an output hold every batch it gets:
+// the records fetched and not handed out stay within max_buffered_records,
+// well below what checkpoint_limit alone allows (4 × 100), and once the
+// output acks, every record still arrives in order.
+func TestInputBufferBudgetWithSlowOutput(t *testing.T) {
+	const (
+		partitions   = 4
+		perPartition = 200
+		budget       = 50
+	)
+	topic, group := kfiName(t), kfiName(t)+"-g"
+	brokers := kfiCluster(t, topic, partitions)
+	kfiProduce(t, brokers, topic, partitions, perPartition)
+	in := kfiNewInput(t, brokers, topic, group,
+		fmt.Sprintf("checkpoint_limit: 100\nmax_buffered_records: %d\ncommit_period: 20ms\nbatching: {count: 10}\n", budget))
+
+	next := map[int32]int64{}
+	record := func(batch service.MessageBatch) {
+		t.Helper()
+		for _, d := range kfiCoords(t, batch) {
+			if d.offset != next[d.partition] {
+				t.Fatalf("partition %d: got offset %d, want %d", d.partition, d.offset, next[d.partition])
+			}
+			next[d.partition]++
+		}
+	}
+	// The slow output holds every batch it gets, until the input has
+	// nothing more to hand out: each partition it buffers then has a batch
+	// out, and the input can only fetch.
+	var held []service.AckFunc
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		batch, ack, err := in.ReadBatch(ctx)
+		cancel()
+		if err != nil {
+			break
+		}
+		record(batch)
+		held = append(held, ack)
+	}
+	if len(held) == 0 {
+		t.Fatalf("no batch handed out")
+	}
+	kfiEventually(t, "the budget to fill", func() bool { return in.bufferedRecords() == budget })
+	// Give the poll loop time to overrun the budget if it could.
+	time.Sleep(300 * time.Millisecond)
+	if got := in.bufferedRecords(); got != budget {
+		t.Fatalf("buffered with every batch held = %d, want the budget %d", got, budget)
+	}
+
+	ctx := context.Background()
+	for _, ack := range held {
+		_ = ack(ctx, nil)
+	}
+	total := 0
+	for _, n := range next {
+		total += int(n)
+	}
+	for total < partitions*perPartition {
+		batch, ack := kfiRead(t, in)
+		record(batch)
+		total += len(batch)
+		_ = ack(ctx, nil)
+	}
+	in.mu.Lock()
+	peak := in.tracker.peakBuffered
+	in.mu.Unlock()
+	if peak > budget {
+		t.Fatalf("buffered records peaked at %d, above max_buffered_records %d", peak, budget)
+	}
+}
+
+// TestInputBufferBudgetDefault checks that an unset max_buffered_records
+// follows batching.count, so raising the batch size never caps batches.
+func TestInputBufferBudgetDefault(t *testing.T) {
+	tests := []struct {
+		extra string
+		want  int
+	}{
+		{"", kfiDefaultBuffered},
+		{"batching: {count: 5000}\n", 10000},
+		{"batching: {count: 20000}\n", 40000},
+		{"batching: {count: 5000}\nmax_buffered_records: 7000\n", 7000},
+	}
+	for _, tc := range tests {
+		conf, err := kafkaFranzInputSpec().ParseYAML("topics: [a]\nconsumer_group: g\n"+tc.extra, nil)
+		if err != nil {
+			t.Fatalf("parsing %q: %v", tc.extra, err)
+		}
+		in, err := newKafkaFranzInput(conf, service.MockResources())
+		if err != nil {
+			t.Fatalf("building from %q: %v", tc.extra, err)
+		}
+		if in.maxBuffered != tc.want {
+			t.Errorf("%q: max_buffered_records = %d, want %d", tc.extra, in.maxBuffered, tc.want)
+		}
 	}
 }

@@ -78,15 +78,25 @@ type kfiCommit struct {
 // for concurrent use: the input guards it with its mutex.
 type kfiTracker struct {
 	limit int // checkpoint_limit: most unacked records held per partition
-	parts map[kfiTopicPartition]*kfiPartition
+
+	// budget is max_buffered_records: the poll loop adds no more records
+	// while buffered (pending records of all partitions) reaches it. Only a
+	// nack, which must not lose records, can take buffered past it.
+	budget       int
+	buffered     int
+	peakBuffered int // highest buffered after an add, for tests
+	parts        map[kfiTopicPartition]*kfiPartition
 
 	order []kfiTopicPartition // sorted keys of parts, for a fair round robin
 	next  int                 // where the next batch starts in order
 }
 
-func newKfiTracker(limit int) *kfiTracker {
-	return &kfiTracker{limit: limit, parts: map[kfiTopicPartition]*kfiPartition{}}
+func newKfiTracker(limit, budget int) *kfiTracker {
+	return &kfiTracker{limit: limit, budget: budget, parts: map[kfiTopicPartition]*kfiPartition{}}
 }
+
+// room is how many more records may be added within the budget.
+func (t *kfiTracker) room() int { return max(t.budget-t.buffered, 0) }
 
 // assign starts tracking a partition unless it is tracked already.
 func (t *kfiTracker) assign(tp kfiTopicPartition) *kfiPartition {
@@ -108,6 +118,7 @@ func (t *kfiTracker) drop(tp kfiTopicPartition) *kfiPartition {
 		return nil
 	}
 	delete(t.parts, tp)
+	t.buffered -= len(p.pending)
 	t.reorder()
 	return p
 }
@@ -136,6 +147,8 @@ func (t *kfiTracker) add(tp kfiTopicPartition, records []*kgo.Record, highWater 
 		p.firstSeen = records[0].Offset
 	}
 	p.pending = append(p.pending, records...)
+	t.buffered += len(records)
+	t.peakBuffered = max(t.peakBuffered, t.buffered)
 	if highWater > p.highWater {
 		p.highWater = highWater
 	}
@@ -150,7 +163,7 @@ func (t *kfiTracker) eligible(p *kfiPartition, now time.Time) bool {
 // ready counts the records and bytes the next batch could take now, and
 // whether more could still become ready without an ack: only a partition
 // with nothing in flight and room below the limit can fetch records that
-// would be eligible.
+// would be eligible, and only while the budget has room.
 func (t *kfiTracker) ready(now time.Time) (records, bytes int, canGrow bool) {
 	for _, tp := range t.order {
 		p := t.parts[tp]
@@ -161,7 +174,7 @@ func (t *kfiTracker) ready(now time.Time) (records, bytes int, canGrow bool) {
 				bytes += len(r.Value)
 			}
 		}
-		if len(p.inFlight) == 0 && p.unacked() < t.limit && !p.revoking && !now.Before(p.notBefore) {
+		if len(p.inFlight) == 0 && p.unacked() < t.limit && !p.revoking && !now.Before(p.notBefore) && t.buffered < t.budget {
 			canGrow = true
 		}
 	}
@@ -219,6 +232,7 @@ func (t *kfiTracker) take(maxCount, maxBytes int, now time.Time) []kfiClaim {
 		}
 		records := p.pending[:k:k]
 		p.pending = p.pending[k:]
+		t.buffered -= k
 		p.inFlight = records
 		p.claimSeq++
 		claims = append(claims, kfiClaim{part: p, seq: p.claimSeq, records: records})
@@ -254,6 +268,7 @@ func (t *kfiTracker) resolve(claims []kfiClaim, failed bool, now time.Time) []*k
 		back := make([]*kgo.Record, 0, len(c.records)+len(p.pending))
 		back = append(back, c.records...)
 		p.pending = append(back, p.pending...)
+		t.buffered += len(c.records)
 		p.notBefore = now.Add(kfiNackBackoff(p.nacks))
 		p.nacks++
 	}

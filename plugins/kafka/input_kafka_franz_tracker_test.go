@@ -43,7 +43,7 @@ func TestInputTrackerTake(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			tr := newKfiTracker(tc.limit)
+			tr := newKfiTracker(tc.limit, kfiTestNoBudget)
 			for tp, n := range tc.pending {
 				tr.assign(tp)
 				tr.add(tp, kfiRecords(tp.topic, tp.partition, 0, n), n)
@@ -72,7 +72,7 @@ func TestInputTrackerTake(t *testing.T) {
 
 func TestInputTrackerOnePartitionBatchInFlight(t *testing.T) {
 	tp := kfiTopicPartition{"t", 0}
-	tr := newKfiTracker(5)
+	tr := newKfiTracker(5, kfiTestNoBudget)
 	tr.add(tp, kfiRecords("t", 0, 0, 20), 20)
 	now := time.Now()
 	first := tr.take(0, 0, now)
@@ -101,7 +101,7 @@ func TestInputTrackerOnePartitionBatchInFlight(t *testing.T) {
 
 func TestInputTrackerNackRedeliversSameRecordsFirst(t *testing.T) {
 	tp := kfiTopicPartition{"t", 0}
-	tr := newKfiTracker(4)
+	tr := newKfiTracker(4, kfiTestNoBudget)
 	tr.add(tp, kfiRecords("t", 0, 0, 10), 10)
 	now := time.Now()
 	first := tr.take(0, 0, now)
@@ -159,7 +159,7 @@ func TestInputTrackerAckAfterRevokeIgnored(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			tr := newKfiTracker(10)
+			tr := newKfiTracker(10, kfiTestNoBudget)
 			tr.add(tp, kfiRecords("t", 0, 0, 5), 5)
 			now := time.Now()
 			claims := tr.take(0, 0, now)
@@ -185,7 +185,7 @@ func TestInputTrackerAckAfterRevokeIgnored(t *testing.T) {
 }
 
 func TestInputTrackerRoundRobin(t *testing.T) {
-	tr := newKfiTracker(2)
+	tr := newKfiTracker(2, kfiTestNoBudget)
 	for p := int32(0); p < 3; p++ {
 		tr.add(kfiTopicPartition{"t", p}, kfiRecords("t", p, 0, 10), 10)
 	}
@@ -200,5 +200,64 @@ func TestInputTrackerRoundRobin(t *testing.T) {
 	}
 	if len(seen) != 3 {
 		t.Fatalf("three batches served partitions %v, want each of 0,1,2 once", seen)
+	}
+}
+
+// kfiTestNoBudget is a max_buffered_records no test reaches, for tests about
+// something else.
+const kfiTestNoBudget = 1 << 30
+
+// TestInputTrackerBudget checks the accounting behind max_buffered_records:
+// room shrinks as records are fetched and grows as they are handed out or
+// dropped, a full budget stops a batch from waiting for more, and a nacked
+// batch goes back in front of its partition even when the budget is full.
+func TestInputTrackerBudget(t *testing.T) {
+	tp0 := kfiTopicPartition{"t", 0}
+	tp1 := kfiTopicPartition{"t", 1}
+	tr := newKfiTracker(10, 12)
+	now := time.Now()
+	tr.add(tp0, kfiRecords("t", 0, 0, 8), 8)
+	if got := tr.room(); got != 4 {
+		t.Fatalf("room after 8 of 12 = %d, want 4", got)
+	}
+	if _, _, canGrow := tr.ready(now); !canGrow {
+		t.Fatalf("ready says nothing more can arrive with room in the budget")
+	}
+	tr.add(tp1, kfiRecords("t", 1, 0, 4), 4)
+	if got := tr.room(); got != 0 {
+		t.Fatalf("room with the budget full = %d, want 0", got)
+	}
+	if records, _, canGrow := tr.ready(now); records != 12 || canGrow {
+		t.Fatalf("ready with the budget full = %d records, canGrow %v; want 12, false", records, canGrow)
+	}
+
+	first := tr.take(5, 0, now) // 5 records of partition 0
+	if got := tr.room(); got != 5 {
+		t.Fatalf("room after handing out 5 = %d, want 5", got)
+	}
+	tr.add(tp0, kfiRecords("t", 0, 8, 13), 13)
+	if got := tr.room(); got != 0 {
+		t.Fatalf("room after refilling = %d, want 0", got)
+	}
+	tr.resolve(first, true, now)
+	if got := tr.buffered; got != 17 {
+		t.Fatalf("buffered after a nack over a full budget = %d, want 17 (nothing dropped)", got)
+	}
+	again := tr.take(0, 0, now.Add(kfiNackBackoffMax))
+	var redelivered []int64
+	for _, c := range again {
+		if c.part.tp == tp0 {
+			redelivered = kfiOffsets(c)
+		}
+	}
+	if want := []int64{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}; !slices.Equal(redelivered, want) {
+		t.Fatalf("after the nack partition 0 handed out %v, want %v", redelivered, want)
+	}
+	if got := tr.buffered; got != 3 {
+		t.Fatalf("buffered after handing out 14 of 17 = %d, want 3", got)
+	}
+	tr.drop(tp0)
+	if got := tr.buffered; got != 0 {
+		t.Fatalf("buffered after dropping partition 0 with its 3 pending = %d, want 0", got)
 	}
 }
