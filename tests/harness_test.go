@@ -338,6 +338,10 @@ func metricLines(scrape, prefix string) string {
 	return strings.Join(out, "\n")
 }
 
+// fullScale reports whether SP_TEST_SCALE=full asks for the sizes
+// (make chaos, make bench); by default the load tests stay modest.
+func fullScale() bool { return os.Getenv("SP_TEST_SCALE") == "full" }
+
 // poll calls done every interval until it returns true, and reports
 // whether it did before within passed.
 func poll(within, every time.Duration, done func() bool) bool {

@@ -34,7 +34,7 @@ const (
 // ratio ingest/broker. 50,000 transactions, 500,000 with SP_TEST_SCALE=full.
 func BenchmarkIngestThroughput(b *testing.B) {
 	n := 50000
-	if os.Getenv("SP_TEST_SCALE") == "full" {
+	if fullScale() {
 		n = 500000
 	}
 	k := newTestKafka(b)

@@ -149,7 +149,7 @@ output:
 // output had written when the offset was read.
 func TestKafkaInputNeverCommitsPastUnprocessedRecords(t *testing.T) {
 	n := 20000
-	if os.Getenv("SP_TEST_SCALE") == "full" {
+	if fullScale() {
 		n = 100000
 	}
 	k := newTestKafka(t)

@@ -70,7 +70,7 @@ func benchTuning(b *testing.B) (workers, batch int) {
 // persister taken while it writes (http.debug_endpoints).
 func BenchmarkPersistThroughput(b *testing.B) {
 	n := 100000
-	if lgFullScale() {
+	if fullScale() {
 		n = 1000000
 	}
 	// Built now, so the build is not timed as the persister's start-up.

@@ -21,10 +21,6 @@ import (
 	"github.com/speculapro/speculapro/internal/loadgen"
 )
 
-// lgFullScale reports whether SP_TEST_SCALE=full asks for the sizes
-// (make chaos, make bench); by default the load tests stay modest.
-func lgFullScale() bool { return os.Getenv("SP_TEST_SCALE") == "full" }
-
 // lgSeed is SP_TEST_SEED when set, to replay a failed run (its data and
 // its kill moments), else a fresh seed; the test logs it either way.
 func lgSeed(t testing.TB) uint64 {
@@ -189,7 +185,7 @@ func TestPersistCrashKillsAndRebalances(t *testing.T) {
 	// while transactions keep arriving.
 	const loadFor, events, restartGap = 60 * time.Second, 6, 8 * time.Second
 	settle := 4 * time.Minute
-	if lgFullScale() {
+	if fullScale() {
 		cfg.Count, cfg.Accounts, cfg.Counterparties = 200000, 20000, 5000
 		settle = 10 * time.Minute
 	}

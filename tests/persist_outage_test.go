@@ -2,7 +2,6 @@ package tests
 
 import (
 	"context"
-	"os"
 	"testing"
 	"time"
 
@@ -21,7 +20,7 @@ import (
 // because the shared one must never be stopped.
 func TestPersistRidesOutDatabaseOutage(t *testing.T) {
 	perPhase := 1500
-	if os.Getenv("SP_TEST_SCALE") == "full" {
+	if fullScale() {
 		perPhase = 50000
 	}
 	pg := testenv.PrivatePostgres(t)

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -61,9 +62,7 @@ func runDev(c *cli.Context) error {
 	if err != nil {
 		return fmt.Errorf("dev: locating own binary: %w", err)
 	}
-	if err := setDevDefaults(); err != nil {
-		return err
-	}
+	setDevDefaults()
 
 	if !config.KafkaBrokers.IsSet() {
 		dataDir := filepath.Join(config.DataDir.Value(), "kafka")
@@ -102,7 +101,7 @@ func runDev(c *cli.Context) error {
 }
 
 // setDevDefaults fills in the settings a laptop has no reason to set by hand.
-func setDevDefaults() error {
+func setDevDefaults() {
 	setDefault := func(s config.Setting, v string) {
 		if !s.IsSet() {
 			os.Setenv(s.Name, v)
@@ -116,7 +115,6 @@ func setDevDefaults() error {
 		setDefault(config.FingerprintKey, fp)
 		fmt.Println("dev: WARNING: SP_ENCRYPTION_KEY / SP_FINGERPRINT_KEY unset, using the publicly known dev-only keys")
 	}
-	return nil
 }
 
 func devPipelines(dir string) ([]string, error) {
@@ -126,16 +124,13 @@ func devPipelines(dir string) ([]string, error) {
 	}
 	var out []string
 	for _, p := range all {
-		if filepath.Ext(p) == ".yaml" && !isBenthosTest(p) {
+		// The engine's unit-test definitions sit beside the pipelines; they are
+		// not pipelines.
+		if !strings.HasSuffix(p, "_benthos_test.yaml") {
 			out = append(out, p)
 		}
 	}
 	return out, nil
-}
-
-func isBenthosTest(path string) bool {
-	const suffix = "_benthos_test.yaml"
-	return len(path) > len(suffix) && path[len(path)-len(suffix):] == suffix
 }
 
 // runChild runs this binary with args, in its own process group so that a

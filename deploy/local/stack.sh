@@ -169,7 +169,8 @@ pg_down() {
 # ---------------------------------------------------------------------------------------------
 # Redis
 
-redis_ready() { [[ "$(redis-cli -h "$REDIS_HOST" -p "$REDIS_PORT" ping 2>/dev/null)" == PONG ]]; }
+# timeout: a redis that accepts but never answers must not hold wait_for past its bound.
+redis_ready() { [[ "$(timeout 5 redis-cli -h "$REDIS_HOST" -p "$REDIS_PORT" ping 2>/dev/null)" == PONG ]]; }
 
 redis_up() {
   if redis_ready; then

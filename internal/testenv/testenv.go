@@ -13,26 +13,25 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/speculapro/speculapro/internal/config"
 )
 
-// Defaults match deploy/local/stack.sh.
-const (
-	defaultSuperuserURL = "postgres://postgres:postgres@127.0.0.1:5432/postgres?sslmode=disable"
-	defaultRedisURL     = "redis://127.0.0.1:6379/0"
-	defaultKafka        = "127.0.0.1:19092"
-)
+// defaultKafka is the broker of deploy/local/stack.sh. The PostgreSQL and
+// Redis URLs come from internal/config, whose defaults match the stack too.
+const defaultKafka = "127.0.0.1:19092"
 
 // PostgresSuperuserURL returns a superuser URL of the test PostgreSQL
 // (SP_DB_SUPERUSER_URL), skipping the test loudly when it does not answer.
 func PostgresSuperuserURL(t testing.TB) string {
-	u := envOr("SP_DB_SUPERUSER_URL", defaultSuperuserURL)
+	u := config.DBSuperuserURL.Value()
 	requireTCP(t, "PostgreSQL", hostOf(t, u, "127.0.0.1:5432"))
 	return u
 }
 
 // RedisURL returns the test Redis URL (SP_REDIS_URL), skipping loudly when absent.
 func RedisURL(t testing.TB) string {
-	u := envOr("SP_REDIS_URL", defaultRedisURL)
+	u := config.RedisURL.Value()
 	requireTCP(t, "Redis", hostOf(t, u, "127.0.0.1:6379"))
 	return u
 }

@@ -72,7 +72,11 @@ func (a *ingestAPI) routes() http.Handler {
 					w.Header().Set("WWW-Authenticate", `Bearer realm="speculapro"`)
 					code = writeError(w, http.StatusUnauthorized, err)
 				case err != nil:
-					a.log.Warnf("ingest_api: %v", err)
+					// A client that hung up cancelled the lookup itself:
+					// that is no fault of PostgreSQL's.
+					if r.Context().Err() == nil {
+						a.log.Warnf("ingest_api: %v", err)
+					}
 					code = writeError(w, http.StatusServiceUnavailable, errAuthUnavailable)
 				default:
 					code = rt.handle(w, r, ws)
@@ -311,17 +315,17 @@ func (a *ingestAPI) storedIDs(ctx context.Context, ws event.UUID, kind event.Kin
 	if kind == event.KindAccountEvent {
 		table = "speculapro.account_events"
 	}
-	ids := make([]string, len(items))
+	ids := make([]event.UUID, len(items))
 	ats := make([]time.Time, len(items))
 	for i, it := range items {
-		ids[i], ats[i] = it.id.String(), it.occurredAt
+		ids[i], ats[i] = it.id, it.occurredAt
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), iaProbeTimeout)
 	defer cancel()
 	stored := make(map[event.UUID]bool)
 	err := a.inWorkspace(ctx, ws, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `SELECT t.id FROM `+table+` t
-			JOIN unnest($1::text[]::uuid[], $2::timestamptz[]) AS k(id, at) ON t.id = k.id AND t.occurred_at = k.at`, ids, ats)
+			JOIN unnest($1::uuid[], $2::timestamptz[]) AS k(id, at) ON t.id = k.id AND t.occurred_at = k.at`, ids, ats)
 		if err != nil {
 			return err
 		}

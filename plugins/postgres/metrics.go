@@ -31,7 +31,6 @@ type timer interface {
 }
 
 type persistMetrics struct {
-	table          string
 	batches        counter
 	stored         counter
 	skipped        counter
@@ -43,9 +42,8 @@ type persistMetrics struct {
 	stage          timer // label stage
 }
 
-func newPersistMetrics(m *service.Metrics, table string) *persistMetrics {
+func newPersistMetrics(m *service.Metrics) *persistMetrics {
 	return &persistMetrics{
-		table:          table,
 		batches:        m.NewCounter(metricBatches, "table"),
 		stored:         m.NewCounter(metricRowsStored, "table"),
 		skipped:        m.NewCounter(metricRowsSkipped, "table"),

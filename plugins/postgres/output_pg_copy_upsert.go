@@ -245,7 +245,7 @@ func newPgCopyUpsert(ctx context.Context, o pcuOptions, dl deadLetterSink, mgr *
 		maxBackoff:     o.maxBackoff,
 		attemptTimeout: o.attemptTimeout,
 		log:            mgr.Logger(),
-		m:              newPersistMetrics(mgr.Metrics(), o.table),
+		m:              newPersistMetrics(mgr.Metrics()),
 	}
 	switch o.table {
 	case tableTransactions:

@@ -48,10 +48,10 @@ func (c *fakeCounters) get(key string) int64 {
 	return c.n[key]
 }
 
-func (c *fakeCounters) metrics(table string) *persistMetrics {
+func (c *fakeCounters) metrics() *persistMetrics {
 	mk := func(name string) fakeCounter { return fakeCounter{c, name} }
 	return &persistMetrics{
-		table: table, batches: mk("batches"), stored: mk("stored"), skipped: mk("skipped"),
+		batches: mk("batches"), stored: mk("stored"), skipped: mk("skipped"),
 		placeholders: mk("placeholders"), counterparties: mk("counterparties"), deadLetters: mk("dead_letters"),
 		retries: mk("retries"), faults: mk("faults"), stage: mk("stage"),
 	}
@@ -120,7 +120,7 @@ func (h *harness) newOutput(table, url string) *pgCopyUpsert {
 	if err != nil {
 		h.t.Fatalf("newPgCopyUpsert: %v", err)
 	}
-	out.m = h.m.metrics(table)
+	out.m = h.m.metrics()
 	h.t.Cleanup(func() { _ = out.Close(context.Background()) })
 	return out
 }
