@@ -19,14 +19,12 @@ import (
 )
 
 const (
-	iaFieldAddress        = "address"
-	iaFieldDBURL          = "db_url"
-	iaFieldMaxItems       = "max_items"
-	iaFieldMaxBodyBytes   = "max_body_bytes"
-	iaFieldAckTimeout     = "ack_timeout"
-	iaFieldRecentIDs      = "recent_ids"
-	iaFieldEncryptionKey  = "encryption_key"
-	iaFieldFingerprintKey = "fingerprint_key"
+	iaFieldAddress      = "address"
+	iaFieldDBURL        = "db_url"
+	iaFieldMaxItems     = "max_items"
+	iaFieldMaxBodyBytes = "max_body_bytes"
+	iaFieldAckTimeout   = "ack_timeout"
+	iaFieldRecentIDs    = "recent_ids"
 
 	// iaRejectPrefix starts the error of an item the pipeline refused for
 	// its content (see pipelines/ingest.yaml, whose reject output writes
@@ -93,15 +91,8 @@ Messages carry metadata `+"`ingest_topic`"+` (`+"`txn.ingested`"+` or `+"`accoun
 				Description("How many recently accepted IDs are remembered to answer a resend `duplicate` before the persister stored it.").
 				Default(200000).
 				Advanced(),
-			service.NewStringField(iaFieldEncryptionKey).
-				Description("Key ring for account numbers written by `PUT /v1/accounts`, in `SP_ENCRYPTION_KEY`'s format; empty means that variable.").
-				Secret().
-				Default(""),
-			service.NewStringField(iaFieldFingerprintKey).
-				Description("Fingerprint key for account numbers, in `SP_FINGERPRINT_KEY`'s format; empty means that variable.").
-				Secret().
-				Default(""),
-		)
+		).
+		Fields(identity.KeyFields()...)
 }
 
 func init() {
@@ -193,21 +184,7 @@ func newIngestAPIFromParsed(conf *service.ParsedConfig, mgr *service.Resources) 
 			iaFieldMaxItems, iaFieldMaxBodyBytes, iaFieldAckTimeout, iaFieldRecentIDs)
 	}
 	a.recent = newRecentIDs(recent)
-	encKey, err := conf.FieldString(iaFieldEncryptionKey)
-	if err != nil {
-		return nil, err
-	}
-	if encKey == "" {
-		encKey = config.EncryptionKey.Value()
-	}
-	fpKey, err := conf.FieldString(iaFieldFingerprintKey)
-	if err != nil {
-		return nil, err
-	}
-	if fpKey == "" {
-		fpKey = config.FingerprintKey.Value()
-	}
-	if a.protector, err = identity.NewProtector(encKey, fpKey); err != nil {
+	if a.protector, err = identity.ProtectorFromParsed(conf); err != nil {
 		return nil, fmt.Errorf("ingest_api: %w", err)
 	}
 	return a, nil

@@ -8,13 +8,10 @@ import (
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 
-	"github.com/speculapro/speculapro/internal/config"
 	"github.com/speculapro/speculapro/internal/identity"
 )
 
 const (
-	cfpFieldEncryptionKey    = "encryption_key"
-	cfpFieldFingerprintKey   = "fingerprint_key"
 	cfpFieldIdentifierPaths  = "identifier_paths"
 	cfpFieldCounterpartyPath = "counterparty_path"
 )
@@ -53,17 +50,8 @@ A message whose identifier is invalid fails (the error names the field and the r
 value) and the rest of the batch proceeds. Even a failed message leaves without the clear value: every
 clear identifier field is removed before the message is passed on, so nothing clear ever leaves this
 processor. Messages already processed pass through unchanged, so running it twice is harmless.`).
+		Fields(identity.KeyFields()...).
 		Fields(
-			service.NewStringField(cfpFieldEncryptionKey).
-				Description("Key ring for identifier encryption: comma-separated `<key-id>:<64 hex chars>` entries, the first is current (encrypts), all decrypt. Empty means the `SP_ENCRYPTION_KEY` environment variable. Missing keys stop the pipeline at start.").
-				Secret().
-				Default("").
-				Example("${SP_ENCRYPTION_KEY}"),
-			service.NewStringField(cfpFieldFingerprintKey).
-				Description("HMAC-SHA256 key for fingerprints, at least 64 hex characters. Empty means the `SP_FINGERPRINT_KEY` environment variable. Never change it once data is stored: every stored fingerprint would stop matching.").
-				Secret().
-				Default("").
-				Example("${SP_FINGERPRINT_KEY}"),
 			service.NewStringListField(cfpFieldIdentifierPaths).
 				Description("Dot-separated paths of the fields that may hold a clear identifier. A missing, null or empty field is skipped.").
 				Default([]any{"counterparty.identifier", "account_number"}).
@@ -97,21 +85,7 @@ type counterpartyFingerprint struct {
 }
 
 func newCounterpartyFingerprintFromParsed(conf *service.ParsedConfig) (*counterpartyFingerprint, error) {
-	encKey, err := conf.FieldString(cfpFieldEncryptionKey)
-	if err != nil {
-		return nil, err
-	}
-	if encKey == "" {
-		encKey = config.EncryptionKey.Value()
-	}
-	fpKey, err := conf.FieldString(cfpFieldFingerprintKey)
-	if err != nil {
-		return nil, err
-	}
-	if fpKey == "" {
-		fpKey = config.FingerprintKey.Value()
-	}
-	protector, err := identity.NewProtector(encKey, fpKey)
+	protector, err := identity.ProtectorFromParsed(conf)
 	if err != nil {
 		return nil, fmt.Errorf("counterparty_fingerprint: %w", err)
 	}
