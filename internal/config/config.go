@@ -49,12 +49,12 @@ var (
 
 	DBSuperuserURL = Setting{"SP_DB_SUPERUSER_URL", "postgres://postgres:postgres@127.0.0.1:5432/postgres?sslmode=disable", "Superuser URL used only by `speculapro migrate --bootstrap` (and the tests) to create roles and the database"}
 
-	RedisURL = Setting{"SP_REDIS_URL", "redis://127.0.0.1:6379/0", "Redis URL for running totals and the decision spool"}
+	RedisURL = Setting{"SP_REDIS_URL", "redis://127.0.0.1:6379/0", "Redis URL for running totals and the decision spool (the stream and decision roles, not built yet)"}
 
 	PersistGroup    = Setting{"SP_PERSIST_GROUP", "speculapro-persist", "Consumer group of the persister; renaming it replays the whole topic"}
 	PersistWorkers  = Setting{"SP_PERSIST_WORKERS", "4", "Concurrent writers per persist process; raise when consumer lag keeps growing"}
 	PersistBatchMax = Setting{"SP_PERSIST_BATCH_MAX", "5000", "Most records written in one database transaction"}
-	StreamGroup     = Setting{"SP_STREAM_GROUP", "speculapro-stream", "Consumer group of the stream evaluator; renaming it replays the whole topic"}
+	StreamGroup     = Setting{"SP_STREAM_GROUP", "speculapro-stream", "Consumer group of the stream evaluator (not built yet); renaming it replays the whole topic"}
 
 	EncryptionKey  = Setting{"SP_ENCRYPTION_KEY", "", "AES-256 key ring for identifiers: <key-id>:<64 hex chars>, comma-separated, first encrypts, all decrypt (rotation); required outside `speculapro dev`"}
 	FingerprintKey = Setting{"SP_FINGERPRINT_KEY", "", "HMAC-SHA256 key for identifier fingerprints, 64+ hex chars; never change it once data is stored"}
@@ -62,7 +62,7 @@ var (
 	IngestAddr = Setting{"SP_INGEST_ADDR", "127.0.0.1:8080", "Address the ingest API (pipelines/ingest.yaml) listens on"}
 	HTTPAddr   = Setting{"SP_HTTP_ADDR", "127.0.0.1:4195", "Address of the engine's HTTP server (/metrics, /ping, /ready)"}
 	DataDir    = Setting{"SP_DATA_DIR", "./.speculapro", "Where `speculapro dev` keeps its embedded broker's data"}
-	LogLevel   = Setting{"SP_LOG_LEVEL", "INFO", "Log level: ERROR, WARN, INFO, DEBUG, TRACE or NONE; DEBUG shows every batch"}
+	LogLevel   = Setting{"SP_LOG_LEVEL", "INFO", "Log level: ERROR, WARN, INFO, DEBUG, TRACE or NONE; DEBUG when chasing a problem"}
 )
 
 // All returns every setting, sorted by name.
