@@ -6,6 +6,7 @@ import (
 	_ "github.com/redpanda-data/benthos/v4/public/components/io"
 	_ "github.com/redpanda-data/benthos/v4/public/components/pure"
 	_ "github.com/speculapro/speculapro/plugins/api"
+	_ "github.com/speculapro/speculapro/plugins/event"
 	_ "github.com/speculapro/speculapro/plugins/identity"
 	_ "github.com/speculapro/speculapro/plugins/kafka"
 	_ "github.com/speculapro/speculapro/plugins/observe"

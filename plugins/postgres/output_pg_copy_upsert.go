@@ -16,6 +16,7 @@ import (
 
 	"github.com/speculapro/speculapro/internal/config"
 	"github.com/speculapro/speculapro/internal/event"
+	"github.com/speculapro/speculapro/internal/eventmsg"
 	"github.com/speculapro/speculapro/internal/pgclass"
 	"github.com/speculapro/speculapro/internal/pgrole"
 	"github.com/speculapro/speculapro/internal/retry"
@@ -340,7 +341,7 @@ func (o *pgCopyUpsert) WriteBatch(ctx context.Context, batch service.MessageBatc
 			dead = append(dead, deadLetter{index: i, message: err.Error()})
 			continue
 		}
-		env, err := envelopeOf(msg, o.kind)
+		env, err := eventmsg.Of(msg, o.kind)
 		if err != nil {
 			dead = append(dead, deadLetter{index: i, message: err.Error()})
 			continue

@@ -1,4 +1,4 @@
-package postgres
+package event
 
 import (
 	"context"
@@ -8,11 +8,17 @@ import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/speculapro/speculapro/internal/event"
+	"github.com/speculapro/speculapro/internal/eventmsg"
 )
 
 const (
 	edFieldKind = "kind"
+	edFieldRole = "role"
 )
+
+// Every role's per-stage timer, named after the role that runs the step
+// (speculapro_persist_stage_duration_ns, speculapro_stream_stage_duration_ns).
+const metricStageDurationFormat = "speculapro_%s_stage_duration_ns"
 
 func eventDecodeSpec() *service.ConfigSpec {
 	return service.NewConfigSpec().
@@ -24,16 +30,20 @@ Each message's content is decoded as an event envelope (`+"`internal/event`"+`).
 unknown version, lacks its `+"`id`"+` or `+"`workspace_id`"+`, fails the envelope's validation, or is of another
 `+"`kind`"+` than configured is flagged with an error (test it with `+"`errored()`"+`); its content is left exactly as
 it arrived. A readable record is also left as it arrived, and carries its decoded envelope to
-`+"`pg_copy_upsert`"+`, which then does not decode it again.
+the next steps (`+"`pg_copy_upsert`"+`, `+"`feature_update`"+`, `+"`rule_eval`"+`), which then do not decode it again.
 
 Decoding is the heaviest per-record work of the persister. Doing it here lets the engine's pipeline threads
 decode the next batches while the output writes the current one.
 
-The time each batch took is recorded in `+"`speculapro_persist_stage_duration_ns`"+` with `+"`stage=\"decode\"`"+`
+The time each batch took is recorded in `+"`speculapro_<role>_stage_duration_ns`"+` with `+"`stage=\"decode\"`"+`
 (per-batch work, not wall-clock: the stages of different batches overlap).`).
 		Fields(
 			service.NewStringEnumField(edFieldKind, string(event.KindTransaction), string(event.KindAccountEvent)).
 				Description("The kind of event the topic carries; a record of another kind is flagged."),
+			service.NewStringEnumField(edFieldRole, "persist", "stream").
+				Description("The role running the step, which names its stage-duration metric.").
+				Default("persist").
+				Advanced(),
 		).
 		Example("Transactions", "", `
 pipeline:
@@ -50,6 +60,11 @@ func init() {
 		})
 }
 
+// timer is what the processor uses of a *service.MetricTimer; tests read their own.
+type timer interface {
+	Timing(delta int64, labelValues ...string)
+}
+
 type eventDecode struct {
 	kind     event.Kind
 	duration timer
@@ -64,8 +79,15 @@ func newEventDecode(conf *service.ParsedConfig, mgr *service.Resources) (*eventD
 	if k := event.Kind(kind); k != event.KindTransaction && k != event.KindAccountEvent {
 		return nil, fmt.Errorf("event_decode: %s must be %s or %s, got %q", edFieldKind, event.KindTransaction, event.KindAccountEvent, kind)
 	}
+	role, err := conf.FieldString(edFieldRole)
+	if err != nil {
+		return nil, err
+	}
+	if role != "persist" && role != "stream" {
+		return nil, fmt.Errorf("event_decode: %s must be persist or stream, got %q", edFieldRole, role)
+	}
 	d := &eventDecode{kind: event.Kind(kind), table: tableOfKind(event.Kind(kind))}
-	d.duration = mgr.Metrics().NewTimer(metricStageDuration, "table", "stage")
+	d.duration = mgr.Metrics().NewTimer(fmt.Sprintf(metricStageDurationFormat, role), "table", "stage")
 	return d, nil
 }
 
@@ -75,13 +97,13 @@ func (d *eventDecode) ProcessBatch(_ context.Context, batch service.MessageBatch
 	start := time.Now()
 	out := make(service.MessageBatch, len(batch))
 	for i, msg := range batch {
-		env, err := decodeMessage(msg, d.kind)
+		env, err := eventmsg.Decode(msg, d.kind)
 		if err != nil {
 			msg.SetError(err)
 			out[i] = msg
 			continue
 		}
-		out[i] = withEnvelope(msg, env)
+		out[i] = eventmsg.With(msg, env)
 	}
 	d.duration.Timing(time.Since(start).Nanoseconds(), d.table, "decode")
 	return []service.MessageBatch{out}, nil
@@ -90,17 +112,10 @@ func (d *eventDecode) ProcessBatch(_ context.Context, batch service.MessageBatch
 // Close releases nothing.
 func (d *eventDecode) Close(context.Context) error { return nil }
 
-func decodeMessage(msg *service.Message, want event.Kind) (*event.Envelope, error) {
-	raw, err := msg.AsBytes()
-	if err != nil {
-		return nil, fmt.Errorf("%w: reading the record: %v", event.ErrNotJSON, err)
+// tableOfKind names the table a kind is stored in, the metrics' table label.
+func tableOfKind(k event.Kind) string {
+	if k == event.KindAccountEvent {
+		return "account_events"
 	}
-	env, err := event.Decode(raw)
-	if err != nil {
-		return nil, err
-	}
-	if env.Kind != want {
-		return nil, fmt.Errorf("%w: a %s event on a %s topic", event.ErrNotJSON, env.Kind, want)
-	}
-	return &env, nil
+	return "transactions"
 }

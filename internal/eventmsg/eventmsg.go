@@ -1,0 +1,43 @@
+package eventmsg
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/redpanda-data/benthos/v4/public/service"
+
+	"github.com/speculapro/speculapro/internal/event"
+)
+
+type envelopeKey struct{}
+
+// With returns msg carrying env.
+func With(msg *service.Message, env *event.Envelope) *service.Message {
+	return msg.WithContext(context.WithValue(msg.Context(), envelopeKey{}, env))
+}
+
+// Of returns the envelope event_decode attached to msg, decoding the content
+// when the pipeline has no event_decode step. The error is an undecodable
+// one (event.IsUndecodable): not an envelope, or not of the kind wanted.
+func Of(msg *service.Message, want event.Kind) (*event.Envelope, error) {
+	if env, ok := msg.Context().Value(envelopeKey{}).(*event.Envelope); ok {
+		return env, nil
+	}
+	return Decode(msg, want)
+}
+
+// Decode decodes msg's content as an envelope of kind want.
+func Decode(msg *service.Message, want event.Kind) (*event.Envelope, error) {
+	raw, err := msg.AsBytes()
+	if err != nil {
+		return nil, fmt.Errorf("%w: reading the record: %v", event.ErrNotJSON, err)
+	}
+	env, err := event.Decode(raw)
+	if err != nil {
+		return nil, err
+	}
+	if env.Kind != want {
+		return nil, fmt.Errorf("%w: a %s event on a %s topic", event.ErrNotJSON, env.Kind, want)
+	}
+	return &env, nil
+}

@@ -1,0 +1,91 @@
+package event
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redpanda-data/benthos/v4/public/service"
+
+	"github.com/speculapro/speculapro/internal/event"
+	"github.com/speculapro/speculapro/internal/eventmsg"
+)
+
+func TestEventDecodeConfig(t *testing.T) {
+	for _, tt := range []struct {
+		yaml    string
+		wantErr bool
+	}{
+		{"kind: transaction", false},
+		{"kind: account_event", false},
+		{"kind: transaction\nrole: stream", false},
+		{"kind: transaction\nrole: ingest", true},
+		{"kind: refund", true},
+		{"{}", true},
+	} {
+		conf, err := eventDecodeSpec().ParseYAML(tt.yaml, nil)
+		if err == nil {
+			_, err = newEventDecode(conf, service.MockResources())
+		}
+		if (err != nil) != tt.wantErr {
+			t.Errorf("ParseYAML(%q): %v, wantErr %v", tt.yaml, err, tt.wantErr)
+		}
+	}
+}
+
+type stageTimes map[string]int
+
+func (s stageTimes) Timing(_ int64, labels ...string) { s[labels[len(labels)-1]]++ }
+
+func testTransaction(t *testing.T, ws event.UUID, ext string) []byte {
+	t.Helper()
+	at := time.Date(2026, 11, 3, 10, 0, 0, 0, time.UTC)
+	b, err := event.Encode(event.Envelope{
+		Kind: event.KindTransaction, ID: event.TransactionID(ws, ext, at), WorkspaceID: ws,
+		ExternalID: ext, OccurredAt: at, AccountExternalID: "acc-1",
+		Amount: "12.50", Currency: "EUR", Direction: event.DirectionOut,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// The later steps must use what the processor decoded, not decode again, and
+// must see a flagged record as flagged.
+func TestEventDecodeHandsEnvelopeOn(t *testing.T) {
+	ws := event.UUID{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
+	good := testTransaction(t, ws, "txn-000001")
+	times := stageTimes{}
+	d := &eventDecode{kind: event.KindTransaction, table: "transactions", duration: times}
+	out, err := d.ProcessBatch(context.Background(), service.MessageBatch{service.NewMessage(good), service.NewMessage([]byte("{"))})
+	if err != nil || len(out) != 1 || len(out[0]) != 2 {
+		t.Fatalf("ProcessBatch: %v, %v", out, err)
+	}
+	first, err := eventmsg.Of(out[0][0], event.KindTransaction)
+	if err != nil || first.ExternalID != "txn-000001" {
+		t.Fatalf("eventmsg.Of(good) = %+v, %v", first, err)
+	}
+	if again, _ := eventmsg.Of(out[0][0], event.KindTransaction); again != first {
+		t.Errorf("a later step decoded again instead of using the processor's envelope")
+	}
+	if err := out[0][1].GetError(); !errors.Is(err, event.ErrNotJSON) {
+		t.Errorf("flag on a broken record = %v, want ErrNotJSON", err)
+	}
+	if raw, _ := out[0][0].AsBytes(); string(raw) != string(good) {
+		t.Errorf("the processor changed the record's content")
+	}
+	if times["decode"] != 1 {
+		t.Errorf("decode stage timed %d times per batch, want 1", times["decode"])
+	}
+}
+
+func TestEventDecodeFlagsTheWrongKind(t *testing.T) {
+	ws := event.UUID{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
+	d := &eventDecode{kind: event.KindAccountEvent, table: "account_events", duration: stageTimes{}}
+	out, _ := d.ProcessBatch(context.Background(), service.MessageBatch{service.NewMessage(testTransaction(t, ws, "t1"))})
+	if err := out[0][0].GetError(); !errors.Is(err, event.ErrNotJSON) {
+		t.Errorf("a transaction on the account events topic: %v, want ErrNotJSON", err)
+	}
+}
