@@ -60,6 +60,7 @@ VALUES ($1::uuid, 'n1', 'alert.created', 'email', 'ops@example.com')`, ws)
 	ep := one("INSERT INTO webhook_endpoints (workspace_id, url, secret_encrypted) VALUES ($1::uuid, 'https://example.com/hook', '\\x03'::bytea)", ws)
 	one(`INSERT INTO webhook_deliveries (workspace_id, endpoint_id, event_type, event_id, payload)
 VALUES ($1::uuid, $2::uuid, 'alert.created', gen_random_uuid(), '{}')`, ws, ep)
+	one("INSERT INTO notification_subscriptions (workspace_id, channel, recipient) VALUES ($1::uuid, 'email', 'ops@example.com')", ws)
 }
 
 // workspaceTables lists every table and partition of the schema that has a
