@@ -49,12 +49,13 @@ var (
 
 	DBSuperuserURL = Setting{"SP_DB_SUPERUSER_URL", "postgres://postgres:postgres@127.0.0.1:5432/postgres?sslmode=disable", "Superuser URL used only by `speculapro migrate --bootstrap` (and the tests) to create roles and the database"}
 
-	RedisURL = Setting{"SP_REDIS_URL", "redis://127.0.0.1:6379/0", "Redis URL for running totals and the decision spool (the stream and decision roles, not built yet)"}
+	RedisURL = Setting{"SP_REDIS_URL", "redis://127.0.0.1:6379/0", "Redis for the stream's running totals (and later the decision spool): redis://[user:pass@]host:port/db, or a Redis Cluster's seed nodes as comma-separated URLs (or one URL with ?cluster=true)"}
 
 	PersistGroup    = Setting{"SP_PERSIST_GROUP", "speculapro-persist", "Consumer group of the persister; renaming it replays the whole topic"}
 	PersistWorkers  = Setting{"SP_PERSIST_WORKERS", "4", "Concurrent writers per persist process; raise when consumer lag keeps growing"}
 	PersistBatchMax = Setting{"SP_PERSIST_BATCH_MAX", "5000", "Most records written in one database transaction"}
-	StreamGroup     = Setting{"SP_STREAM_GROUP", "speculapro-stream", "Consumer group of the stream evaluator (not built yet); renaming it replays the whole topic"}
+	StreamGroup     = Setting{"SP_STREAM_GROUP", "speculapro-stream", "Consumer group of the stream evaluator (its account-event twin adds -events); renaming it replays the whole topic and inflates the running totals beyond SP_STREAM_REPLAY_TTL"}
+	StreamReplayTTL = Setting{"SP_STREAM_REPLAY_TTL", "30m", "How long the stream remembers it has counted an event, so a replay inside it changes no running total; beyond it a replayed event counts again"}
 
 	EncryptionKey  = Setting{"SP_ENCRYPTION_KEY", "", "AES-256 key ring for identifiers: <key-id>:<64 hex chars>, comma-separated, first encrypts, all decrypt (rotation); required outside `speculapro dev`"}
 	FingerprintKey = Setting{"SP_FINGERPRINT_KEY", "", "HMAC-SHA256 key for identifier fingerprints, 64+ hex chars; never change it once data is stored"}
@@ -71,7 +72,7 @@ func All() []Setting {
 		KafkaBrokers, KafkaTLSEnabled, KafkaTLSCAFile, KafkaTLSCertFile, KafkaTLSKeyFile,
 		KafkaSASLMechanism, KafkaUsername, KafkaPassword, KafkaTopicPrefix, KafkaPartitions,
 		KafkaReplicationFactor, DBURL, DBSystemURL, DBOwnerURL, DBSuperuserURL, RedisURL, PersistGroup,
-		PersistWorkers, PersistBatchMax, StreamGroup, EncryptionKey, FingerprintKey,
+		PersistWorkers, PersistBatchMax, StreamGroup, StreamReplayTTL, EncryptionKey, FingerprintKey,
 		HTTPAddr, DataDir, LogLevel, IngestAddr,
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i].Name < all[j].Name })
