@@ -18,7 +18,6 @@ import (
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/eventmsg"
 	"github.com/speculapro/speculapro/internal/pgclass"
-	"github.com/speculapro/speculapro/internal/pgrole"
 	"github.com/speculapro/speculapro/internal/retry"
 )
 
@@ -231,9 +230,9 @@ func newPgCopyUpsertFromConfig(conf *service.ParsedConfig, mgr *service.Resource
 	return out, nil
 }
 
-// newPgCopyUpsert opens the pool and runs the start-up role check, so a
-// persister with the wrong role fails while the engine builds the stream,
-// before its input has handed out anything.
+// newPgCopyUpsert opens the pool and runs the start-up role check
+// (openSystemPool), so a persister with the wrong role fails while the engine
+// builds the stream, before its input has handed out anything.
 func newPgCopyUpsert(ctx context.Context, o pcuOptions, dl deadLetterSink, mgr *service.Resources) (*pgCopyUpsert, error) {
 	if o.maxBackoff < o.initialBackoff {
 		return nil, fmt.Errorf("pg_copy_upsert: %s (%s) must not be shorter than %s (%s)",
@@ -257,46 +256,21 @@ func newPgCopyUpsert(ctx context.Context, o pcuOptions, dl deadLetterSink, mgr *
 		return nil, fmt.Errorf("pg_copy_upsert: unknown %s %q", pcuFieldTable, o.table)
 	}
 
-	pcfg, err := pgxpool.ParseConfig(o.url)
-	if err != nil {
-		// pgx's parse errors can quote the URL, password included.
-		return nil, errors.New("pg_copy_upsert: the PostgreSQL URL cannot be parsed")
-	}
-	// One connection per writer, and one for the start-up check and a
-	// writer's retry while a broken connection is replaced.
-	pcfg.MaxConns = int32(max(o.maxConns, 1) + 1)
-	if pcfg.ConnConfig.ConnectTimeout == 0 || pcfg.ConnConfig.ConnectTimeout > 10*time.Second {
-		pcfg.ConnConfig.ConnectTimeout = 10 * time.Second
-	}
-	pcfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
-		if _, err := c.Exec(ctx, createStaging); err != nil {
-			return fmt.Errorf("creating the staging tables: %w", err)
-		}
-		return nil
-	}
-	if out.pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
-		return nil, fmt.Errorf("pg_copy_upsert: creating the connection pool: %w", err)
-	}
-
-	// The role check. PostgreSQL may still be starting next to us, so an
-	// unreachable database is waited for (startup_timeout); a role that
-	// cannot bypass row-level security is final.
-	cctx, cancel := context.WithTimeout(ctx, o.startupTimeout)
-	defer cancel()
-	err = retry.Do(cctx, retry.Policy{
-		Initial:   startupCheckBackoff,
-		Max:       5 * time.Second,
-		Jitter:    retryJitter,
-		Permanent: func(err error) bool { return errors.Is(err, pgrole.ErrCannotBypassRLS) },
-	}, func(ctx context.Context, _ int) error {
-		return pgrole.RequireBypassRLS(ctx, out.pool)
+	var err error
+	out.pool, err = openSystemPool(ctx, systemPoolOptions{
+		component: "pg_copy_upsert",
+		url:       o.url,
+		maxConns:  o.maxConns,
+		afterConnect: func(ctx context.Context, c *pgx.Conn) error {
+			if _, err := c.Exec(ctx, createStaging); err != nil {
+				return fmt.Errorf("creating the staging tables: %w", err)
+			}
+			return nil
+		},
+		startupTimeout: o.startupTimeout,
 	})
 	if err != nil {
-		out.pool.Close()
-		if errors.Is(err, pgrole.ErrCannotBypassRLS) {
-			return nil, err
-		}
-		return nil, fmt.Errorf("pg_copy_upsert: start-up check: PostgreSQL did not answer within %s: %w", o.startupTimeout, err)
+		return nil, err
 	}
 	return out, nil
 }
