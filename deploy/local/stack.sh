@@ -9,6 +9,7 @@
 # Addresses (the same as deploy/docker-compose.yml):
 #   postgres://postgres:postgres@127.0.0.1:5432/postgres?sslmode=disable
 #   redis://127.0.0.1:6379
+#   Redis Cluster (three masters, no replicas) redis://127.0.0.1:17001,redis://127.0.0.1:17002,redis://127.0.0.1:17003
 #   Kafka 127.0.0.1:19092 (controller 127.0.0.1:19093), auto topic creation off
 #
 # Runs as root on Debian 12 (no systemd). Safe to run again while everything is up. State,
@@ -25,6 +26,11 @@ PG_STARTED="$RUN_DIR/postgres.started"
 
 REDIS_PID="$RUN_DIR/redis.pid"
 REDIS_LOG="$RUN_DIR/redis.log"
+
+# The Redis Cluster the stream's totals are tested on (internal/features, testenv.RedisClusterURL).
+REDIS_CLUSTER_PORTS=(17001 17002 17003)
+REDIS_CLUSTER_DIR="$RUN_DIR/redis-cluster"
+REDIS_CLUSTER_WAIT=30
 
 KAFKA_RUN="$RUN_DIR/kafka"
 KAFKA_DATA="$KAFKA_RUN/data"
@@ -207,6 +213,71 @@ redis_down() {
 }
 
 # ---------------------------------------------------------------------------------------------
+# Redis Cluster: three masters on loopback, no replicas, each in its own dir under the run dir.
+
+rc_ready_node() { [[ "$(timeout 5 redis-cli -h "$REDIS_HOST" -p "$1" ping 2>/dev/null)" == PONG ]]; }
+rc_state_ok() { timeout 5 redis-cli -h "$REDIS_HOST" -p "${REDIS_CLUSTER_PORTS[0]}" cluster info 2>/dev/null | grep -q '^cluster_state:ok'; }
+rc_url() {
+  local p out=()
+  for p in "${REDIS_CLUSTER_PORTS[@]}"; do out+=("redis://$REDIS_HOST:$p"); done
+  (IFS=,; echo "${out[*]}")
+}
+
+redis_cluster_up() {
+  local p dir
+  for p in "${REDIS_CLUSTER_PORTS[@]}"; do
+    dir="$REDIS_CLUSTER_DIR/$p"
+    if rc_ready_node "$p"; then
+      pid_alive "$dir/redis.pid" redis-server || log "redis-cluster: $p already answering (not started by stack.sh)"
+      continue
+    fi
+    mkdir -p "$dir"
+    rm -f "$dir/redis.pid"
+    # nodes.conf in the node's own dir keeps the cluster's identity across restarts.
+    redis-server --daemonize yes --bind "$REDIS_HOST" --port "$p" \
+      --cluster-enabled yes --cluster-config-file "$dir/nodes.conf" --cluster-node-timeout 5000 \
+      --pidfile "$dir/redis.pid" --logfile "$dir/redis.log" --dir "$dir" \
+      --save '' --appendonly no 9>&- ||
+      die "redis-server (cluster node $p) failed to start; see $dir/redis.log"
+  done
+  for p in "${REDIS_CLUSTER_PORTS[@]}"; do
+    wait_for "$REDIS_WAIT" "redis cluster node $REDIS_HOST:$p" rc_ready_node "$p" || {
+      tail -n 20 "$REDIS_CLUSTER_DIR/$p/redis.log" >&2 || true
+      exit 1
+    }
+  done
+  # Create the cluster only when no slot is assigned yet: a restarted node keeps its nodes.conf.
+  if ! timeout 5 redis-cli -h "$REDIS_HOST" -p "${REDIS_CLUSTER_PORTS[0]}" cluster info 2>/dev/null | grep -q '^cluster_slots_assigned:16384'; then
+    local addrs=()
+    for p in "${REDIS_CLUSTER_PORTS[@]}"; do addrs+=("$REDIS_HOST:$p"); done
+    log "redis-cluster: creating a cluster of ${#addrs[@]} masters"
+    timeout 60 redis-cli --cluster create "${addrs[@]}" --cluster-replicas 0 --cluster-yes >"$REDIS_CLUSTER_DIR/create.log" 2>&1 || {
+      tail -n 20 "$REDIS_CLUSTER_DIR/create.log" >&2
+      die "redis-cli --cluster create failed"
+    }
+  fi
+  wait_for "$REDIS_CLUSTER_WAIT" "redis cluster state ok" rc_state_ok || exit 1
+  log "redis-cluster: up  $(rc_url)  (${SECONDS}s)"
+}
+
+redis_cluster_down() {
+  local p dir pid
+  for p in "${REDIS_CLUSTER_PORTS[@]}"; do
+    dir="$REDIS_CLUSTER_DIR/$p"
+    if ! pid_alive "$dir/redis.pid" redis-server; then
+      rm -f "$dir/redis.pid"
+      rc_ready_node "$p" && log "redis-cluster: $p left running (not started by stack.sh)"
+      continue
+    fi
+    pid="$(cat "$dir/redis.pid")"
+    log "redis-cluster: stopping $p (pid $pid)"
+    kill "$pid"
+    wait_for 20 "redis cluster node shutdown" bash -c "! kill -0 $pid" || kill -9 "$pid" 2>/dev/null || true
+    rm -f "$dir/redis.pid"
+  done
+}
+
+# ---------------------------------------------------------------------------------------------
 # Apache Kafka 4.x, single node, KRaft combined mode, run straight from Maven Central jars
 # (the binary tarball cannot be downloaded here).
 
@@ -382,11 +453,13 @@ kafka_down() {
 
 status() {
   local rc=0 state
-  line() { printf '%-9s %-5s %s\n' "$1" "$2" "$3"; }
+  line() { printf '%-13s %-5s %s\n' "$1" "$2" "$3"; }
   if have pg_isready && pg_ready; then state=up; else state=down; rc=1; fi
   line postgres "$state" "$PG_URL"
   if have redis-cli && redis_ready; then state=up; else state=down; rc=1; fi
   line redis "$state" "redis://$REDIS_HOST:$REDIS_PORT"
+  if have redis-cli && rc_state_ok; then state=up; else state=down; rc=1; fi
+  line redis-cluster "$state" "$(rc_url)"
   if kafka_ready; then state=up; else state=down; rc=1; fi
   line kafka "$state" "$KAFKA_ADDR"
   return "$rc"
@@ -409,15 +482,17 @@ main() {
       ensure_packages
       pg_up
       redis_up
+      redis_cluster_up
       kafka_up
       ;;
     down)
       lock
       kafka_down
+      redis_cluster_down
       redis_down
       pg_down
       ;;
-    status) status ;;   # exit 0 only when all three answer
+    status) status ;;   # exit 0 only when all answer
     *) echo "usage: $0 up|down|status" >&2; exit 2 ;;
   esac
 }
