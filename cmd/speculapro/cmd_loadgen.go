@@ -15,6 +15,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/speculapro/speculapro/internal/config"
+	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/identity"
 	"github.com/speculapro/speculapro/internal/kafkaconf"
 	"github.com/speculapro/speculapro/internal/loadgen"
@@ -36,6 +37,8 @@ const (
 	loadgenFlagStart          = "start"
 	loadgenFlagSpread         = "spread"
 	loadgenFlagLinger         = "linger"
+	loadgenFlagAccountEvents  = "account-events"
+	loadgenFlagEventsTopic    = "events-topic"
 
 	// loadgenSetupTimeout bounds seeding PostgreSQL and the Kafka check, so
 	// a service that does not answer ends the command instead of hanging it.
@@ -58,7 +61,14 @@ fingerprinted with SP_ENCRYPTION_KEY and SP_FINGERPRINT_KEY (--dev-keys: the pub
 
 The same --seed and --start give the same transactions and IDs; --manifest writes both, with what
 Kafka acknowledged, so a test can recompute exactly what was sent. Progress goes to stderr every
-second, then a summary. Exits non-zero when a record was not acknowledged.`,
+second, then a summary. Exits non-zero when a record was not acknowledged.
+
+--account-events also sends that many account events (sign_in, failed_otp, new_device, sim_swap,
+profile_change) over the same customers and time span to <SP_KAFKA_TOPIC_PREFIX>account.events (or
+--events-topic), keyed workspace_id:customer_external_id, before the transactions (at --rate too);
+one in every 25 starts an incident on a customer (a burst of failed one-time codes, a SIM swap, a new
+device, a profile change) that a few large transfers to a mule then follow, so rules have something
+to find.`,
 		Flags: []cli.Flag{
 			&cli.IntFlag{Name: loadgenFlagCount, Value: loadgen.DefaultCount, Usage: "transactions to send"},
 			&cli.Float64Flag{Name: loadgenFlagRate, Value: 0, Usage: "transactions per second; 0 sends as fast as Kafka takes them"},
@@ -75,6 +85,8 @@ second, then a summary. Exits non-zero when a record was not acknowledged.`,
 			&cli.TimestampFlag{Name: loadgenFlagStart, Layout: time.RFC3339, Usage: "occurred_at of the last transaction (RFC 3339; default now)"},
 			&cli.DurationFlag{Name: loadgenFlagSpread, Value: loadgen.DefaultSpread, Usage: "how far back occurred_at goes from --start (at most 336h)"},
 			&cli.DurationFlag{Name: loadgenFlagLinger, Value: loadgen.DefaultLinger, Usage: "how long the producer lets a batch fill"},
+			&cli.IntFlag{Name: loadgenFlagAccountEvents, Value: 0, Usage: "account events to send first, over the same customers"},
+			&cli.StringFlag{Name: loadgenFlagEventsTopic, Usage: "topic for the account events (default <SP_KAFKA_TOPIC_PREFIX>account.events)"},
 		},
 		Action: func(c *cli.Context) error {
 			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
@@ -112,6 +124,7 @@ func runLoadgen(ctx context.Context, c *cli.Context, stderr io.Writer) error {
 		LinkedRatio:        c.Float64(loadgenFlagLinkedRatio),
 		Start:              start,
 		Spread:             c.Duration(loadgenFlagSpread),
+		AccountEvents:      c.Int(loadgenFlagAccountEvents),
 	}
 	dbURL := c.String(loadgenFlagDBURL)
 	if dbURL == "" && cfg.KnownAccountsRatio > 0 {
@@ -140,6 +153,10 @@ func runLoadgen(ctx context.Context, c *cli.Context, stderr io.Writer) error {
 	if topic == "" {
 		topic = config.KafkaTopicPrefix.Value() + "txn.ingested"
 	}
+	eventsTopic := c.String(loadgenFlagEventsTopic)
+	if eventsTopic == "" {
+		eventsTopic = config.KafkaTopicPrefix.Value() + "account.events"
+	}
 	conn, err := kafkaconf.FromEnv()
 	if err != nil {
 		return err
@@ -158,23 +175,53 @@ func runLoadgen(ctx context.Context, c *cli.Context, stderr io.Writer) error {
 	}
 	// franz-go would wait for a missing topic until the delivery timeout and
 	// then fail every record; say what to do instead.
-	topics, err := kadm.NewClient(cl).ListTopics(setupCtx, topic)
-	if err != nil {
-		return fmt.Errorf("looking up topic %s: %w", topic, err)
+	need := []string{topic}
+	if cfg.AccountEvents > 0 {
+		need = append(need, eventsTopic)
 	}
-	if !topics.Has(topic) || topics[topic].Err != nil {
-		return fmt.Errorf("topic %s does not exist: create it with `speculapro topics`", topic)
+	topics, err := kadm.NewClient(cl).ListTopics(setupCtx, need...)
+	if err != nil {
+		return fmt.Errorf("looking up topics %v: %w", need, err)
+	}
+	for _, name := range need {
+		if !topics.Has(name) || topics[name].Err != nil {
+			return fmt.Errorf("topic %s does not exist: create it with `speculapro topics`", name)
+		}
 	}
 
+	// Account events first, so the transfers that follow an incident reach
+	// the stream after the incident's events, as they would in real life.
+	var es loadgen.Summary
+	if cfg.AccountEvents > 0 {
+		var runErr error
+		es, runErr = loadgen.Produce(ctx, cl, g, loadgen.ProduceOptions{
+			Topic: eventsTopic, Kind: event.KindAccountEvent, Rate: c.Float64(loadgenFlagRate), Progress: stderr,
+		})
+		fmt.Fprintln(stderr, es)
+		if runErr != nil {
+			m := loadgen.NewManifest(g, 0, cfg.Count, loadgen.Summary{Topic: topic}).WithEvents(0, cfg.AccountEvents, es)
+			return finishLoadgen(ctx, c, m, es, cfg.AccountEvents, "account events", runErr)
+		}
+	}
 	s, runErr := loadgen.Produce(ctx, cl, g, loadgen.ProduceOptions{Topic: topic, Rate: c.Float64(loadgenFlagRate), Progress: stderr})
 	fmt.Fprintln(stderr, s)
+	m := loadgen.NewManifest(g, 0, cfg.Count, s)
+	if cfg.AccountEvents > 0 {
+		m = m.WithEvents(0, cfg.AccountEvents, es)
+	}
+	return finishLoadgen(ctx, c, m, s, cfg.Count, "transactions", runErr)
+}
+
+// finishLoadgen writes the manifest (when asked for) and returns the run's
+// error, saying how far an interrupted run got.
+func finishLoadgen(ctx context.Context, c *cli.Context, m loadgen.Manifest, s loadgen.Summary, total int, what string, runErr error) error {
 	if path := c.String(loadgenFlagManifest); path != "" {
-		if err := loadgen.WriteManifest(path, loadgen.NewManifest(g, 0, cfg.Count, s)); err != nil {
+		if err := loadgen.WriteManifest(path, m); err != nil {
 			return errors.Join(runErr, err)
 		}
 	}
 	if runErr != nil && ctx.Err() != nil {
-		return fmt.Errorf("interrupted after %d of %d transactions: %w", s.Sent, cfg.Count, runErr)
+		return fmt.Errorf("interrupted after %d of %d %s: %w", s.Sent, total, what, runErr)
 	}
 	return runErr
 }

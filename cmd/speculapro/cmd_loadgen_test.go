@@ -30,7 +30,7 @@ func runLoadgenCLI(t *testing.T, args ...string) (string, error) {
 }
 
 func TestLoadgenCommand(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "lgcmd.txn.ingested"))
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "lgcmd.txn.ingested", "lgcmd.account.events"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,6 +44,7 @@ func TestLoadgenCommand(t *testing.T) {
 	t.Setenv("SP_KAFKA_TOPIC_PREFIX", "lgcmd.")
 	small := []string{"--count", "500", "--accounts", "100", "--workspaces", "2", "--counterparties", "40"}
 	manifest := filepath.Join(t.TempDir(), "m.json")
+	eventsManifest := filepath.Join(t.TempDir(), "e.json")
 
 	tests := []struct {
 		name      string
@@ -58,6 +59,10 @@ func TestLoadgenCommand(t *testing.T) {
 		{"an invalid setting", []string{"--dev-keys", "--known-accounts-ratio", "0", "--workspaces", "0"}, "workspaces 0", ""},
 		{"a run", append(small, "--dev-keys", "--known-accounts-ratio", "0", "--manifest", manifest, "--seed", "7"), "",
 			"sent 500 transactions to lgcmd.txn.ingested"},
+		{"account events to a topic that does not exist", append(small, "--dev-keys", "--known-accounts-ratio", "0",
+			"--account-events", "100", "--events-topic", "nope.events"), "topic nope.events does not exist", ""},
+		{"a run with account events", append(small, "--dev-keys", "--known-accounts-ratio", "0", "--manifest", eventsManifest,
+			"--seed", "8", "--account-events", "100"), "", "sent 100 account events to lgcmd.account.events"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -81,7 +86,15 @@ func TestLoadgenCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !m.Complete || m.Acked != 500 || m.Seed != 7 || m.Topic != "lgcmd.txn.ingested" || len(m.WorkspaceIDs) != 2 {
+	if !m.Complete || m.Acked != 500 || m.Seed != 7 || m.Topic != "lgcmd.txn.ingested" || len(m.WorkspaceIDs) != 2 || m.Events != nil {
 		t.Fatalf("manifest %+v", m)
+	}
+	m, err = loadgen.ReadManifest(eventsManifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !m.Complete || m.AccountEvents != 100 || m.Events == nil || !m.Events.Complete || m.Events.Acked != 100 ||
+		m.Events.Topic != "lgcmd.account.events" {
+		t.Fatalf("manifest %+v, events %+v", m, m.Events)
 	}
 }

@@ -69,6 +69,12 @@ type Config struct {
 	// around Start - Spread + i/Count·Spread, up to an hour late.
 	Start  time.Time
 	Spread time.Duration
+	// AccountEvents is the number of account events 0..AccountEvents-1
+	// (AccountEvent) over the same customers and time span. With none,
+	// transactions are exactly what they are without account events; with
+	// some, a few transactions become the transfers that follow an
+	// incident (see events.go).
+	AccountEvents int
 }
 
 // Validate checks every field's range.
@@ -79,6 +85,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.Count < 0:
 		return bad("count %d: want 0 or more", c.Count)
+	case c.AccountEvents < 0:
+		return bad("account events %d: want 0 or more", c.AccountEvents)
 	case c.Workspaces < 1:
 		return bad("workspaces %d: want at least 1", c.Workspaces)
 	case c.Accounts < 2*c.Workspaces:
@@ -137,6 +145,7 @@ type Generator struct {
 	workspaces []event.UUID
 	accounts   []Account
 	pools      [][]poolEntry // by workspace index
+	mules      [][]poolEntry // by workspace index; only with account events
 	metadata   json.RawMessage
 }
 
@@ -205,7 +214,35 @@ func New(cfg Config, p *identity.Protector) (*Generator, error) {
 			g.pools[w][j] = e
 		}
 	}
+	if cfg.AccountEvents > 0 {
+		g.mules = make([][]poolEntry, cfg.Workspaces)
+		for w := range g.mules {
+			for j := range mulesPerWorkspace {
+				e, err := g.muleEntry(p, w, j)
+				if err != nil {
+					return nil, err
+				}
+				g.mules[w] = append(g.mules[w], e)
+			}
+		}
+	}
 	return g, nil
+}
+
+// muleEntry makes mule j of workspace w: a person paid by IBAN, outside the
+// everyday pool, so paying one is new for the account.
+func (g *Generator) muleEntry(p *identity.Protector, w, j int) (poolEntry, error) {
+	r := rng(g.cfg.Seed, domainMule, uint64(w)<<32|uint64(j))
+	e := poolEntry{linked: -1, typ: "transfer", channel: [2]string{"online", "online"}, clear: foreignOrDomesticIBAN(r)}
+	e.cp.Name = personName(r)
+	prot, err := p.Protect(identity.KindIBAN, e.clear)
+	if err != nil {
+		return poolEntry{}, fmt.Errorf("protecting mule %d of workspace %d: %w", j, w, err)
+	}
+	e.cp.IdentifierKind, e.cp.IdentifierEnc = string(prot.Kind), prot.Enc
+	e.cp.IdentifierMasked, e.cp.IdentifierFP = prot.Masked, prot.FP
+	e.cp.Fingerprint = p.Fingerprints.Counterparty(e.cp.IdentifierFP, e.cp.Name)
+	return e, nil
 }
 
 // poolEntry makes recipient j of workspace w: a known account's own IBAN
@@ -274,8 +311,12 @@ func (g *Generator) ExternalID(i int) string {
 }
 
 // Envelope returns transaction i (ReceivedAt left zero: the producer stamps
-// it, as the ingest API does on acceptance).
+// it, as the ingest API does on acceptance). With account events, a few
+// transactions are the transfers following an incident instead.
 func (g *Generator) Envelope(i int) event.Envelope {
+	if k, j, ok := g.followUpOf(i); ok {
+		return g.followUp(i, k, j)
+	}
 	r := rng(g.cfg.Seed, domainTxn, uint64(i))
 	acc := &g.accounts[r.IntN(len(g.accounts))]
 

@@ -8,9 +8,9 @@ import (
 )
 
 // Manifest records a run: the generator's Config, from which every
-// transaction (and so every ID sent) can be recomputed with New and
-// Envelope, the workspaces it used, and what Kafka acknowledged. It holds no
-// key and no identifier.
+// transaction and account event (and so every ID sent) can be recomputed
+// with New, Envelope and AccountEvent, the workspaces it used, and what
+// Kafka acknowledged. It holds no key and no identifier.
 type Manifest struct {
 	Seed               uint64    `json:"seed"`
 	Count              int       `json:"count"`
@@ -21,6 +21,7 @@ type Manifest struct {
 	LinkedRatio        float64   `json:"linked_ratio"`
 	Start              time.Time `json:"start"`
 	Spread             string    `json:"spread"`
+	AccountEvents      int       `json:"account_events"`
 	From               int       `json:"from"`
 	To                 int       `json:"to"`
 
@@ -31,6 +32,30 @@ type Manifest struct {
 	Failed       int64    `json:"failed"`
 	// Complete is true when every selected transaction was acknowledged.
 	Complete bool `json:"complete"`
+
+	// The account events sent (WithEvents), when any were.
+	Events *ManifestEvents `json:"events,omitempty"`
+}
+
+// ManifestEvents is the account-event half of a run: events From..To-1 of
+// the generator went to Topic.
+type ManifestEvents struct {
+	From     int    `json:"from"`
+	To       int    `json:"to"`
+	Topic    string `json:"topic"`
+	Sent     int64  `json:"sent"`
+	Acked    int64  `json:"acked"`
+	Failed   int64  `json:"failed"`
+	Complete bool   `json:"complete"`
+}
+
+// WithEvents adds that account events from..to-1 were sent, as s says.
+func (m Manifest) WithEvents(from, to int, s Summary) Manifest {
+	m.Events = &ManifestEvents{
+		From: from, To: to, Topic: s.Topic, Sent: s.Sent, Acked: s.Acked, Failed: s.Failed,
+		Complete: s.Acked == int64(to-from),
+	}
+	return m
 }
 
 // NewManifest describes a run of g over transactions from..to-1.
@@ -39,7 +64,7 @@ func NewManifest(g *Generator, from, to int, s Summary) Manifest {
 	m := Manifest{
 		Seed: c.Seed, Count: c.Count, Accounts: c.Accounts, Workspaces: c.Workspaces,
 		Counterparties: c.Counterparties, KnownAccountsRatio: c.KnownAccountsRatio, LinkedRatio: c.LinkedRatio,
-		Start: c.Start, Spread: c.Spread.String(), From: from, To: to,
+		Start: c.Start, Spread: c.Spread.String(), AccountEvents: c.AccountEvents, From: from, To: to,
 		Topic: s.Topic, Sent: s.Sent, Acked: s.Acked, Failed: s.Failed,
 		Complete: s.Acked == int64(to-from),
 	}
@@ -58,7 +83,7 @@ func (m Manifest) Config() (Config, error) {
 	c := Config{
 		Seed: m.Seed, Count: m.Count, Accounts: m.Accounts, Workspaces: m.Workspaces,
 		Counterparties: m.Counterparties, KnownAccountsRatio: m.KnownAccountsRatio, LinkedRatio: m.LinkedRatio,
-		Start: m.Start, Spread: spread,
+		Start: m.Start, Spread: spread, AccountEvents: m.AccountEvents,
 	}
 	return c, c.Validate()
 }

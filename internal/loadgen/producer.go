@@ -10,6 +10,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/kafkaconf"
 )
 
@@ -46,10 +47,13 @@ func ProducerOpts(conn kafkaconf.Config, linger time.Duration) ([]kgo.Opt, error
 // ProduceOptions says where and how fast Produce sends.
 type ProduceOptions struct {
 	Topic string
-	// Rate is transactions per second; 0 sends as fast as Kafka takes them.
+	// Kind is what to send: transactions (the default, also when empty) or
+	// the generator's account events (event.KindAccountEvent).
+	Kind event.Kind
+	// Rate is records per second; 0 sends as fast as Kafka takes them.
 	Rate float64
-	// From and To select transactions From..To-1 of the generator; To 0
-	// means the generator's Count.
+	// From and To select records From..To-1 of the generator; To 0 means
+	// the generator's Count (AccountEvents for account events).
 	From, To int
 	// Progress, when set, gets a line every ProgressEvery (default one
 	// second) and none at the end; the caller prints the summary.
@@ -60,8 +64,9 @@ type ProduceOptions struct {
 // Summary is what a Produce run did.
 type Summary struct {
 	Topic   string
-	Sent    int64 // handed to the producer
-	Acked   int64 // acknowledged by all in-sync replicas
+	Kind    event.Kind // transaction when empty
+	Sent    int64      // handed to the producer
+	Acked   int64      // acknowledged by all in-sync replicas
 	Failed  int64
 	Elapsed time.Duration
 }
@@ -76,23 +81,33 @@ func (s Summary) Rate() float64 {
 
 // String is the final summary line.
 func (s Summary) String() string {
-	return fmt.Sprintf("loadgen: sent %d transactions to %s in %s (%.0f/s), acked %d, failed %d",
-		s.Sent, s.Topic, s.Elapsed.Round(time.Millisecond), s.Rate(), s.Acked, s.Failed)
+	what := "transactions"
+	if s.Kind == event.KindAccountEvent {
+		what = "account events"
+	}
+	return fmt.Sprintf("loadgen: sent %d %s to %s in %s (%.0f/s), acked %d, failed %d",
+		s.Sent, what, s.Topic, s.Elapsed.Round(time.Millisecond), s.Rate(), s.Acked, s.Failed)
 }
 
-// Produce sends the selected transactions to o.Topic and waits until Kafka
+// Produce sends the selected transactions (or account events) to o.Topic and waits until Kafka
 // acknowledged (or refused) every one of them. Each record's ReceivedAt is
 // stamped as it is handed to the producer, as the ingest API stamps it on
 // acceptance. A cancelled ctx stops sending and returns ctx's error with
 // the summary of what was sent; records Kafka did not acknowledge make an
 // error wrapping ErrNotAcknowledged and the first failure.
 func Produce(ctx context.Context, cl *kgo.Client, g *Generator, o ProduceOptions) (Summary, error) {
+	total, what, record := g.cfg.Count, "transactions", g.Record
+	if o.Kind == event.KindAccountEvent {
+		total, what, record = g.cfg.AccountEvents, "account events", g.EventRecord
+	} else if o.Kind != "" && o.Kind != event.KindTransaction {
+		return Summary{}, fmt.Errorf("%w: kind %q: want %s or %s", ErrInvalidConfig, o.Kind, event.KindTransaction, event.KindAccountEvent)
+	}
 	to := o.To
 	if to == 0 {
-		to = g.cfg.Count
+		to = total
 	}
-	if o.From < 0 || o.From > to || to > g.cfg.Count {
-		return Summary{}, fmt.Errorf("%w: transactions %d..%d of %d", ErrInvalidConfig, o.From, to, g.cfg.Count)
+	if o.From < 0 || o.From > to || to > total {
+		return Summary{}, fmt.Errorf("%w: %s %d..%d of %d", ErrInvalidConfig, what, o.From, to, total)
 	}
 	if o.Rate < 0 {
 		return Summary{}, fmt.Errorf("%w: rate %v: want 0 (as fast as possible) or more", ErrInvalidConfig, o.Rate)
@@ -133,7 +148,7 @@ func Produce(ctx context.Context, cl *kgo.Client, g *Generator, o ProduceOptions
 				}
 			}
 		}
-		key, value, _, err := g.Record(i, time.Now())
+		key, value, _, err := record(i, time.Now())
 		if err != nil {
 			genErr = err
 			break
@@ -147,7 +162,7 @@ func Produce(ctx context.Context, cl *kgo.Client, g *Generator, o ProduceOptions
 	flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), deliveryTimeout+10*time.Second)
 	defer cancel()
 	flushErr := cl.Flush(flushCtx)
-	s := Summary{Topic: o.Topic, Sent: sent.Load(), Acked: acked.Load(), Failed: failed.Load(), Elapsed: time.Since(start)}
+	s := Summary{Topic: o.Topic, Kind: o.Kind, Sent: sent.Load(), Acked: acked.Load(), Failed: failed.Load(), Elapsed: time.Since(start)}
 	switch {
 	case genErr != nil:
 		return s, genErr
