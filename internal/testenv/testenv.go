@@ -36,6 +36,19 @@ func RedisURL(t testing.TB) string {
 	return u
 }
 
+// defaultRedisCluster is the three-master Redis Cluster of deploy/local/stack.sh.
+const defaultRedisCluster = "redis://127.0.0.1:17001,redis://127.0.0.1:17002,redis://127.0.0.1:17003"
+
+// RedisClusterURL returns the seed URLs of the test Redis Cluster
+// (SP_TEST_REDIS_CLUSTER_URL, default the stack's three masters on
+// 17001-17003), in SP_REDIS_URL's comma-separated form, skipping loudly when
+// its first node does not answer.
+func RedisClusterURL(t testing.TB) string {
+	u := envOr("SP_TEST_REDIS_CLUSTER_URL", defaultRedisCluster)
+	requireTCP(t, "Redis Cluster", hostOf(t, strings.Split(u, ",")[0], "127.0.0.1:17001"))
+	return u
+}
+
 // KafkaBrokers returns the real broker of the local stack (SP_TEST_KAFKA_BROKERS,
 // default 127.0.0.1:19092), skipping loudly when absent. It is never kfake.
 func KafkaBrokers(t testing.TB) []string {

@@ -1,0 +1,99 @@
+package redisconn
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Open returns a *redis.Client for one URL and a *redis.ClusterClient for
+// several comma-separated URLs or a URL with the query parameter
+// cluster=true. Errors never quote the URL: it may hold a password.
+func Open(rawURL string) (redis.UniversalClient, error) {
+	parts := strings.Split(strings.TrimSpace(rawURL), ",")
+	for i := range parts {
+		parts[i] = strings.TrimSpace(parts[i])
+		if parts[i] == "" {
+			return nil, fmt.Errorf("redis URL: item %d of %d is empty", i+1, len(parts))
+		}
+	}
+	cluster := len(parts) > 1
+	if !cluster {
+		var err error
+		if parts[0], cluster, err = stripCluster(parts[0]); err != nil {
+			return nil, err
+		}
+		if !cluster {
+			opt, err := redis.ParseURL(parts[0])
+			if err != nil {
+				return nil, fmt.Errorf("redis URL: %w", scrub(err))
+			}
+			return redis.NewClient(opt), nil
+		}
+	}
+	// A Cluster has no databases and one set of credentials: the first URL
+	// carries the options (go-redis reads user, password, TLS and timeouts
+	// from it), the others add seed addresses.
+	first := parts[0]
+	if len(parts) > 1 {
+		var err error
+		if first, _, err = stripCluster(first); err != nil {
+			return nil, err
+		}
+	}
+	opt, err := redis.ParseClusterURL(first)
+	if err != nil {
+		return nil, fmt.Errorf("redis cluster URL 1: %w", scrub(err))
+	}
+	for i, p := range parts[1:] {
+		p, _, err := stripCluster(p)
+		if err != nil {
+			return nil, err
+		}
+		u, err := url.Parse(p)
+		if err != nil || u.Host == "" || (u.Scheme != "redis" && u.Scheme != "rediss") {
+			return nil, fmt.Errorf("redis cluster URL %d: want redis://host:port", i+2)
+		}
+		host := u.Host
+		if u.Port() == "" {
+			host += ":6379"
+		}
+		opt.Addrs = append(opt.Addrs, host)
+	}
+	return redis.NewClusterClient(opt), nil
+}
+
+// stripCluster removes a cluster=true|false query parameter and reports it.
+func stripCluster(raw string) (string, bool, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", false, errors.New("redis URL: not a URL (want redis://[user:pass@]host:port/db)")
+	}
+	q := u.Query()
+	v, ok := q["cluster"]
+	if !ok {
+		return raw, false, nil
+	}
+	q.Del("cluster")
+	u.RawQuery = q.Encode()
+	switch strings.ToLower(v[0]) {
+	case "true", "1", "yes":
+		return u.String(), true, nil
+	case "false", "0", "no", "":
+		return u.String(), false, nil
+	}
+	return "", false, errors.New("redis URL: cluster must be true or false")
+}
+
+// scrub drops go-redis's parse errors that would quote the URL (url.Error
+// quotes it, password included) and keeps the others, which name options.
+func scrub(err error) error {
+	var uerr *url.Error
+	if errors.As(err, &uerr) {
+		return errors.New("not a URL (want redis://[user:pass@]host:port/db)")
+	}
+	return err
+}
