@@ -1,0 +1,362 @@
+package rules
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/redpanda-data/benthos/v4/public/bloblang"
+
+	"github.com/speculapro/speculapro/internal/event"
+)
+
+// Evaluation errors, wrapped in a RuleError.
+var (
+	// ErrNotBool: the expression ran but yielded something other than a bool.
+	ErrNotBool = errors.New("expression did not yield a bool")
+)
+
+// blobl is the environment expressions compile in: pure functions only (no
+// env(), file(), hostname(): a rule must not read the machine it runs on)
+// and no imports.
+var blobl = bloblang.NewEnvironment().OnlyPure().WithDisabledImports()
+
+// CompileError says why one rule's expression does not compile and where:
+// Line and Column are 1-based, within the expression text (ParseFiles turns
+// them into a position in the rule file).
+type CompileError struct {
+	Rule         string
+	Line, Column int
+	Err          error
+}
+
+func (e *CompileError) Error() string {
+	return fmt.Sprintf("rule %q: expression %d:%d: %v", e.Rule, e.Line, e.Column, e.Err)
+}
+
+func (e *CompileError) Unwrap() error { return e.Err }
+
+// Program is a set of rules compiled into one Bloblang mapping per event
+// kind, run once per event. It is immutable and safe for concurrent use.
+type Program struct {
+	kinds map[event.Kind]*kindProgram
+}
+
+// kindProgram is the program of the rules of one kind. exec yields an array
+// with one element per rule: its bool, or null when the rule's expression
+// failed (each is wrapped in .catch(null), so one rule's failure leaves the
+// others' results intact). single holds each rule alone, without the catch,
+// re-run only to explain a failure.
+type kindProgram struct {
+	exec   *bloblang.Executor
+	rules  []*Rule
+	single []*bloblang.Executor
+	reads  [][]readPath
+}
+
+// readPath is one features.* path an expression names.
+type readPath struct {
+	key  string   // "features.account.out_count_1h"
+	segs []string // ["account", "out_count_1h"]
+}
+
+// Hit is one rule that fired on one event, with the features.* paths its
+// expression names and their values (nil when absent): what an analyst needs
+// to see why it fired.
+type Hit struct {
+	Rule  *Rule
+	Reads map[string]any
+}
+
+// RuleError is one rule that could not be decided on one event (a missing
+// field compared with a number, a type error, a result that is not a bool).
+// The other rules of the event are unaffected.
+type RuleError struct {
+	Rule *Rule
+	Err  error
+}
+
+func (e RuleError) Error() string { return fmt.Sprintf("rule %q: %v", e.Rule.Name, e.Err) }
+
+// Compile compiles rules (whatever their Enabled) into one program per event
+// kind. The first expression that does not compile is returned as a
+// *CompileError naming the rule and the line:column inside its expression.
+func Compile(rules []Rule) (*Program, error) {
+	p := &Program{kinds: map[event.Kind]*kindProgram{}}
+	texts := map[event.Kind]*strings.Builder{}
+	for i := range rules {
+		r := rules[i] // the program keeps its own copy: hits point at it
+		single, err := compileOne(&r)
+		if err != nil {
+			return nil, err
+		}
+		kp := p.kinds[r.AppliesTo]
+		if kp == nil {
+			kp = &kindProgram{}
+			p.kinds[r.AppliesTo] = kp
+			texts[r.AppliesTo] = &strings.Builder{}
+			texts[r.AppliesTo].WriteString("root = [\n")
+		}
+		kp.rules = append(kp.rules, &r)
+		kp.single = append(kp.single, single)
+		kp.reads = append(kp.reads, featureReads(r.Expression))
+		// Each expression sits alone between its own parentheses (checked
+		// balanced by compileOne), so no rule can reach into another's.
+		fmt.Fprintf(texts[r.AppliesTo], "(\n%s\n).catch(null),\n", r.Expression)
+	}
+	for kind, kp := range p.kinds {
+		texts[kind].WriteString("]\n")
+		exec, err := blobl.Parse(texts[kind].String())
+		if err != nil {
+			// Every rule compiled alone, so this is ours, not the author's.
+			return nil, fmt.Errorf("compiling the %d %s rules together: %w", len(kp.rules), kind, err)
+		}
+		kp.exec = exec
+	}
+	return p, nil
+}
+
+// compileOne compiles one rule's expression alone, the way it runs inside the
+// combined program, and returns it without the catch.
+func compileOne(r *Rule) (*bloblang.Executor, error) {
+	if strings.TrimSpace(r.Expression) == "" {
+		return nil, &CompileError{Rule: r.Name, Line: 1, Column: 1, Err: ErrEmptyExpression}
+	}
+	if line, col, err := checkBalanced(r.Expression); err != nil {
+		return nil, &CompileError{Rule: r.Name, Line: line, Column: col, Err: err}
+	}
+	// The expression starts on line 2 of the mapping: its positions are the
+	// mapping's minus one line.
+	exec, err := blobl.Parse("root = (\n" + r.Expression + "\n)")
+	if err != nil {
+		ce := &CompileError{Rule: r.Name, Line: 1, Column: 1, Err: parseMessage(err)}
+		var pe *bloblang.ParseError
+		if errors.As(err, &pe) {
+			ce.Line, ce.Column = pe.Line-1, pe.Column
+			if lines := strings.Count(r.Expression, "\n") + 1; ce.Line > lines {
+				// Past the end (an unfinished expression): point at its end.
+				last := r.Expression[strings.LastIndexByte(r.Expression, '\n')+1:]
+				ce.Line, ce.Column = lines, len([]rune(last))+1
+			}
+			if ce.Line < 1 {
+				ce.Line, ce.Column = 1, 1
+			}
+		}
+		return nil, ce
+	}
+	return exec, nil
+}
+
+// parseMessage is the parser's message without the rest of the input it
+// quotes after "got:" (which would show our wrapping), on one line.
+func parseMessage(err error) error {
+	msg, _, _ := strings.Cut(err.Error(), "\n")
+	msg = strings.TrimRight(msg, ": ")
+	return errors.New(msg)
+}
+
+// checkBalanced refuses an expression whose brackets do not balance outside
+// string literals and comments: one that closes more than it opens could
+// close the parenthesis it is wrapped in and add statements of its own to the
+// combined program.
+func checkBalanced(expr string) (line, col int, err error) {
+	var stack []rune
+	type pos struct{ line, col int }
+	var opened []pos
+	rs := []rune(expr)
+	line, col = 1, 0
+	for i := 0; i < len(rs); i++ {
+		c := rs[i]
+		col++
+		if c == '\n' {
+			line, col = line+1, 0
+			continue
+		}
+		switch c {
+		case '#':
+			for i+1 < len(rs) && rs[i+1] != '\n' {
+				i++
+			}
+		case '"':
+			if i+2 < len(rs) && rs[i+1] == '"' && rs[i+2] == '"' {
+				// Triple-quoted: raw until the next """.
+				startLine, startCol := line, col
+				i += 2
+				col += 2
+				closed := false
+				for i+1 < len(rs) {
+					i++
+					col++
+					if rs[i] == '\n' {
+						line, col = line+1, 0
+						continue
+					}
+					if rs[i] == '"' && i+2 < len(rs) && rs[i+1] == '"' && rs[i+2] == '"' {
+						i += 2
+						col += 2
+						closed = true
+						break
+					}
+				}
+				if !closed {
+					return startLine, startCol, errors.New("unterminated \"\"\" string")
+				}
+				continue
+			}
+			startLine, startCol := line, col
+			closed := false
+			for i+1 < len(rs) {
+				i++
+				col++
+				if rs[i] == '\\' {
+					i++
+					col++
+					continue
+				}
+				if rs[i] == '\n' {
+					break
+				}
+				if rs[i] == '"' {
+					closed = true
+					break
+				}
+			}
+			if !closed {
+				return startLine, startCol, errors.New("unterminated string")
+			}
+		case '(', '[', '{':
+			stack = append(stack, c)
+			opened = append(opened, pos{line, col})
+		case ')', ']', '}':
+			want := map[rune]rune{')': '(', ']': '[', '}': '{'}[c]
+			if len(stack) == 0 || stack[len(stack)-1] != want {
+				return line, col, fmt.Errorf("unexpected %q", c)
+			}
+			stack, opened = stack[:len(stack)-1], opened[:len(opened)-1]
+		}
+	}
+	if len(stack) > 0 {
+		p := opened[len(opened)-1]
+		return p.line, p.col, fmt.Errorf("%q is never closed", stack[len(stack)-1])
+	}
+	return 0, 0, nil
+}
+
+// featurePath finds features.<a>.<b>… in an expression (with or without
+// this.); a segment followed by "(" is a method call, not part of the path.
+var featurePath = regexp.MustCompile(`(?:^|[^A-Za-z0-9_.])(?:this\.)?features((?:\.[A-Za-z_][A-Za-z0-9_]*)+)(\()?`)
+
+// featureReads lists the features.* paths an expression names, once each, in
+// the order they first appear. The extraction is textual: a path inside a
+// string literal counts too, which at worst reports one value too many.
+func featureReads(expr string) []readPath {
+	var out []readPath
+	seen := map[string]bool{}
+	for _, m := range featurePath.FindAllStringSubmatch(expr, -1) {
+		segs := strings.Split(strings.TrimPrefix(m[1], "."), ".")
+		if m[2] == "(" {
+			segs = segs[:len(segs)-1]
+		}
+		if len(segs) == 0 {
+			continue
+		}
+		key := "features." + strings.Join(segs, ".")
+		if seen[key] {
+			continue
+		}
+		seen[key] = true
+		out = append(out, readPath{key: key, segs: segs})
+	}
+	return out
+}
+
+// Evaluate runs the program of env's kind once over env and its features and
+// returns the rules that fired and the rules that could not be decided. The
+// hits' and errors' Rule point into the program (do not modify them).
+func (p *Program) Evaluate(env *event.Envelope, features map[string]any) (hits []Hit, errs []RuleError) {
+	kp := p.kinds[env.Kind]
+	if kp == nil {
+		return nil, nil
+	}
+	in := Input(env, features)
+	res, err := kp.exec.Query(in)
+	results, ok := res.([]any)
+	if err != nil || !ok || len(results) != len(kp.rules) {
+		// Cannot happen with every element caught; should it, each rule is
+		// decided alone rather than all of them lost.
+		results = make([]any, len(kp.rules))
+	}
+	for i, v := range results {
+		if v == nil {
+			// The rule failed inside its catch (or yielded null): run it
+			// alone for the reason.
+			v, err = kp.single[i].Query(in)
+			if err != nil {
+				errs = append(errs, RuleError{Rule: kp.rules[i], Err: err})
+				continue
+			}
+		}
+		b, isBool := v.(bool)
+		switch {
+		case !isBool:
+			errs = append(errs, RuleError{Rule: kp.rules[i], Err: fmt.Errorf("%w: got %s", ErrNotBool, typeName(v))})
+		case b:
+			hits = append(hits, Hit{Rule: kp.rules[i], Reads: kp.readsOf(i, features)})
+		}
+	}
+	return hits, errs
+}
+
+// Len is how many rules the program holds.
+func (p *Program) Len() int {
+	n := 0
+	for _, kp := range p.kinds {
+		n += len(kp.rules)
+	}
+	return n
+}
+
+func (kp *kindProgram) readsOf(i int, features map[string]any) map[string]any {
+	if len(kp.reads[i]) == 0 {
+		return nil
+	}
+	out := make(map[string]any, len(kp.reads[i]))
+	for _, rp := range kp.reads[i] {
+		out[rp.key] = lookup(features, rp.segs)
+	}
+	return out
+}
+
+func lookup(m map[string]any, segs []string) any {
+	var cur any = m
+	for _, s := range segs {
+		obj, ok := cur.(map[string]any)
+		if !ok {
+			return nil
+		}
+		cur = obj[s]
+	}
+	return cur
+}
+
+// typeName names a value's Bloblang type without showing the value (it may
+// be a customer's data).
+func typeName(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case string:
+		return "string"
+	case []byte:
+		return "bytes"
+	case map[string]any:
+		return "object"
+	case []any:
+		return "array"
+	case bool:
+		return "bool"
+	default:
+		return "number"
+	}
+}
