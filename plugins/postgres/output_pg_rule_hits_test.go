@@ -385,7 +385,9 @@ func TestRetriesUntilTheDatabaseTakesTheBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- h.hits.WriteBatch(context.Background(), evaluated(t, h.ws, 0, 10, h.rules["large_amount"])) }()
+	go func() {
+		done <- h.hits.WriteBatch(context.Background(), evaluated(t, h.ws, 0, 10, h.rules["large_amount"]))
+	}()
 	deadline := time.Now().Add(30 * time.Second)
 	for strings.Count(h.logs.String(), logStreamBatchRetry) < 3 {
 		if time.Now().After(deadline) {

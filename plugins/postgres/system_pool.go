@@ -18,7 +18,7 @@ import (
 type systemPoolOptions struct {
 	component      string // names the output in errors
 	url            string
-	maxConns       int                                           // writers; one more is added for checks and reconnects
+	maxConns       int                                          // writers; one more is added for checks and reconnects
 	afterConnect   func(ctx context.Context, c *pgx.Conn) error // per-connection set-up, may be nil
 	startupTimeout time.Duration
 }
