@@ -1,0 +1,103 @@
+package rules
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/speculapro/speculapro/internal/event"
+)
+
+// benchExpressions are the shapes of the starter pack's rules; the 100-rule
+// benchmark repeats them with other thresholds.
+var benchExpressions = []string{
+	`event.direction == "out" && event.amount >= %d && features.account.new_counterparty == true`,
+	`event.direction == "out" && features.account.out_count_1h >= %d`,
+	`event.direction == "out" && features.account.out_sum_24h >= %d`,
+	`event.direction == "out" && event.amount >= 9000 && event.amount < 10000 && features.account.out_count_24h >= 3 && features.account.out_sum_24h >= %d`,
+	`event.amount >= %d && event.amount %% 1000 == 0`,
+	`features.account.seconds_since_previous == -1 && event.amount >= %d`,
+	`event.direction == "out" && (features.account.in_sum_24h | 0) >= %d && features.account.out_sum_24h >= features.account.in_sum_24h * 0.9`,
+	`event.direction == "in" && features.account.distinct_senders_24h >= %d`,
+	`features.customer != null && features.customer.seconds_since_sim_swap >= 0 && features.customer.seconds_since_sim_swap <= 86400 && event.amount >= %d`,
+	`(features.customer.events_1h.failed_otp | 0) >= 3 && event.amount >= %d`,
+	`(features.customer.events_24h.new_device | 0) >= 1 && event.amount >= %d`,
+	`features.counterparty != null && features.counterparty.distinct_payers_24h >= %d`,
+}
+
+func benchRules(n int) []Rule {
+	rs := make([]Rule, n)
+	for i := range rs {
+		expr := fmt.Sprintf(benchExpressions[i%len(benchExpressions)], 5+i)
+		rs[i] = Rule{Name: fmt.Sprintf("r%03d", i), AppliesTo: event.KindTransaction, Expression: expr,
+			Severity: "high", Action: "alert", Alert: true, Score: "10", Enabled: true}
+	}
+	return rs
+}
+
+func benchInput() (*event.Envelope, map[string]any) {
+	env := &event.Envelope{V: 1, Kind: event.KindTransaction, ExternalID: "t-1", OccurredAt: time.Now().UTC(),
+		CustomerExternalID: "c-1", AccountExternalID: "a-1", Type: "transfer", Amount: "9500.00", Currency: "EUR",
+		Direction: event.DirectionOut, Status: "completed", Channel: "online",
+		Counterparty: &event.Counterparty{Name: "Acme", IdentifierKind: "iban", IdentifierMasked: "DE** 3000", Fingerprint: "ab12"},
+		Metadata:     json.RawMessage(`{"source":"loadgen","seed":1}`)}
+	totals := func() map[string]any {
+		return map[string]any{
+			"out_count_1h": int64(2), "out_count_24h": int64(4), "out_count_7d": int64(9), "out_count_30d": int64(30),
+			"in_count_1h": int64(0), "in_count_24h": int64(1), "in_count_7d": int64(3), "in_count_30d": int64(8),
+			"out_sum_1h": json.Number("12000.0000"), "out_sum_24h": json.Number("28500.0000"), "out_sum_7d": json.Number("40000.0000"), "out_sum_30d": json.Number("90000.0000"),
+			"in_sum_1h": json.Number("0.0000"), "in_sum_24h": json.Number("30000.0000"), "in_sum_7d": json.Number("31000.0000"), "in_sum_30d": json.Number("95000.0000"),
+			"distinct_payees_24h": int64(3), "distinct_payees_30d": int64(12), "distinct_senders_24h": int64(1), "distinct_senders_30d": int64(4),
+			"new_counterparty": true, "seconds_since_previous": int64(120),
+		}
+	}
+	cust := totals()
+	cust["events_1h"] = map[string]any{"failed_otp": int64(1)}
+	cust["events_24h"] = map[string]any{"failed_otp": int64(1), "new_device": int64(1)}
+	cust["events_7d"] = map[string]any{"failed_otp": int64(1), "new_device": int64(1)}
+	cust["seconds_since_sim_swap"] = int64(-1)
+	cust["seconds_since_profile_change"] = int64(-1)
+	features := map[string]any{
+		"account":  totals(),
+		"customer": cust,
+		"counterparty": map[string]any{"paid_count_24h": int64(7), "paid_count_30d": int64(40),
+			"paid_sum_24h": json.Number("50000.0000"), "paid_sum_30d": json.Number("200000.0000"),
+			"distinct_payers_24h": int64(6), "distinct_payers_30d": int64(20)},
+	}
+	return env, features
+}
+
+func benchmarkEvaluate(b *testing.B, n int) {
+	p, err := Compile(benchRules(n))
+	if err != nil {
+		b.Fatal(err)
+	}
+	env, features := benchInput()
+	hits, errs := p.Evaluate(env, features)
+	if len(errs) != 0 {
+		b.Fatalf("rule errors on the benchmark input: %v", errs)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		p.Evaluate(env, features)
+	}
+	b.ReportMetric(float64(len(hits)), "hits/event")
+}
+
+// BenchmarkEvaluate12 is one event against a starter-pack-sized workspace.
+func BenchmarkEvaluate12(b *testing.B) { benchmarkEvaluate(b, 12) }
+
+// BenchmarkEvaluate100 is one event against a hundred rules.
+func BenchmarkEvaluate100(b *testing.B) { benchmarkEvaluate(b, 100) }
+
+// BenchmarkInput is the baseline: building the input alone, which every
+// evaluation pays once whatever the number of rules.
+func BenchmarkInput(b *testing.B) {
+	env, features := benchInput()
+	b.ReportAllocs()
+	for b.Loop() {
+		Input(env, features)
+	}
+}
