@@ -1,0 +1,85 @@
+package features
+
+import (
+	"encoding/json"
+	"errors"
+	"strconv"
+	"strings"
+)
+
+// scale is the number of decimal places Redis keeps: the
+// transactions.amount column is numeric(20,4).
+const scale = 4
+
+// maxUnits bounds one transaction's amount in units of 0.0001 (10^11 in
+// currency units), so that a 30-day sum of even a very busy account stays far
+// inside int64, where HINCRBY works: an overflowing HINCRBY would fail the
+// Lua call halfway through its writes.
+const maxUnits = 1_000_000_000_000_000
+
+var errAmountRange = errors.New("amount outside ±10^11")
+
+// toUnits turns a decimal string ("1234.5", "-0.00005") into an integer
+// string of units of 0.0001, rounding half away from zero at the fifth
+// decimal as PostgreSQL's numeric(20,4) does. Only integer arithmetic: no
+// float ever holds money.
+func toUnits(s string) (string, error) {
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	intPart, frac, _ := strings.Cut(s, ".")
+	if intPart == "" || !digits(intPart) || !digits(frac) {
+		return "", errors.New("amount is not a decimal")
+	}
+	roundUp := len(frac) > scale && frac[scale] >= '5'
+	if len(frac) > scale {
+		frac = frac[:scale]
+	}
+	frac += strings.Repeat("0", scale-len(frac))
+	intPart = strings.TrimLeft(intPart, "0")
+	if len(intPart) > 12 {
+		return "", errAmountRange
+	}
+	u, err := strconv.ParseInt(intPart+frac, 10, 64)
+	if err != nil {
+		return "", errAmountRange
+	}
+	if roundUp {
+		u++
+	}
+	if u >= maxUnits {
+		return "", errAmountRange
+	}
+	if neg && u != 0 {
+		u = -u
+	}
+	return strconv.FormatInt(u, 10), nil
+}
+
+func digits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// fromUnits formats an integer string of units as a decimal with exactly
+// four places ("1234.5000"); nil (no such field yet) is zero. Sums are
+// always written with four places, so equal sums are equal strings.
+func fromUnits(v any) json.Number {
+	s, _ := v.(string)
+	if s == "" || s == "0" {
+		return "0.0000"
+	}
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	if len(s) <= scale {
+		s = strings.Repeat("0", scale-len(s)+1) + s
+	}
+	out := s[:len(s)-scale] + "." + s[len(s)-scale:]
+	if neg {
+		out = "-" + out
+	}
+	return json.Number(out)
+}

@@ -1,0 +1,567 @@
+package features
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/big"
+	"math/rand/v2"
+	"reflect"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/speculapro/speculapro/internal/event"
+	"github.com/speculapro/speculapro/internal/redisconn"
+	"github.com/speculapro/speculapro/internal/testenv"
+)
+
+// target is one Redis the tests run on: the single one and the Cluster.
+type target struct {
+	name string
+	url  func(testing.TB) string
+}
+
+var targets = []target{
+	{"single", testenv.RedisURL},
+	{"cluster", testenv.RedisClusterURL},
+}
+
+// counter counts what reaches the network: single commands and pipelines
+// (on a Cluster, one pipeline per node: the hook sits on the node clients).
+type counter struct{ single, pipelines, piped atomic.Int64 }
+
+func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.single.Add(1)
+		return next(ctx, cmd)
+	}
+}
+func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.pipelines.Add(1)
+		c.piped.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
+}
+func (c *counter) reset() { c.single.Store(0); c.pipelines.Store(0); c.piped.Store(0) }
+
+// open connects to tg with a counting hook and a key prefix of the test's
+// own, and removes the test's keys afterwards.
+func open(t testing.TB, tg target) (redis.UniversalClient, string, *counter) {
+	t.Helper()
+	c, err := redisconn.Open(tg.url(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cnt := &counter{}
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		cc.OnNewNode(func(n *redis.Client) { n.AddHook(cnt) })
+	} else {
+		c.AddHook(cnt)
+	}
+	prefix := fmt.Sprintf("sptest:%s:%d:", strings.ReplaceAll(t.Name(), "/", "."), time.Now().UnixNano())
+	t.Cleanup(func() {
+		ctx := context.Background()
+		del := func(ctx context.Context, n *redis.Client) error {
+			iter := n.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+			for iter.Next(ctx) {
+				n.Del(ctx, iter.Val())
+			}
+			return iter.Err()
+		}
+		if cc, ok := c.(*redis.ClusterClient); ok {
+			_ = cc.ForEachMaster(ctx, del)
+		} else {
+			_ = del(ctx, c.(*redis.Client))
+		}
+		c.Close()
+	})
+	return c, prefix, cnt
+}
+
+// ---------------------------------------------------------------------------
+// The independent computation: every counted event kept in a list per
+// entity, every feature recomputed from scratch by its definition.
+
+type modelEvent struct {
+	env    *event.Envelope
+	member string // the other side: counterparty id for accounts and customers, account id for counterparties
+	units  *big.Int
+}
+
+type model struct {
+	events map[string][]modelEvent // entity key -> counted events
+	seen   map[string]bool         // entity key + event id
+}
+
+func newModel() *model { return &model{events: map[string][]modelEvent{}, seen: map[string]bool{}} }
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && (a < 0) != (b < 0) {
+		q--
+	}
+	return q
+}
+
+func bigUnits(s string) *big.Int {
+	u, err := toUnits(s)
+	if err != nil {
+		return new(big.Int)
+	}
+	n, _ := new(big.Int).SetString(u, 10)
+	return n
+}
+
+func fmtUnits(n *big.Int) json.Number {
+	neg := n.Sign() < 0
+	s := new(big.Int).Abs(n).String()
+	for len(s) < 5 {
+		s = "0" + s
+	}
+	out := s[:len(s)-4] + "." + s[len(s)-4:]
+	if neg {
+		out = "-" + out
+	}
+	return json.Number(out)
+}
+
+// apply counts e for one entity and returns the features right after it.
+func (m *model) apply(key string, e *event.Envelope, member string) *modelFeatures {
+	id := key + string(e.ID[:])
+	replay := m.seen[id]
+	var prev []modelEvent
+	prev = append(prev, m.events[key]...)
+	if !replay {
+		m.seen[id] = true
+		m.events[key] = append(m.events[key], modelEvent{env: e, member: member, units: bigUnits(e.Amount)})
+	}
+	return computeFeatures(m.events[key], prev, e, member, replay)
+}
+
+type modelFeatures struct {
+	txn, acctEvent, cp map[string]any
+}
+
+func computeFeatures(all, prev []modelEvent, e *event.Envelope, member string, replay bool) *modelFeatures {
+	var mx int64 = -1 << 62
+	for _, x := range all {
+		mx = max(mx, x.env.OccurredAt.Unix())
+	}
+	headMin, headHour, headDay := floorDiv(mx, 60), floorDiv(mx, 3600), floorDiv(mx, 86400)
+	type win struct {
+		name string
+		in   func(ts int64) bool
+	}
+	wins := []win{
+		{"1h", func(ts int64) bool { return floorDiv(ts, 60) > headMin-60 }},
+		{"24h", func(ts int64) bool { return floorDiv(ts, 3600) > headHour-24 }},
+		{"7d", func(ts int64) bool { return floorDiv(ts, 86400) > headDay-7 }},
+		{"30d", func(ts int64) bool { return floorDiv(ts, 86400) > headDay-30 }},
+	}
+	in30 := wins[3].in
+	f := &modelFeatures{txn: map[string]any{}, acctEvent: map[string]any{}, cp: map[string]any{}}
+	for _, w := range wins {
+		for _, d := range []event.Direction{event.DirectionOut, event.DirectionIn} {
+			var n int64
+			sum := new(big.Int)
+			distinct := map[string]bool{}
+			for _, x := range all {
+				if x.env.Kind != event.KindTransaction || x.env.Direction != d || !w.in(x.env.OccurredAt.Unix()) {
+					continue
+				}
+				n++
+				if x.env.Currency == e.Currency {
+					sum.Add(sum, x.units)
+				}
+				if x.member != "" {
+					distinct[x.member] = true
+				}
+			}
+			f.txn[string(d)+"_count_"+w.name] = n
+			f.txn[string(d)+"_sum_"+w.name] = fmtUnits(sum)
+			if w.name == "24h" || w.name == "30d" {
+				kind := map[event.Direction]string{event.DirectionOut: "payees", event.DirectionIn: "senders"}[d]
+				f.txn["distinct_"+kind+"_"+w.name] = int64(len(distinct))
+				if d == event.DirectionOut {
+					f.cp["paid_count_"+w.name] = n
+					f.cp["paid_sum_"+w.name] = fmtUnits(sum)
+					f.cp["distinct_payers_"+w.name] = int64(len(distinct))
+				}
+			}
+		}
+	}
+	t := e.OccurredAt.Unix()
+	since := func(latest int64, ok bool) int64 {
+		if !ok || !in30(latest) {
+			return -1
+		}
+		if latest > t {
+			return 0
+		}
+		return t - latest
+	}
+	newcp := member != ""
+	var prevT int64
+	havePrev := false
+	for _, x := range prev {
+		if x.env.Kind != event.KindTransaction {
+			continue
+		}
+		if x.member == member && in30(x.env.OccurredAt.Unix()) {
+			newcp = false
+		}
+		if !havePrev || x.env.OccurredAt.Unix() > prevT {
+			prevT, havePrev = x.env.OccurredAt.Unix(), true
+		}
+	}
+	ssp := since(prevT, havePrev)
+	if replay {
+		newcp, ssp = false, -1
+	}
+	f.txn["new_counterparty"] = newcp
+	f.txn["seconds_since_previous"] = ssp
+	for _, w := range wins[:3] {
+		counts := map[string]any{}
+		for _, x := range all {
+			if x.env.Kind == event.KindAccountEvent && w.in(x.env.OccurredAt.Unix()) {
+				n, _ := counts[x.env.Type].(int64)
+				counts[x.env.Type] = n + 1
+			}
+		}
+		f.acctEvent["events_"+w.name] = counts
+	}
+	for _, typ := range []string{"sim_swap", "profile_change"} {
+		var latest int64
+		ok := false
+		for _, x := range all {
+			if x.env.Kind == event.KindAccountEvent && x.env.Type == typ && (!ok || x.env.OccurredAt.Unix() > latest) {
+				latest, ok = x.env.OccurredAt.Unix(), true
+			}
+		}
+		f.acctEvent["seconds_since_"+typ] = since(latest, ok)
+	}
+	return f
+}
+
+// expect is what Apply must return for e, from the model.
+func (m *model) expect(e *event.Envelope) map[string]any {
+	if e.Kind == event.KindAccountEvent {
+		c := m.apply("c"+e.CustomerExternalID, e, "")
+		return map[string]any{"customer": c.acctEvent}
+	}
+	out := map[string]any{"account": nil, "customer": nil, "counterparty": nil}
+	cp := ""
+	if e.Counterparty != nil {
+		cp = e.Counterparty.Fingerprint
+	}
+	out["account"] = m.apply("a"+e.AccountExternalID, e, cp).txn
+	if e.CustomerExternalID != "" {
+		c := m.apply("c"+e.CustomerExternalID, e, cp)
+		f := c.txn
+		for k, v := range c.acctEvent {
+			f[k] = v
+		}
+		out["customer"] = f
+	}
+	if cp != "" {
+		out["counterparty"] = m.apply("p"+cp, e, e.AccountExternalID).cp
+	}
+	return out
+}
+
+// ---------------------------------------------------------------------------
+
+var testWorkspace = event.UUID{0x01, 0x8f, 0x2c, 0x4a, 0x11, 0x22, 0x73, 0x44, 0x85, 0x66, 0x77, 0x88, 0x99, 0xaa, 0xbb, 0xcc}
+
+// genEvents makes n random events: several accounts, customers,
+// counterparties and currencies, times mostly moving forward by seconds to
+// minutes but also arriving late and jumping ahead by more than each window.
+func genEvents(r *rand.Rand, n int, base time.Time) []*event.Envelope {
+	accounts := []string{"acc-1", "acc-2", "acc-3"}
+	customerOf := map[string]string{"acc-1": "cust-1", "acc-2": "cust-1", "acc-3": "cust-2"}
+	cps := []string{"fp-a", "fp-b", "fp-c", "fp-d", "fp-e"}
+	currencies := []string{"EUR", "EUR", "USD", "JPY"}
+	types := []string{"sign_in", "failed_otp", "sim_swap", "profile_change"}
+	now := base
+	var out []*event.Envelope
+	for i := range n {
+		switch p := r.IntN(100); {
+		case p < 60:
+			now = now.Add(time.Duration(r.IntN(600)) * time.Second)
+		case p < 80:
+			now = now.Add(time.Duration(r.IntN(3*3600)) * time.Second)
+		case p < 85:
+			now = now.Add(time.Duration(1+r.IntN(3)) * 24 * time.Hour)
+		case p < 87:
+			now = now.Add(time.Duration(8+r.IntN(30)) * 24 * time.Hour)
+		}
+		occurred := now
+		if r.IntN(100) < 15 { // late arrival: up to 40 days behind
+			occurred = now.Add(-time.Duration(r.Int64N(int64(40 * 24 * time.Hour))))
+		}
+		occurred = occurred.Truncate(time.Second).UTC()
+		ext := fmt.Sprintf("ev-%d", i)
+		acct := accounts[r.IntN(len(accounts))]
+		if r.IntN(100) < 25 {
+			typ := types[r.IntN(len(types))]
+			out = append(out, &event.Envelope{V: 1, Kind: event.KindAccountEvent,
+				ID: event.AccountEventID(testWorkspace, ext, occurred), WorkspaceID: testWorkspace, ExternalID: ext,
+				OccurredAt: occurred, CustomerExternalID: customerOf[acct], Type: typ})
+			continue
+		}
+		e := &event.Envelope{V: 1, Kind: event.KindTransaction,
+			ID: event.TransactionID(testWorkspace, ext, occurred), WorkspaceID: testWorkspace, ExternalID: ext,
+			OccurredAt: occurred, AccountExternalID: acct, Currency: currencies[r.IntN(len(currencies))],
+			Direction: event.DirectionOut}
+		if r.IntN(2) == 0 {
+			e.Direction = event.DirectionIn
+		}
+		if r.IntN(100) < 80 {
+			e.CustomerExternalID = customerOf[acct]
+		}
+		if r.IntN(100) < 75 {
+			e.Counterparty = &event.Counterparty{Fingerprint: cps[r.IntN(len(cps))]}
+		}
+		switch r.IntN(4) {
+		case 0:
+			e.Amount = fmt.Sprintf("%d", r.IntN(100000))
+		case 1:
+			e.Amount = fmt.Sprintf("%d.%02d", r.IntN(10000), r.IntN(100))
+		case 2:
+			e.Amount = fmt.Sprintf("%d.%06d", r.IntN(1000), r.IntN(1000000)) // rounded to 4 places
+		default:
+			e.Amount = fmt.Sprintf("%d%09d.9999", 1+r.IntN(99), r.IntN(1000000000)) // up to 10^11
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// withReplays repeats some events later in the stream (same envelope).
+func withReplays(r *rand.Rand, evs []*event.Envelope) []*event.Envelope {
+	var out []*event.Envelope
+	for i, e := range evs {
+		out = append(out, e)
+		if i > 0 && r.IntN(100) < 10 {
+			out = append(out, evs[r.IntN(i+1)])
+		}
+	}
+	return out
+}
+
+func TestApplyMatchesIndependentComputation(t *testing.T) {
+	for _, tg := range targets {
+		t.Run(tg.name, func(t *testing.T) {
+			for seed := uint64(1); seed <= 3; seed++ {
+				t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+					c, prefix, _ := open(t, tg)
+					s := New(c, Options{KeyPrefix: prefix})
+					r := rand.New(rand.NewPCG(seed, 42))
+					evs := withReplays(r, genEvents(r, 1500, time.Date(2026, 3, 1, 23, 50, 0, 0, time.UTC)))
+					m := newModel()
+					ctx := context.Background()
+					for i := 0; i < len(evs); {
+						n := min(1+r.IntN(60), len(evs)-i)
+						got, err := s.Apply(ctx, evs[i:i+n])
+						if err != nil {
+							t.Fatal(err)
+						}
+						for j, e := range evs[i : i+n] {
+							want := m.expect(e)
+							if !reflect.DeepEqual(got[j], want) {
+								t.Fatalf("event %d (%s at %s):\n%s", i+j, e.Kind, e.OccurredAt, diff(got[j], want))
+							}
+						}
+						i += n
+					}
+					assertTTLs(t, c, prefix)
+				})
+			}
+		})
+	}
+}
+
+// diff lists the features that differ.
+func diff(got, want map[string]any) string {
+	var lines []string
+	for _, ent := range []string{"account", "customer", "counterparty"} {
+		g, _ := got[ent].(map[string]any)
+		w, _ := want[ent].(map[string]any)
+		if (g == nil) != (w == nil) {
+			lines = append(lines, fmt.Sprintf("%s: got %v, want %v", ent, g, w))
+			continue
+		}
+		for k := range w {
+			if !reflect.DeepEqual(g[k], w[k]) {
+				lines = append(lines, fmt.Sprintf("%s.%s: got %v (%T), want %v (%T)", ent, k, g[k], g[k], w[k], w[k]))
+			}
+		}
+		for k := range g {
+			if _, ok := w[k]; !ok {
+				lines = append(lines, fmt.Sprintf("%s.%s: unexpected %v", ent, k, g[k]))
+			}
+		}
+	}
+	sort.Strings(lines)
+	return strings.Join(lines, "\n")
+}
+
+// assertTTLs checks that every key under prefix expires: memory stays bounded.
+func assertTTLs(t *testing.T, c redis.UniversalClient, prefix string) {
+	t.Helper()
+	ctx := context.Background()
+	check := func(ctx context.Context, n *redis.Client) error {
+		iter := n.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+		for iter.Next(ctx) {
+			ttl, err := n.PTTL(ctx, iter.Val()).Result()
+			if err != nil {
+				return err
+			}
+			if ttl <= 0 {
+				return fmt.Errorf("key %q has no TTL (%v)", iter.Val(), ttl)
+			}
+		}
+		return iter.Err()
+	}
+	var err error
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, check)
+	} else {
+		err = check(ctx, c.(*redis.Client))
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func txn(ext, acct, cust, cp, amount, cur string, dir event.Direction, at time.Time) *event.Envelope {
+	e := &event.Envelope{V: 1, Kind: event.KindTransaction, ID: event.TransactionID(testWorkspace, ext, at),
+		WorkspaceID: testWorkspace, ExternalID: ext, OccurredAt: at, AccountExternalID: acct,
+		CustomerExternalID: cust, Amount: amount, Currency: cur, Direction: dir}
+	if cp != "" {
+		e.Counterparty = &event.Counterparty{Fingerprint: cp}
+	}
+	return e
+}
+
+func TestReplayWithinTTLChangesNothingAndCountsAgainAfter(t *testing.T) {
+	for _, tg := range targets {
+		t.Run(tg.name, func(t *testing.T) {
+			c, prefix, _ := open(t, tg)
+			s := New(c, Options{KeyPrefix: prefix, ReplayTTL: 1500 * time.Millisecond})
+			ctx := context.Background()
+			at := time.Date(2026, 5, 4, 10, 0, 0, 0, time.UTC)
+			e := txn("t1", "acc", "cust", "fp", "10.50", "EUR", event.DirectionOut, at)
+			first, err := s.Apply(ctx, []*event.Envelope{e})
+			if err != nil {
+				t.Fatal(err)
+			}
+			acct := first[0]["account"].(map[string]any)
+			if acct["out_count_1h"] != int64(1) || acct["out_sum_30d"] != json.Number("10.5000") || acct["new_counterparty"] != true {
+				t.Fatalf("first application: %v", acct)
+			}
+			before := readAll(t, s, "EUR")
+			// The same event again, three times in one batch and once more.
+			if _, err := s.Apply(ctx, []*event.Envelope{e, e, e}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Apply(ctx, []*event.Envelope{e}); err != nil {
+				t.Fatal(err)
+			}
+			if after := readAll(t, s, "EUR"); !reflect.DeepEqual(before, after) {
+				t.Fatalf("a replay inside the TTL changed the totals:\nbefore %v\nafter  %v", before, after)
+			}
+			time.Sleep(1700 * time.Millisecond)
+			again, err := s.Apply(ctx, []*event.Envelope{e})
+			if err != nil {
+				t.Fatal(err)
+			}
+			acct = again[0]["account"].(map[string]any)
+			if acct["out_count_1h"] != int64(2) || acct["out_sum_30d"] != json.Number("21.0000") {
+				t.Fatalf("a replay after the TTL should count again: %v", acct)
+			}
+		})
+	}
+}
+
+func readAll(t *testing.T, s *Store, cur string) []map[string]any {
+	t.Helper()
+	ctx := context.Background()
+	a, err := s.ReadAccount(ctx, testWorkspace, "acc", cur)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := s.ReadCustomer(ctx, testWorkspace, "cust", cur)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.ReadCounterparty(ctx, testWorkspace, "fp", cur)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []map[string]any{a, c, p}
+}
+
+func TestOneRoundTripPerBatch(t *testing.T) {
+	for _, tg := range targets {
+		t.Run(tg.name, func(t *testing.T) {
+			c, prefix, cnt := open(t, tg)
+			s := New(c, Options{KeyPrefix: prefix})
+			ctx := context.Background()
+			r := rand.New(rand.NewPCG(7, 7))
+			evs := genEvents(r, 1200, time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC))
+			// Warm up: the first batch loads the script (NOSCRIPT, then EVAL) and
+			// a Cluster client learns the slots.
+			if _, err := s.Apply(ctx, evs[:200]); err != nil {
+				t.Fatal(err)
+			}
+			cnt.reset()
+			if _, err := s.Apply(ctx, evs[200:1200]); err != nil {
+				t.Fatal(err)
+			}
+			maxPipelines := int64(1)
+			if _, ok := c.(*redis.ClusterClient); ok {
+				maxPipelines = 3 // one per master
+			}
+			if p := cnt.pipelines.Load(); p < 1 || p > maxPipelines {
+				t.Errorf("%d pipelines for one batch, want 1..%d", p, maxPipelines)
+			}
+			if n := cnt.single.Load(); n != 0 {
+				t.Errorf("%d commands outside the pipeline", n)
+			}
+			if n := cnt.piped.Load(); n < 1000 {
+				t.Errorf("only %d commands piped for 1000 events", n)
+			}
+		})
+	}
+}
+
+func TestScriptReloadAfterFlush(t *testing.T) {
+	c, prefix, _ := open(t, targets[0])
+	s := New(c, Options{KeyPrefix: prefix})
+	ctx := context.Background()
+	at := time.Date(2026, 5, 4, 10, 0, 0, 0, time.UTC)
+	if _, err := s.Apply(ctx, []*event.Envelope{txn("a", "acc", "", "", "1", "EUR", event.DirectionIn, at)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Apply(ctx, []*event.Envelope{
+		txn("b", "acc", "", "", "2", "EUR", event.DirectionIn, at.Add(time.Second)),
+		txn("c", "acc", "", "", "3", "EUR", event.DirectionIn, at.Add(2*time.Second)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := got[1]["account"].(map[string]any); a["in_count_1h"] != int64(3) || a["in_sum_1h"] != json.Number("6.0000") {
+		t.Fatalf("after SCRIPT FLUSH: %v", a)
+	}
+}
