@@ -79,8 +79,8 @@ func (s *Store) keys(entity byte, id event.UUID) []string {
 
 // call is one Lua call: one event on one entity.
 type call struct {
-	event  int    // index in the batch
-	entity byte   // entityAccount, …
+	event  int  // index in the batch
+	entity byte // entityAccount, …
 	cmd    *redis.Cmd
 	keys   []string
 	args   []any
