@@ -35,9 +35,10 @@ run: stack-up build ## start the whole pipeline on this machine (embedded broker
 vet: ## go vet every package
 	go vet ./...
 
-lint: build ## lint every pipeline and run their *_benthos_test.yaml unit tests
+lint: build ## lint every pipeline, run their *_benthos_test.yaml unit tests and the starter rules' tests
 	$(BIN) lint pipelines/*.yaml config/*.yaml config/examples/*.yaml
 	$(BIN) test ./pipelines/... ./config/examples/...
+	$(BIN) rules test config/rules/*.yaml
 
 test: stack-up vet lint ## run every test against real services (under 20 minutes)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }

@@ -46,6 +46,7 @@ func main() {
 		service.CLIOptAddCommand(loadgenCommand()),
 		service.CLIOptAddCommand(workspaceCommand()),
 		service.CLIOptAddCommand(apikeyCommand()),
+		service.CLIOptAddCommand(rulesCommand()),
 	)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, cliError(err))
