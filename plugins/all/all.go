@@ -11,4 +11,5 @@ import (
 	_ "github.com/speculapro/speculapro/plugins/kafka"
 	_ "github.com/speculapro/speculapro/plugins/observe"
 	_ "github.com/speculapro/speculapro/plugins/postgres"
+	_ "github.com/speculapro/speculapro/plugins/rules"
 )

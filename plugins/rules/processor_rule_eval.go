@@ -1,0 +1,534 @@
+package rules
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redpanda-data/benthos/v4/public/service"
+
+	"github.com/speculapro/speculapro/internal/applog"
+	"github.com/speculapro/speculapro/internal/config"
+	"github.com/speculapro/speculapro/internal/event"
+	"github.com/speculapro/speculapro/internal/eventmsg"
+	"github.com/speculapro/speculapro/internal/retry"
+	"github.com/speculapro/speculapro/internal/rules"
+)
+
+const (
+	reFieldURL            = "url"
+	reFieldKind           = "kind"
+	reFieldReloadInterval = "reload_interval"
+	reFieldRealtimeOnly   = "realtime_only"
+)
+
+// Metadata the step reads (set by feature_update) and writes (read by
+// pg_rule_hits).
+const (
+	metaFeatures = "features"
+	metaRuleEval = "rule_eval"
+)
+
+// Metric names.
+const (
+	metricEventsEvaluated = "speculapro_stream_events_evaluated_total" // label kind
+	metricRuleHits        = "speculapro_stream_rule_hits_total"        // label rule
+	metricRuleErrors      = "speculapro_stream_rule_errors_total"      // label rule
+	metricRulesLoaded     = "speculapro_stream_rules_loaded"           // label kind; gauge
+	// The role's stage timer, named and labelled as event_decode does it.
+	metricStageDuration = "speculapro_stream_stage_duration_ns" // labels table, stage
+)
+
+// Log lines.
+const (
+	logRuleFailed   = "stream: rule failed on an event"
+	logRuleRefused  = "stream: rule does not compile, left out"
+	logLoadRetry    = "stream: loading the rules failed, retrying"
+	logReloadFailed = "stream: checking the rules for changes failed, keeping the loaded ones"
+	logRulesLoaded  = "stream: rules loaded"
+)
+
+const (
+	// ruleLogEvery bounds the WARN lines of one failing rule (and of a
+	// failing reload): its errors are all counted, one is logged a minute.
+	ruleLogEvery = time.Minute
+	// probeTimeout bounds one change probe and reload; a slow database then
+	// delays a reload, never the stream.
+	probeTimeout = 30 * time.Second
+	loadBackoff  = 500 * time.Millisecond
+	loadMaxWait  = 10 * time.Second
+)
+
+func ruleEvalSpec() *service.ConfigSpec {
+	return service.NewConfigSpec().
+		Beta().
+		Categories("Utility").
+		Summary("Evaluates each event against its workspace's enabled rules (Bloblang expressions over the event and its running totals) and records what fired, and the feature values each rule read, in the metadata `rule_eval`.").
+		Description(`
+Takes each message's event envelope (from `+"`event_decode`"+`) and its running totals (the metadata `+"`features`"+`, set by
+`+"`feature_update`"+`), runs the workspace's enabled rules of the event's kind as ONE compiled Bloblang program, and
+sets the metadata `+"`rule_eval`"+` to
+
+`+"```json"+`
+{"hits": [{"rule": "large_amount_to_new_counterparty", "rule_id": "…", "version": 3, "score": 40,
+           "severity": "high", "action": "alert", "alert": true,
+           "reads": {"features.account.new_counterparty": true}}]}
+`+"```"+`
+
+(`+"`hits`"+` empty when nothing fired), which `+"`pg_rule_hits`"+` stores. `+"`reads`"+` holds every `+"`features.*`"+` path the
+rule's expression names with the value it had: why the rule fired.
+
+The rules are loaded from `+"`speculapro.rules`"+` by the first batch (so the constructor does no I/O; the batch waits,
+retrying, until PostgreSQL answers) and then checked every `+"`reload_interval`"+` with a cheap probe; only on a change
+are they loaded again, and only the workspaces whose rules changed are compiled again. A probe that fails keeps
+the loaded rules and is logged at most once a minute.
+
+A rule that fails on an event (a missing field compared with a number, a type error, a result that is not a
+bool) is counted in `+"`speculapro_stream_rule_errors_total{rule}`"+`, logged as
+`+"`level=WARN msg=\"stream: rule failed on an event\"`"+` at most once a minute per rule, and never stops the other
+rules or fails the message. A stored rule that does not compile (`+"`rules apply`"+` refuses those) is left out, counted
+and logged the same way. Messages already flagged with an error pass through untouched; a message whose content
+is not an envelope of `+"`kind`"+` is flagged.
+
+### Metrics
+
+`+"`speculapro_stream_events_evaluated_total{kind}`, `speculapro_stream_rule_hits_total{rule}`, `speculapro_stream_rule_errors_total{rule}`, `speculapro_stream_rules_loaded{kind}`"+` (a gauge), and
+`+"`speculapro_stream_stage_duration_ns{stage=\"evaluate\"}`"+`.`).
+		Fields(
+			service.NewStringField(reFieldURL).
+				Description("PostgreSQL URL the rules are read from, of a role that sees every workspace's rules (speculapro_system). Empty means `SP_DB_SYSTEM_URL`, falling back to `SP_DB_URL`.").
+				Secret().
+				Default(""),
+			service.NewStringEnumField(reFieldKind, string(event.KindTransaction), string(event.KindAccountEvent)).
+				Description("The kind of event the messages carry; only rules that apply to it can fire.").
+				Default(string(event.KindTransaction)),
+			service.NewDurationField(reFieldReloadInterval).
+				Description("How often the rules are checked for changes (a cheap probe; they are loaded and compiled again only when something changed).").
+				Default("5s"),
+			service.NewBoolField(reFieldRealtimeOnly).
+				Description("Evaluate only the rules whose action is `review` or `decline` (the real-time decision's), not those that only `alert`.").
+				Default(false).
+				Advanced(),
+		).
+		Example("The stream evaluator", "", `
+pipeline:
+  processors:
+    - event_decode:
+        kind: transaction
+        role: stream
+    - feature_update:
+        url: ${SP_REDIS_URL:redis://127.0.0.1:6379/0}
+    - rule_eval: {}
+`)
+}
+
+func init() {
+	service.MustRegisterBatchProcessor("rule_eval", ruleEvalSpec(),
+		func(conf *service.ParsedConfig, mgr *service.Resources) (service.BatchProcessor, error) {
+			return newRuleEvalFromConfig(conf, mgr)
+		})
+}
+
+// counter, gauge and timer are what the step uses of the engine's metrics;
+// tests read their own.
+type counter interface {
+	Incr(count int64, labelValues ...string)
+}
+
+type gauge interface {
+	Set(value int64, labelValues ...string)
+}
+
+type timer interface {
+	Timing(delta int64, labelValues ...string)
+}
+
+type ruleEvalMetrics struct {
+	evaluated counter
+	hits      counter
+	errors    counter
+	loaded    gauge
+	stage     timer
+}
+
+// ruleSet is the rules in force: one compiled program per workspace. It is
+// never modified once published, so batches read it without a lock.
+type ruleSet struct {
+	fingerprint string
+	workspaces  map[event.UUID]*workspaceProgram
+	rules       int
+}
+
+// workspaceProgram is one workspace's compiled rules; signature says which
+// rule versions it holds, so an unchanged workspace is not compiled again.
+type workspaceProgram struct {
+	signature string
+	program   *rules.Program
+}
+
+// ruleEval is the rule_eval processor.
+type ruleEval struct {
+	url            string
+	kind           event.Kind
+	table          string // the stage timer's label
+	reloadInterval time.Duration
+	realtimeOnly   bool
+	log            *service.Logger
+	m              ruleEvalMetrics
+
+	// connect, once: the pool and the first load, run by the first batch.
+	connectMu sync.Mutex
+	pool      *pgxpool.Pool
+	set       atomic.Pointer[ruleSet]
+	stop      context.CancelFunc // ends the reloader
+	reloader  sync.WaitGroup
+
+	logMu     sync.Mutex
+	lastWarns map[string]time.Time // per rule id (or "reload"): when a WARN was last logged
+}
+
+func newRuleEvalFromConfig(conf *service.ParsedConfig, mgr *service.Resources) (*ruleEval, error) {
+	url, err := conf.FieldString(reFieldURL)
+	if err != nil {
+		return nil, err
+	}
+	if url == "" {
+		url = config.SystemDBURL()
+	}
+	kind, err := conf.FieldString(reFieldKind)
+	if err != nil {
+		return nil, err
+	}
+	interval, err := conf.FieldDuration(reFieldReloadInterval)
+	if err != nil {
+		return nil, err
+	}
+	realtime, err := conf.FieldBool(reFieldRealtimeOnly)
+	if err != nil {
+		return nil, err
+	}
+	return newRuleEval(url, event.Kind(kind), interval, realtime, mgr)
+}
+
+// newRuleEval builds the step; it does no I/O (the first batch connects).
+func newRuleEval(url string, kind event.Kind, reloadInterval time.Duration, realtimeOnly bool, mgr *service.Resources) (*ruleEval, error) {
+	if kind != event.KindTransaction && kind != event.KindAccountEvent {
+		return nil, fmt.Errorf("rule_eval: %s must be %s or %s, got %q", reFieldKind, event.KindTransaction, event.KindAccountEvent, kind)
+	}
+	if reloadInterval <= 0 {
+		return nil, fmt.Errorf("rule_eval: %s must be positive, got %s", reFieldReloadInterval, reloadInterval)
+	}
+	if _, err := pgxpool.ParseConfig(url); err != nil {
+		// pgx's parse errors can quote the URL, password included.
+		return nil, errors.New("rule_eval: the PostgreSQL URL cannot be parsed")
+	}
+	m := mgr.Metrics()
+	return &ruleEval{
+		url: url, kind: kind, reloadInterval: reloadInterval, realtimeOnly: realtimeOnly,
+		table: tableOfKind(kind),
+		log:   mgr.Logger(),
+		m: ruleEvalMetrics{
+			evaluated: m.NewCounter(metricEventsEvaluated, "kind"),
+			hits:      m.NewCounter(metricRuleHits, "rule"),
+			errors:    m.NewCounter(metricRuleErrors, "rule"),
+			loaded:    m.NewGauge(metricRulesLoaded, "kind"),
+			stage:     m.NewTimer(metricStageDuration, "table", "stage"),
+		},
+		lastWarns: map[string]time.Time{},
+	}, nil
+}
+
+// ProcessBatch evaluates every readable message and records its hits. It
+// returns an error only when ctx ends before the rules could be loaded
+// (shutdown): the engine then acks nothing of the batch.
+func (r *ruleEval) ProcessBatch(ctx context.Context, batch service.MessageBatch) ([]service.MessageBatch, error) {
+	set, err := r.inForce(ctx)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	evaluated := 0
+	for i, msg := range batch {
+		if msg.GetError() != nil {
+			continue
+		}
+		env, err := eventmsg.Of(msg, r.kind)
+		if err != nil {
+			msg.SetError(err)
+			continue
+		}
+		hits := []any{}
+		if wp := set.workspaces[env.WorkspaceID]; wp != nil {
+			var features map[string]any
+			if v, ok := msg.MetaGetMut(metaFeatures); ok {
+				features, _ = v.(map[string]any)
+			}
+			found, errs := wp.program.Evaluate(env, features)
+			for _, h := range found {
+				hits = append(hits, hitMeta(h))
+				r.m.hits.Incr(1, h.Rule.Name)
+			}
+			for _, e := range errs {
+				r.ruleFailed(e.Rule, e.Err)
+			}
+		}
+		evaluated++
+		batch[i].MetaSetMut(metaRuleEval, map[string]any{"hits": hits})
+	}
+	r.m.evaluated.Incr(int64(evaluated), string(r.kind))
+	r.m.stage.Timing(time.Since(start).Nanoseconds(), r.table, "evaluate")
+	return []service.MessageBatch{batch}, nil
+}
+
+// hitMeta is one hit as pg_rule_hits reads it.
+func hitMeta(h rules.Hit) map[string]any {
+	var score any
+	if h.Rule.Score != "" {
+		score = json.Number(h.Rule.Score)
+	}
+	reads := h.Reads
+	if reads == nil {
+		reads = map[string]any{}
+	}
+	return map[string]any{
+		"rule":     h.Rule.Name,
+		"rule_id":  h.Rule.ID.String(),
+		"version":  int64(h.Rule.Version),
+		"score":    score,
+		"severity": h.Rule.Severity,
+		"action":   h.Rule.Action,
+		"alert":    h.Rule.Alert,
+		"reads":    reads,
+	}
+}
+
+// inForce returns the rules in force, connecting and loading them first if
+// this is the first batch.
+func (r *ruleEval) inForce(ctx context.Context) (*ruleSet, error) {
+	if s := r.set.Load(); s != nil {
+		return s, nil
+	}
+	r.connectMu.Lock()
+	defer r.connectMu.Unlock()
+	if s := r.set.Load(); s != nil {
+		return s, nil // another pipeline thread loaded them meanwhile
+	}
+	if r.pool == nil {
+		pcfg, err := pgxpool.ParseConfig(r.url)
+		if err != nil {
+			return nil, errors.New("rule_eval: the PostgreSQL URL cannot be parsed")
+		}
+		// The probe and a reload, never more than one at a time.
+		pcfg.MaxConns = 2
+		if pcfg.ConnConfig.ConnectTimeout == 0 || pcfg.ConnConfig.ConnectTimeout > 10*time.Second {
+			pcfg.ConnConfig.ConnectTimeout = 10 * time.Second
+		}
+		pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
+		if err != nil {
+			return nil, fmt.Errorf("rule_eval: creating the connection pool: %w", err)
+		}
+		r.pool = pool
+	}
+	// Without its rules the stream cannot say what fired: wait for
+	// PostgreSQL rather than let events pass unevaluated.
+	var set *ruleSet
+	err := retry.Do(ctx, retry.Policy{
+		Initial: loadBackoff, Max: loadMaxWait, Jitter: 0.2,
+		OnRetry: func(_ int, err error, backoff time.Duration) {
+			applog.With(r.log, "err", err.Error(), "backoff", backoff.Round(time.Millisecond).String()).Error(logLoadRetry)
+		},
+	}, func(ctx context.Context, _ int) error {
+		s, err := r.load(ctx, nil)
+		set = s
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	r.publish(set)
+	rctx, stop := context.WithCancel(context.Background())
+	r.stop = stop
+	r.reloader.Add(1)
+	// The reloader owns the probes and reloads; Close cancels rctx and waits
+	// for it, so it cannot outlive the step.
+	go func() {
+		defer r.reloader.Done()
+		r.reloadLoop(rctx)
+	}()
+	return set, nil
+}
+
+// reloadLoop probes for changed rules every reload_interval and publishes a
+// new rule set when they changed.
+func (r *ruleEval) reloadLoop(ctx context.Context) {
+	t := time.NewTicker(r.reloadInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := r.reload(ctx); err != nil && ctx.Err() == nil {
+			if r.warnDue("reload") {
+				applog.With(r.log, "err", err.Error()).Warn(logReloadFailed)
+			}
+		}
+	}
+}
+
+// reload publishes the rules again if the probe says they changed.
+func (r *ruleEval) reload(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	old := r.set.Load()
+	fp, err := rules.Fingerprint(ctx, r.pool)
+	if err != nil {
+		return err
+	}
+	if fp == old.fingerprint {
+		return nil
+	}
+	set, err := r.load(ctx, old)
+	if err != nil {
+		return err
+	}
+	r.publish(set)
+	return nil
+}
+
+// load reads every workspace's enabled rules and compiles those of each
+// workspace whose rules differ from old's (all of them when old is nil).
+func (r *ruleEval) load(ctx context.Context, old *ruleSet) (*ruleSet, error) {
+	// The probe first: a change landing between the two reads then shows
+	// at the next probe instead of being missed.
+	fp, err := rules.Fingerprint(ctx, r.pool)
+	if err != nil {
+		return nil, err
+	}
+	all, err := rules.LoadEnabled(ctx, r.pool)
+	if err != nil {
+		return nil, err
+	}
+	set := &ruleSet{fingerprint: fp, workspaces: make(map[event.UUID]*workspaceProgram, len(all))}
+	for ws, rs := range all {
+		var keep []rules.Rule
+		for _, rule := range rs {
+			if rule.AppliesTo == r.kind && (!r.realtimeOnly || rule.Action == "review" || rule.Action == "decline") {
+				keep = append(keep, rule)
+			}
+		}
+		if len(keep) == 0 {
+			continue
+		}
+		sig := signature(keep)
+		if old != nil {
+			if wp := old.workspaces[ws]; wp != nil && wp.signature == sig {
+				set.workspaces[ws] = wp
+				set.rules += wp.program.Len()
+				continue
+			}
+		}
+		prog := r.compile(keep)
+		set.workspaces[ws] = &workspaceProgram{signature: sig, program: prog}
+		set.rules += prog.Len()
+	}
+	return set, nil
+}
+
+// compile compiles one workspace's rules as one program. Should a stored
+// rule not compile (rules apply refuses those, but the database may hold
+// one written otherwise or by another version), it is left out, counted and
+// logged, and the others still run.
+func (r *ruleEval) compile(rs []rules.Rule) *rules.Program {
+	prog, err := rules.Compile(rs)
+	if err == nil {
+		return prog
+	}
+	var good []rules.Rule
+	for i := range rs {
+		if _, err := rules.Compile(rs[i : i+1]); err != nil {
+			// The error names the rule and the position in its expression.
+			r.m.errors.Incr(1, rs[i].Name)
+			if r.warnDue(rs[i].ID.String()) {
+				applog.With(r.log, "rule", rs[i].Name, "rule_id", rs[i].ID.String(), "workspace", rs[i].WorkspaceID.String(), "err", err.Error()).Error(logRuleRefused)
+			}
+			continue
+		}
+		good = append(good, rs[i])
+	}
+	if prog, err = rules.Compile(good); err != nil {
+		// Each compiled alone but not together: this is a bug of ours;
+		// evaluate nothing for the workspace rather than stop the stream.
+		applog.With(r.log, "rules", len(good), "err", err.Error()).Error(logRuleRefused)
+		prog, _ = rules.Compile(nil)
+	}
+	return prog
+}
+
+// publish makes set the rules in force.
+func (r *ruleEval) publish(set *ruleSet) {
+	r.set.Store(set)
+	r.m.loaded.Set(int64(set.rules), string(r.kind))
+	applog.With(r.log, "kind", string(r.kind), "workspaces", len(set.workspaces), "rules", set.rules).Info(logRulesLoaded)
+}
+
+// signature names the rule versions of one workspace (they arrive ordered
+// by name).
+func signature(rs []rules.Rule) string {
+	var b strings.Builder
+	for _, r := range rs {
+		fmt.Fprintf(&b, "%s:%d,", r.ID, r.Version)
+	}
+	return b.String()
+}
+
+// ruleFailed counts a rule's failure on one event and logs it at most once
+// a minute per rule.
+func (r *ruleEval) ruleFailed(rule *rules.Rule, err error) {
+	r.m.errors.Incr(1, rule.Name)
+	if r.warnDue(rule.ID.String()) {
+		applog.With(r.log, "rule", rule.Name, "rule_id", rule.ID.String(), "workspace", rule.WorkspaceID.String(), "err", err.Error()).Warn(logRuleFailed)
+	}
+}
+
+// warnDue reports whether key's WARN may be logged now, and if so notes it.
+func (r *ruleEval) warnDue(key string) bool {
+	r.logMu.Lock()
+	defer r.logMu.Unlock()
+	now := time.Now()
+	if last, ok := r.lastWarns[key]; ok && now.Sub(last) < ruleLogEvery {
+		return false
+	}
+	r.lastWarns[key] = now
+	return true
+}
+
+// Close stops the reloader and closes the pool.
+func (r *ruleEval) Close(context.Context) error {
+	r.connectMu.Lock()
+	defer r.connectMu.Unlock()
+	if r.stop != nil {
+		r.stop()
+		r.reloader.Wait()
+	}
+	if r.pool != nil {
+		r.pool.Close()
+	}
+	return nil
+}
+
+// tableOfKind names the table a kind is stored in: the stage timer's label,
+// as event_decode sets it.
+func tableOfKind(k event.Kind) string {
+	if k == event.KindAccountEvent {
+		return "account_events"
+	}
+	return "transactions"
+}
