@@ -162,3 +162,32 @@ func TestCanonicalScore(t *testing.T) {
 		}
 	}
 }
+
+// TestEvaluateConcurrently: the stream evaluates one workspace's program from
+// several pipeline threads at once.
+func TestEvaluateConcurrently(t *testing.T) {
+	p, err := Compile(benchRules(24))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, features := benchInput()
+	want, _ := p.Evaluate(env, features)
+	done := make(chan int)
+	for range 4 {
+		go func() {
+			n := 0
+			for range 200 {
+				hits, errs := p.Evaluate(env, features)
+				if len(hits) != len(want) || len(errs) != 0 {
+					n++
+				}
+			}
+			done <- n
+		}()
+	}
+	for range 4 {
+		if bad := <-done; bad != 0 {
+			t.Errorf("%d evaluations differed from the first", bad)
+		}
+	}
+}
