@@ -51,6 +51,8 @@ var (
 
 	RedisURL = Setting{"SP_REDIS_URL", "redis://127.0.0.1:6379/0", "Redis for the stream's running totals (and later the decision spool): redis://[user:pass@]host:port/db, or a Redis Cluster's seed nodes as comma-separated URLs (or one URL with ?cluster=true)"}
 
+	RedisKeyPrefix = Setting{"SP_REDIS_KEY_PREFIX", "sp:", "Prefix of every Redis key the stream's running totals use; give each environment (or test) sharing one Redis its own"}
+
 	PersistGroup    = Setting{"SP_PERSIST_GROUP", "speculapro-persist", "Consumer group of the persister; renaming it replays the whole topic"}
 	PersistWorkers  = Setting{"SP_PERSIST_WORKERS", "4", "Concurrent writers per persist process; raise when consumer lag keeps growing"}
 	PersistBatchMax = Setting{"SP_PERSIST_BATCH_MAX", "5000", "Most records written in one database transaction"}
@@ -71,7 +73,7 @@ func All() []Setting {
 	all := []Setting{
 		KafkaBrokers, KafkaTLSEnabled, KafkaTLSCAFile, KafkaTLSCertFile, KafkaTLSKeyFile,
 		KafkaSASLMechanism, KafkaUsername, KafkaPassword, KafkaTopicPrefix, KafkaPartitions,
-		KafkaReplicationFactor, DBURL, DBSystemURL, DBOwnerURL, DBSuperuserURL, RedisURL, PersistGroup,
+		KafkaReplicationFactor, DBURL, DBSystemURL, DBOwnerURL, DBSuperuserURL, RedisURL, RedisKeyPrefix, PersistGroup,
 		PersistWorkers, PersistBatchMax, StreamGroup, StreamReplayTTL, EncryptionKey, FingerprintKey,
 		HTTPAddr, DataDir, LogLevel, IngestAddr,
 	}
