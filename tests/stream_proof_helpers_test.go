@@ -179,13 +179,22 @@ func (s *proofStack) waitDrained(t testing.TB, p *binProcess, group, topic strin
 // in-process, as fast as Kafka takes them (rate 0) or at rate per second.
 func (s *proofStack) produceLG(t testing.TB, g *loadgen.Generator, kind event.Kind, from, to int, rate float64) loadgen.Summary {
 	t.Helper()
-	opts, err := loadgen.ProducerOpts(kafkaconf.Config{SeedBrokers: s.brokers}, 10*time.Millisecond)
+	sum, err := s.produceLGErr(g, kind, from, to, rate)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return sum
+}
+
+// produceLGErr is produceLG for a goroutine other than the test's.
+func (s *proofStack) produceLGErr(g *loadgen.Generator, kind event.Kind, from, to int, rate float64) (loadgen.Summary, error) {
+	opts, err := loadgen.ProducerOpts(kafkaconf.Config{SeedBrokers: s.brokers}, 10*time.Millisecond)
+	if err != nil {
+		return loadgen.Summary{}, err
+	}
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
-		t.Fatal(err)
+		return loadgen.Summary{}, err
 	}
 	defer cl.Close()
 	topic := s.prefix + "txn.ingested"
@@ -194,9 +203,9 @@ func (s *proofStack) produceLG(t testing.TB, g *loadgen.Generator, kind event.Ki
 	}
 	sum, err := loadgen.Produce(context.Background(), cl, g, loadgen.ProduceOptions{Topic: topic, Kind: kind, From: from, To: to, Rate: rate})
 	if err != nil {
-		t.Fatalf("producing to %s: %v", topic, err)
+		return sum, fmt.Errorf("producing to %s: %w", topic, err)
 	}
-	return sum
+	return sum, nil
 }
 
 // insertRules writes proofRules (plus extra) to every workspace and

@@ -1,0 +1,82 @@
+package tests
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/speculapro/speculapro/internal/event"
+	"github.com/speculapro/speculapro/internal/loadgen"
+	"github.com/speculapro/speculapro/internal/testenv"
+)
+
+// TestStreamBadInput: a record that is not JSON and one of an unknown
+// envelope version, among valid transactions, are counted
+// (speculapro_stream_records_skipped_total{reason="undecodable"}) and
+// skipped with the spec's WARN line, never sent to a dead-letter topic (the
+// persister owns those); a rule that throws on every event at run time
+// (event.metadata.nothing.deeper: a field of null) is counted in
+// speculapro_stream_rule_errors_total{rule} and the stream carries on: the
+// other rules' hits and the totals are exactly the model's.
+func TestStreamBadInput(t *testing.T) {
+	cfg := proofConfig(lgSeed(t), 3000, 0, 200)
+	testenv.Binary(t)
+	s := newProofStack(t, "badinput", testenv.RedisURL(t))
+	r := newProofRun(t, cfg)
+	if _, err := loadgen.SeedKnownURL(context.Background(), s.db.SystemURL, r.g); err != nil {
+		t.Fatal(err)
+	}
+	throwing := proofRule{name: "t_throws", appliesTo: "transaction", alert: true, expr: `event.metadata.nothing.deeper > 1`}
+	x := &exactRun{s: s, r: r, ruleIDs: s.insertRules(t, r.g.Workspaces(), throwing)}
+	var err error
+	if x.hits, err = predictHits(r.events, r.txns); err != nil {
+		t.Fatal(err)
+	}
+
+	ws := r.g.Workspaces()[0].String()
+	bad := []*kgo.Record{
+		{Key: []byte(ws + ":acc-x"), Value: []byte("this is not JSON {")},
+		{Key: []byte(ws + ":acc-y"), Value: []byte(`{"v":99,"kind":"transaction","id":"0190a6a8-0000-7000-8000-000000000001","workspace_id":"` + ws + `"}`)},
+	}
+	half := cfg.Count / 2
+	s.produceLG(t, r.g, event.KindTransaction, 0, half, 0)
+	for _, rec := range bad {
+		rec.Topic = s.prefix + "txn.ingested"
+	}
+	s.produce(t, bad...)
+	s.produceLG(t, r.g, event.KindTransaction, half, cfg.Count, 0)
+
+	p := s.startStream(t, "stream", streamPipeline, nil)
+	s.waitDrained(t, p, s.group, s.prefix+"txn.ingested", drainBound(cfg.Count))
+	var scrape string
+	waitUntil(t, 30*time.Second, "the stream's metrics", func() error {
+		var err error
+		scrape, err = p.scrape()
+		return err
+	})
+	stopAll(t, p)
+
+	if n := metricSum(scrape, "speculapro_stream_records_skipped_total", `reason="undecodable"`); n != 2 {
+		t.Errorf("speculapro_stream_records_skipped_total{reason=undecodable} = %v, want 2:\n%s", n, metricLines(scrape, "speculapro_stream_"))
+	}
+	if !persistLogLine("WARN", "stream: skipped undecodable records").MatchString(p.tail(1 << 20)) {
+		t.Errorf("no WARN line `stream: skipped undecodable records` in the stream's log:\n%s", p.tail(4000))
+	}
+	if n := metricSum(scrape, "speculapro_stream_rule_errors_total", `rule="t_throws"`); n != float64(cfg.Count) {
+		t.Errorf("speculapro_stream_rule_errors_total{rule=t_throws} = %v, want %d (one per transaction):\n%s",
+			n, cfg.Count, metricLines(scrape, "speculapro_stream_rule"))
+	}
+	if n := metricSum(scrape, "speculapro_stream_events_evaluated_total"); n != float64(cfg.Count) {
+		t.Errorf("speculapro_stream_events_evaluated_total = %v, want %d", n, cfg.Count)
+	}
+	if got := s.consume(t, s.prefix+"txn.ingested.dlq", 0, 2*time.Second); len(got) != 0 {
+		t.Errorf("%d records on the dead-letter topic, want none (the stream has no DLQ)", len(got))
+	}
+	if strings.Count(p.tail(1<<20), "stream: rule failed on an event") > 2 {
+		t.Errorf("the failing rule was logged more than once a minute:\n%s", p.tail(4000))
+	}
+	x.check(t, "with bad input and a throwing rule", 1)
+}

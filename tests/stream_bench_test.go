@@ -1,0 +1,307 @@
+package tests
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/speculapro/speculapro/internal/event"
+	"github.com/speculapro/speculapro/internal/loadgen"
+	"github.com/speculapro/speculapro/internal/testenv"
+)
+
+// streamBenchCount is the pre-filled topic's size: 1,000,000 transactions
+// with SP_TEST_SCALE=full, else 100,000 (a few minutes on this machine);
+// SP_TEST_BENCH_COUNT overrides both.
+func streamBenchCount(b *testing.B) int {
+	n := 100000
+	if fullScale() {
+		n = 1000000
+	}
+	if v := os.Getenv("SP_TEST_BENCH_COUNT"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 1 {
+			b.Fatalf("SP_TEST_BENCH_COUNT=%q: want a whole number of at least 1", v)
+		}
+	}
+	return n
+}
+
+// applyStarterRules applies the starter pack (config/rules/*.yaml) to every
+// workspace with `speculapro rules apply` and returns how many rules each
+// workspace has.
+func applyStarterRules(b *testing.B, s *proofStack, workspaces []event.UUID) int {
+	b.Helper()
+	files, err := filepath.Glob(filepath.Join(testenv.RepoRoot(b), "config/rules/*.yaml"))
+	if err != nil || len(files) == 0 {
+		b.Fatalf("no starter rules in config/rules (%v)", err)
+	}
+	for _, ws := range workspaces {
+		args := append([]string{"rules", "apply", "--workspace", ws.String()}, files...)
+		out, errOut, code := runBin(b, map[string]string{"SP_DB_URL": s.db.AppURL}, args...)
+		if code != 0 {
+			b.Fatalf("rules apply exited with %d:\n%s%s", code, out, errOut)
+		}
+	}
+	var n int
+	if err := s.super.QueryRow(context.Background(),
+		"SELECT count(*) FROM speculapro.rules WHERE workspace_id = $1 AND enabled", workspaces[0]).Scan(&n); err != nil {
+		b.Fatal(err)
+	}
+	return n
+}
+
+// benchRow is one line of a benchmark's summary table.
+type benchRow struct {
+	metric   string
+	value    float64
+	unit     string
+	baseline string  // what the value is compared with ("" none)
+	ratio    float64 // value / baseline (0: none)
+	aim      string
+}
+
+// logTable prints the summary table: metric, value, baseline, ratio, aim.
+func logTable(b *testing.B, title string, rows []benchRow) {
+	b.Helper()
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "%s\n", title)
+	fmt.Fprintf(&sb, "  %-40s %16s  %-28s %7s  %s\n", "metric", "value", "baseline", "ratio", "aim")
+	for _, r := range rows {
+		ratio := "-"
+		if r.ratio != 0 {
+			ratio = fmt.Sprintf("%.2f", r.ratio)
+		}
+		base := r.baseline
+		if base == "" {
+			base = "-"
+		}
+		fmt.Fprintf(&sb, "  %-40s %12.0f %-3s  %-28s %7s  %s\n", r.metric, r.value, r.unit, base, ratio, r.aim)
+	}
+	b.Log(sb.String())
+}
+
+// redisUsedMemory is INFO memory's used_memory (bytes), summed over the
+// masters of a Cluster.
+func redisUsedMemory(b *testing.B, s *proofStack) int64 {
+	b.Helper()
+	ctx := context.Background()
+	parse := func(info string) int64 {
+		for _, l := range strings.Split(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(l), "used_memory:"); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				return n
+			}
+		}
+		return 0
+	}
+	if cc, ok := s.redis.(*redis.ClusterClient); ok {
+		var sum int64
+		_ = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+			info, err := c.Info(ctx, "memory").Result()
+			sum += parse(info)
+			return err
+		})
+		return sum
+	}
+	info, err := s.redis.Info(ctx, "memory").Result()
+	if err != nil {
+		b.Fatalf("INFO memory: %v", err)
+	}
+	return parse(info)
+}
+
+// BenchmarkStreamThroughput: a topic pre-filled with N realistic
+// transactions (streamBenchCount; 20,000 accounts) is drained first by
+// the stream (pipelines/stream.yaml, the starter pack's rules on every
+// workspace), then, in the same run, by the persister (persist.yaml, the
+// baseline): one after the other, never at once, as the machine has two
+// cores. Each is timed from its process's start until its group has
+// committed the whole topic (start-up and group join included). Reports
+// events/s of each and their ratio (aim ≥ 1.0: alerts never fall behind
+// storage), the stream's peak RSS, and Redis memory per monitored account
+// (MEMORY USAGE of every key of the run, and the growth of used_memory,
+// divided by the accounts the transactions name).
+// SP_TEST_BENCH_CPUPROFILE=<file> also saves a CPU profile of the stream.
+func BenchmarkStreamThroughput(b *testing.B) {
+	n := streamBenchCount(b)
+	testenv.Binary(b)
+	s := newProofStack(b, "stream-bench", testenv.RedisURL(b))
+	cfg := benchConfig(uint64(time.Now().UnixNano()), n)
+	g, err := loadgen.New(cfg, lgProtector(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := loadgen.SeedKnownURL(ctx, s.db.SystemURL, g); err != nil {
+		b.Fatal(err)
+	}
+	rules := applyStarterRules(b, s, g.Workspaces())
+	sum := s.produceLG(b, g, event.KindTransaction, 0, n, 0)
+	b.Logf("pre-filled %s; %d starter rules on each of %d workspaces", sum, rules, cfg.Workspaces)
+	memBefore := redisUsedMemory(b, s)
+	topic := s.prefix + "txn.ingested"
+
+	b.ResetTimer()
+	var extra []string
+	profile := os.Getenv("SP_TEST_BENCH_CPUPROFILE")
+	if profile != "" {
+		extra = append(extra, "--set", "http.debug_endpoints=true")
+	}
+	start := time.Now()
+	p := s.startStream(b, "stream", streamPipeline, nil, extra...)
+	if profile != "" {
+		go saveCPUProfile(b, p, "the stream's work", profile, max(2, min(20, n/20000)))
+	}
+	s.waitDrained(b, p, s.group, topic, time.Duration(n/1000)*time.Second+3*time.Minute)
+	streamTime := time.Since(start)
+	b.StopTimer()
+	rss := p.peakRSS(b)
+	scrape, _ := p.scrape()
+	if code := p.signal(b, syscall.SIGTERM, time.Minute); code != 0 {
+		b.Errorf("the stream exited with %d on SIGTERM", code)
+	}
+	evaluated := metricSum(scrape, "speculapro_stream_events_evaluated_total")
+	hits := metricSum(scrape, "speculapro_stream_rule_hits_total")
+	memAfter := redisUsedMemory(b, s)
+	keyBytes, keys := s.memoryOfKeys(b)
+	accounts := map[string]bool{}
+	for i := range n {
+		accounts[g.Envelope(i).AccountExternalID] = true
+	}
+
+	// The baseline: the persister on the same topic, its own group.
+	ls := &lgStack{testKafka: s.testKafka, prefix: s.prefix, group: s.group + "-persist", db: s.db, super: s.super}
+	s.own(nil, []string{ls.group})
+	start = time.Now()
+	pp := startPersister(b, ls, "persister", nil)
+	ls.waitStored(b, int64(n), time.Duration(n/1000)*time.Second+3*time.Minute)
+	persistTime := time.Since(start)
+	persistRSS := pp.peakRSS(b)
+	if code := pp.signal(b, syscall.SIGTERM, time.Minute); code != 0 {
+		b.Errorf("the persister exited with %d on SIGTERM", code)
+	}
+
+	streamRate, persistRate := float64(n)/streamTime.Seconds(), float64(n)/persistTime.Seconds()
+	perAccount := float64(keyBytes) / float64(len(accounts))
+	usedPerAccount := float64(memAfter-memBefore) / float64(len(accounts))
+	b.ReportMetric(streamRate, "events/s")
+	b.ReportMetric(persistRate, "persist-rows/s")
+	b.ReportMetric(streamRate/persistRate, "stream/persist")
+	b.ReportMetric(float64(rss)/(1<<20), "peak-RSS-MB")
+	b.ReportMetric(perAccount, "redis-B/account")
+	logTable(b, fmt.Sprintf("stream throughput: %d transactions over %d accounts, %d rules a workspace; %.0f evaluated, %.0f hits",
+		n, len(accounts), rules, evaluated, hits), []benchRow{
+		{"stream events/s (stream.yaml)", streamRate, "/s", fmt.Sprintf("persister %.0f/s", persistRate), streamRate / persistRate, "ratio >= 1.0"},
+		{"stream events/s vs the issue's aim", streamRate, "/s", "25,000/s", streamRate / 25000, ">= 25,000/s"},
+		{"stream peak RSS", float64(rss) / (1 << 20), "MB", fmt.Sprintf("persister %.0f MB", float64(persistRSS)/(1<<20)), float64(rss) / float64(persistRSS), "-"},
+		{"Redis bytes per account (MEMORY USAGE)", perAccount, "B", fmt.Sprintf("%d keys", keys), 0, "-"},
+		{"Redis used_memory growth per account", usedPerAccount, "B", "", 0, "-"},
+	})
+}
+
+// BenchmarkStreamLatency: produce-to-alert latency at 1,000 transactions
+// per second for 20 s, through a stream that has caught up. A rule that
+// fires on every transaction (beside the starter pack) raises an alert for
+// each; the alerts table's created_at default is clock_timestamp() in this
+// benchmark's database, so it is the moment the alert is inserted, and the
+// latency is created_at minus the envelope's received_at (stamped by
+// loadgen as it hands the record to the producer): producer linger, the
+// acks=all write, the fetch, batching, the Redis round trip, the rules and
+// the database transaction (its commit, a few ms, not counted). Reports
+// p50, p99 and max in ms.
+func BenchmarkStreamLatency(b *testing.B) {
+	const rate, seconds = 1000, 20
+	testenv.Binary(b)
+	s := newProofStack(b, "stream-latency", testenv.RedisURL(b))
+	ctx := context.Background()
+	if _, err := s.super.Exec(ctx, "ALTER TABLE speculapro.alerts ALTER COLUMN created_at SET DEFAULT clock_timestamp()"); err != nil {
+		b.Fatal(err)
+	}
+	warm := benchConfig(uint64(time.Now().UnixNano()), 2000)
+	gw, err := loadgen.New(warm, lgProtector(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := loadgen.SeedKnownURL(ctx, s.db.SystemURL, gw); err != nil {
+		b.Fatal(err)
+	}
+	rules := applyStarterRules(b, s, gw.Workspaces())
+	for _, ws := range gw.Workspaces() {
+		if _, err := s.super.Exec(ctx, `INSERT INTO speculapro.rules (workspace_id, name, applies_to, expression, severity, action, alert)
+VALUES ($1, 't_every_transaction', 'transaction', 'event.amount >= 0', 'low', 'alert', true)`, ws); err != nil {
+			b.Fatal(err)
+		}
+	}
+	p := s.startStream(b, "stream", streamPipeline, nil)
+	// Warm up: group joined, connections open, rules compiled.
+	s.produceLG(b, gw, event.KindTransaction, 0, warm.Count, 0)
+	s.waitDrained(b, p, s.group, s.prefix+"txn.ingested", 3*time.Minute)
+
+	measured := warm
+	measured.Seed++
+	measured.Count = rate * seconds
+	g, err := loadgen.New(measured, lgProtector(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	s.produceLG(b, g, event.KindTransaction, 0, measured.Count, rate)
+	s.waitDrained(b, p, s.group, s.prefix+"txn.ingested", 3*time.Minute)
+	b.StopTimer()
+	rss := p.peakRSS(b)
+	stopAll(b, p)
+
+	// received_at of every measured transaction, from the topic itself.
+	received := map[event.UUID]time.Time{}
+	for _, rec := range s.consume(b, s.prefix+"txn.ingested", warm.Count+measured.Count, 2*time.Minute) {
+		e, err := event.Decode(rec.Value)
+		if err == nil && strings.HasPrefix(e.ExternalID, g.ExternalIDPrefix()) {
+			received[e.ID] = e.ReceivedAt
+		}
+	}
+	rows, err := s.super.Query(ctx, `SELECT a.event_id, a.created_at FROM speculapro.alerts a
+JOIN speculapro.rules r ON r.id = a.rule_id WHERE r.name = 't_every_transaction'`)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var lat []float64
+	for rows.Next() {
+		var id event.UUID
+		var at time.Time
+		if err := rows.Scan(&id, &at); err != nil {
+			b.Fatal(err)
+		}
+		if r, ok := received[id]; ok {
+			lat = append(lat, float64(at.Sub(r).Microseconds())/1000)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		b.Fatal(err)
+	}
+	if len(lat) != measured.Count {
+		b.Fatalf("latency of %d alerts, want %d (received_at of %d)", len(lat), measured.Count, len(received))
+	}
+	sort.Float64s(lat)
+	pct := func(q float64) float64 { return lat[min(len(lat)-1, int(q*float64(len(lat))))] }
+	p50, p99, pmax := pct(0.50), pct(0.99), lat[len(lat)-1]
+	b.ReportMetric(p50, "p50-ms")
+	b.ReportMetric(p99, "p99-ms")
+	b.ReportMetric(pmax, "max-ms")
+	b.ReportMetric(float64(rss)/(1<<20), "peak-RSS-MB")
+	logTable(b, fmt.Sprintf("stream latency: %d transactions at %d/s, %d starter rules + 1 that always fires", measured.Count, rate, rules), []benchRow{
+		{"produce-to-alert p50", p50, "ms", "", 0, "-"},
+		{"produce-to-alert p99", p99, "ms", "500 ms", p99 / 500, "p99 <= 500 ms"},
+		{"produce-to-alert max", pmax, "ms", "", 0, "-"},
+		{"stream peak RSS", float64(rss) / (1 << 20), "MB", "", 0, "-"},
+	})
+}

@@ -1,0 +1,96 @@
+package tests
+
+import (
+	"context"
+	"fmt"
+	mrand "math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/speculapro/speculapro/internal/event"
+	"github.com/speculapro/speculapro/internal/loadgen"
+	"github.com/speculapro/speculapro/internal/testenv"
+)
+
+// TestStreamCrashKills: while transactions keep arriving, the stream
+// process is killed with SIGKILL five times at random moments (at least
+// restartGap apart, so each restart first waits out the killed member's
+// session and then works for a while) and restarted each time. Everything
+// happens inside the replay window, so at the end no hit or alert is stored
+// twice, none is missing (exactly the model's set), and every total of the
+// sample equals the model's. SP_TEST_SEED replays a run, its kill moments
+// included.
+func TestStreamCrashKills(t *testing.T) {
+	txns, events, accounts := exactSizes()
+	cfg := proofConfig(lgSeed(t), txns, events, accounts)
+	const kills, restartGap = 5, 8 * time.Second
+	loadFor := 60 * time.Second
+	if fullScale() {
+		loadFor = 120 * time.Second
+	}
+	rate := float64(cfg.Count) / loadFor.Seconds()
+	rnd := mrand.New(mrand.NewPCG(cfg.Seed, 3))
+
+	testenv.Binary(t)
+	s := newProofStack(t, "crash", testenv.RedisURL(t))
+	r := newProofRun(t, cfg)
+	if _, err := loadgen.SeedKnownURL(context.Background(), s.db.SystemURL, r.g); err != nil {
+		t.Fatal(err)
+	}
+	x := &exactRun{s: s, r: r, ruleIDs: s.insertRules(t, r.g.Workspaces())}
+	var err error
+	if x.hits, err = predictHits(r.events, r.txns); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("seed %d (SP_TEST_SEED replays it): %d transactions at %.0f/s, %d account events; predicted %v",
+		cfg.Seed, cfg.Count, rate, cfg.AccountEvents, countByRule(x.hits))
+
+	// The account events first, as in the exactness test, so the rules
+	// over them can be predicted; the kills hit the transaction stream.
+	s.produceLG(t, r.g, event.KindAccountEvent, 0, cfg.AccountEvents, 0)
+	evp := s.startStream(t, "stream-events", streamEvtPipeline, nil)
+	s.waitDrained(t, evp, s.group+"-events", s.prefix+"account.events", drainBound(cfg.AccountEvents))
+
+	var wg sync.WaitGroup
+	wg.Add(1)
+	var produceErr error
+	// The producer ends when the load is sent (bounded by its rate).
+	go func() {
+		defer wg.Done()
+		_, produceErr = s.produceLGErr(r.g, event.KindTransaction, 0, cfg.Count, rate)
+	}()
+	stream := s.startStream(t, "stream-0", streamPipeline, nil)
+
+	// Kill moments: one in each fifth of the load, at least restartGap
+	// after the previous restart; a bounded loop, by count and by time.
+	start := time.Now()
+	deadline := start.Add(loadFor + time.Duration(kills)*restartGap + time.Minute)
+	killed := 0
+	for slot := 0; killed < kills && time.Now().Before(deadline); slot++ {
+		slotLen := loadFor / kills
+		at := start.Add(time.Duration(slot)*slotLen + time.Duration(rnd.Int64N(int64(slotLen))))
+		if earliest := time.Now().Add(restartGap); at.Before(earliest) {
+			at = earliest
+		}
+		time.Sleep(time.Until(at))
+		if !stream.running() {
+			t.Fatalf("%s exited by itself:\n%s", stream.name, stream.tail(4000))
+		}
+		before := s.lagOf(t, s.group, s.prefix+"txn.ingested")
+		stream.kill(t)
+		killed++
+		t.Logf("kill %d at %s (lag %d)", killed, time.Since(start).Round(100*time.Millisecond), before)
+		stream = s.startStream(t, fmt.Sprintf("stream-%d", killed), streamPipeline, nil)
+	}
+	if killed != kills {
+		t.Fatalf("only %d of %d kills happened before %s", killed, kills, deadline.Sub(start))
+	}
+	wg.Wait()
+	if produceErr != nil {
+		t.Fatal(produceErr)
+	}
+	s.waitDrained(t, stream, s.group, s.prefix+"txn.ingested", drainBound(cfg.Count)+restartGap)
+	stopAll(t, evp, stream)
+	x.check(t, fmt.Sprintf("after %d kills", kills), 1)
+}
