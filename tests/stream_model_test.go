@@ -6,6 +6,7 @@ import (
 	"math/big"
 	"sort"
 	"strings"
+	"testing"
 	"time"
 
 	"github.com/speculapro/speculapro/internal/event"
@@ -531,4 +532,60 @@ func predictHits(events, txns []event.Envelope) (map[proofHit]bool, error) {
 		}
 	}
 	return hits, nil
+}
+
+// The model's own check, against figures worked out by hand: windows are
+// bucket-aligned on the head, sums exact, each event once.
+func TestStreamModelByHand(t *testing.T) {
+	ws := event.UUID{1}
+	head := time.Date(2026, 11, 30, 12, 30, 10, 0, time.UTC)
+	txn := func(n int, at time.Time, dir event.Direction, amount, cp string) event.Envelope {
+		e := event.Envelope{Kind: event.KindTransaction, WorkspaceID: ws, ID: event.UUID{byte(n)}, OccurredAt: at,
+			AccountExternalID: "a", CustomerExternalID: "c", Amount: amount, Currency: "EUR", Direction: dir}
+		if cp != "" {
+			e.Counterparty = &event.Counterparty{Fingerprint: cp}
+		}
+		return e
+	}
+	m := newStreamModel()
+	for _, e := range []event.Envelope{
+		txn(1, head, event.DirectionOut, "0.10", "p1"),
+		txn(2, time.Date(2026, 11, 30, 11, 31, 59, 0, time.UTC), event.DirectionOut, "0.20", "p2"), // minute 11:31: the 59th before 12:30
+		txn(3, time.Date(2026, 11, 30, 11, 30, 59, 0, time.UTC), event.DirectionOut, "0.3", "p1"),  // 11:30: outside 1h
+		txn(4, time.Date(2026, 11, 29, 13, 0, 0, 0, time.UTC), event.DirectionIn, "1000000000.0001", "p3"),
+		txn(5, time.Date(2026, 11, 29, 12, 59, 59, 0, time.UTC), event.DirectionIn, "1", ""), // hour 12 of the 29th: outside 24h
+		txn(5, time.Date(2026, 11, 29, 12, 59, 59, 0, time.UTC), event.DirectionIn, "1", ""), // the same ID again: once
+		txn(6, time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC), event.DirectionOut, "5", "p4"),  // day 1: the 29th day before the 30th
+		txn(7, time.Date(2026, 10, 31, 23, 59, 59, 0, time.UTC), event.DirectionOut, "7", "p5"),
+		{Kind: event.KindAccountEvent, WorkspaceID: ws, ID: event.UUID{8}, OccurredAt: head.Add(-90 * time.Minute), CustomerExternalID: "c", Type: "sim_swap"},
+	} {
+		if err := m.apply(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	acc := m.lookup("account", ws, "a").partyTotals("EUR")
+	units := func(s string) *big.Int { u, _ := modelUnits(s); return u }
+	want := modelTotals{
+		"out_count_1h": int64(2), "out_sum_1h": units("0.3"), "out_count_24h": int64(3), "in_count_24h": int64(1),
+		"in_sum_24h": units("1000000000.0001"), "in_count_7d": int64(2), "out_count_30d": int64(4), "out_sum_30d": units("5.6"),
+		"distinct_payees_24h": int64(2), "distinct_payees_30d": int64(3), "distinct_senders_30d": int64(1),
+	}
+	got := map[string]any{}
+	for k, v := range acc {
+		if b, ok := v.(*big.Int); ok {
+			got[k] = json.Number(modelFormat(b))
+		} else {
+			got[k] = v
+		}
+	}
+	if d := diffTotals("account", want, got, 1); len(d) > 0 {
+		t.Fatalf("model by hand:\n%s", strings.Join(d, "\n"))
+	}
+	cust := m.lookup("customer", ws, "c")
+	if s := cust.eventTotals()["seconds_since_sim_swap"]; s != int64(5400) {
+		t.Fatalf("seconds_since_sim_swap %v, want 5400", s)
+	}
+	if e := cust.eventTotals()["events_1h"].(map[string]int64); len(e) != 0 {
+		t.Fatalf("events_1h %v, want none (the swap is 90 minutes before the head)", e)
+	}
 }
