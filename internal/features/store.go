@@ -89,22 +89,32 @@ type call struct {
 // latestKept are the account event types whose latest time is a feature.
 var latestKept = map[string]bool{"sim_swap": true, "profile_change": true}
 
-func (s *Store) args(mode string, e *event.Envelope, dir, cur, units string, member []byte, etype string) []any {
+func (s *Store) args(mode string, e *event.Envelope, entity byte, dir, cur, units string, member []byte, etype string) []any {
 	keep := "0"
 	if latestKept[etype] {
 		keep = "1"
 	}
-	var id, occurred []byte
+	events := "0"
+	if entity == entityCustomer {
+		events = "1"
+	}
+	var id []byte
+	var at int64
 	if e != nil {
 		id = e.ID[:]
-		occurred = strconv.AppendInt(nil, e.OccurredAt.Unix(), 10)
+		at = e.OccurredAt.Unix()
 	} else {
-		id, occurred = []byte{}, []byte("0")
+		id = []byte{}
 	}
+	// Bucket numbers are computed here (floor division: times before 1970
+	// are refused by Decode, so plain division is floor), which spares the
+	// script string formatting, its slowest operation.
+	bucket := func(g int64) string { return strconv.FormatInt(at/g, 10) + ":" }
 	return []any{
-		mode, id, s.now().UnixMilli(), s.ttl.Milliseconds(), occurred,
+		mode, id, s.now().UnixMilli(), s.ttl.Milliseconds(), at,
 		dir, cur, units, member, etype,
 		int64(ttlMinute / time.Second), int64(ttlHour / time.Second), int64(ttlDay / time.Second), keep,
+		bucket(60), bucket(3600), bucket(86400), events,
 	}
 }
 
@@ -135,20 +145,26 @@ func (s *Store) Apply(ctx context.Context, events []*event.Envelope) ([]map[stri
 				cpMember = cp[:]
 			}
 			calls = append(calls, call{event: i, entity: entityAccount, keys: s.keys(entityAccount, acct),
-				args: s.args("t", e, dir, e.Currency, units, cpMember, "")})
+				args: s.args("t", e, entityAccount, dir, e.Currency, units, cpMember, "")})
 			if e.CustomerExternalID != "" {
 				cust := event.CustomerID(e.WorkspaceID, e.CustomerExternalID)
 				calls = append(calls, call{event: i, entity: entityCustomer, keys: s.keys(entityCustomer, cust),
-					args: s.args("t", e, dir, e.Currency, units, cpMember, "")})
+					args: s.args("t", e, entityCustomer, dir, e.Currency, units, cpMember, "")})
 			}
 			if cpMember != nil {
+				// A counterparty's features are about payments to it: money
+				// it sends only reads them (a cheaper call).
+				mode := "t"
+				if dir == "i" {
+					mode = "r"
+				}
 				calls = append(calls, call{event: i, entity: entityCounterparty, keys: s.keys(entityCounterparty, cp),
-					args: s.args("t", e, dir, e.Currency, units, acct[:], "")})
+					args: s.args(mode, e, entityCounterparty, dir, e.Currency, units, acct[:], "")})
 			}
 		case event.KindAccountEvent:
 			cust := event.CustomerID(e.WorkspaceID, e.CustomerExternalID)
 			calls = append(calls, call{event: i, entity: entityCustomer, keys: s.keys(entityCustomer, cust),
-				args: s.args("e", e, "", "", "0", nil, strings.ReplaceAll(e.Type, "\x01", "_"))})
+				args: s.args("e", e, entityCustomer, "", "", "0", nil, strings.ReplaceAll(e.Type, "\x01", "_"))})
 		default:
 			return nil, fmt.Errorf("features: event %d: unknown kind", i)
 		}
@@ -261,8 +277,8 @@ func parseReply(cmd *redis.Cmd) (*reply, error) {
 		m := make(map[string]any, len(pairs)/2)
 		for j := 0; j+1 < len(pairs); j += 2 {
 			k, _ := pairs[j].(string)
-			n, err := strconv.ParseInt(fmt.Sprint(pairs[j+1]), 10, 64)
-			if err != nil {
+			n, ok := pairs[j+1].(int64)
+			if !ok {
 				return nil, errReply
 			}
 			m[k] = n
@@ -296,13 +312,28 @@ const (
 	pDS30d
 )
 
+// The script answers an exact integer as an integer and a sum beyond 2^53
+// units as the decimal string Redis keeps.
 func (r *reply) count(p int) int64 {
-	s, _ := r.v[p].(string)
-	n, _ := strconv.ParseInt(s, 10, 64)
-	return n
+	switch v := r.v[p].(type) {
+	case int64:
+		return v
+	case string:
+		n, _ := strconv.ParseInt(v, 10, 64)
+		return n
+	}
+	return 0
 }
 
-func (r *reply) sum(p int) json.Number { return fromUnits(r.v[p]) }
+func (r *reply) sum(p int) json.Number {
+	switch v := r.v[p].(type) {
+	case int64:
+		return fromUnits(strconv.FormatInt(v, 10))
+	case string:
+		return fromUnits(v)
+	}
+	return fromUnits(nil)
+}
 
 func (r *reply) transactionFeatures() map[string]any {
 	return map[string]any{
@@ -339,7 +370,7 @@ func (r *reply) counterpartyFeatures() map[string]any {
 
 // read runs the script read-only for one entity.
 func (s *Store) read(ctx context.Context, entity byte, id event.UUID, currency string) (*reply, error) {
-	c := []call{{entity: entity, keys: s.keys(entity, id), args: s.args("r", nil, "", currency, "0", nil, "")}}
+	c := []call{{entity: entity, keys: s.keys(entity, id), args: s.args("r", nil, entity, "", currency, "0", nil, "")}}
 	if err := s.run(ctx, c); err != nil {
 		return nil, err
 	}

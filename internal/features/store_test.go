@@ -271,7 +271,13 @@ func (m *model) expect(e *event.Envelope) map[string]any {
 		out["customer"] = f
 	}
 	if cp != "" {
-		out["counterparty"] = m.apply("p"+cp, e, e.AccountExternalID).cp
+		if e.Direction == event.DirectionOut {
+			out["counterparty"] = m.apply("p"+cp, e, e.AccountExternalID).cp
+		} else {
+			// Only payments to a counterparty are its events.
+			key := "p" + cp
+			out["counterparty"] = computeFeatures(m.events[key], m.events[key], e, e.AccountExternalID, true).cp
+		}
 	}
 	return out
 }
