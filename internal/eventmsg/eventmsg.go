@@ -41,3 +41,10 @@ func Decode(msg *service.Message, want event.Kind) (*event.Envelope, error) {
 	}
 	return &env, nil
 }
+
+// Attached returns the envelope event_decode attached to msg, without
+// decoding anything when there is none.
+func Attached(msg *service.Message) (*event.Envelope, bool) {
+	env, ok := msg.Context().Value(envelopeKey{}).(*event.Envelope)
+	return env, ok
+}
