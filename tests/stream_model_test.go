@@ -210,7 +210,9 @@ func (m *streamModel) apply(e event.Envelope) error {
 			c.txns = append(c.txns, x)
 		}
 	}
-	if x.cp != "" {
+	// A counterparty's totals are about payments to it: money it sends
+	// neither counts nor moves its head.
+	if x.cp != "" && x.out {
 		if c := m.entity("counterparty", e.WorkspaceID, x.cp); c.see(e.ID, e.OccurredAt) {
 			c.txns = append(c.txns, x)
 		}
