@@ -1,6 +1,7 @@
 package redisconn
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/url"
@@ -8,6 +9,20 @@ import (
 
 	"github.com/redis/go-redis/v9"
 )
+
+// go-redis logs its own connection failures to stderr, once per dial and
+// unbounded; every error also reaches the caller, which logs it the
+// SpeculaPro way (rate-limited, no secrets), so its logger is silenced.
+func init() { redis.SetLogger(silent{}) }
+
+type silent struct{}
+
+func (silent) Printf(context.Context, string, ...any) {}
+
+// dialerRetries: one dial per attempt. go-redis would otherwise dial five
+// times with backoff inside every command, hiding an outage from the
+// callers' own retry loops (and their logs) and slowing best-effort callers.
+const dialerRetries = 1
 
 // Open returns a *redis.Client for one URL and a *redis.ClusterClient for
 // several comma-separated URLs or a URL with the query parameter
@@ -31,6 +46,7 @@ func Open(rawURL string) (redis.UniversalClient, error) {
 			if err != nil {
 				return nil, fmt.Errorf("redis URL: %w", scrub(err))
 			}
+			opt.DialerRetries = dialerRetries
 			return redis.NewClient(opt), nil
 		}
 	}
@@ -63,6 +79,7 @@ func Open(rawURL string) (redis.UniversalClient, error) {
 		}
 		opt.Addrs = append(opt.Addrs, host)
 	}
+	opt.DialerRetries = dialerRetries
 	return redis.NewClusterClient(opt), nil
 }
 

@@ -11,5 +11,6 @@ import (
 	_ "github.com/speculapro/speculapro/plugins/kafka"
 	_ "github.com/speculapro/speculapro/plugins/observe"
 	_ "github.com/speculapro/speculapro/plugins/postgres"
+	_ "github.com/speculapro/speculapro/plugins/redis"
 	_ "github.com/speculapro/speculapro/plugins/rules"
 )

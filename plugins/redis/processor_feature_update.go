@@ -1,0 +1,337 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/redpanda-data/benthos/v4/public/service"
+
+	"github.com/speculapro/speculapro/internal/applog"
+	"github.com/speculapro/speculapro/internal/event"
+	"github.com/speculapro/speculapro/internal/eventmsg"
+	"github.com/speculapro/speculapro/internal/features"
+	"github.com/speculapro/speculapro/internal/redisconn"
+	"github.com/speculapro/speculapro/internal/retry"
+)
+
+const (
+	fuFieldURL        = "url"
+	fuFieldKeyPrefix  = "key_prefix"
+	fuFieldReplayTTL  = "replay_ttl"
+	fuFieldKinds      = "kinds"
+	fuFieldBestEffort = "best_effort"
+	fuFieldTimeout    = "timeout"
+)
+
+// Metric names (the stream role's prefix; the ingest role records them too).
+const (
+	metricRoundtrip     = "speculapro_stream_redis_roundtrip_seconds"
+	metricFeatureUpdate = "speculapro_stream_feature_update_seconds"
+)
+
+// Log lines.
+const (
+	logRetry       = "feature_update: redis failed, retrying"
+	logPassThrough = "feature_update: redis failed, batches pass through without features"
+)
+
+// Retry and best-effort timing.
+const (
+	retryInitial = 100 * time.Millisecond
+	retryMax     = 10 * time.Second
+	retryJitter  = 0.2
+	// warnEvery bounds the best-effort WARN: at most one a minute.
+	warnEvery = time.Minute
+	// skipAfterFailure: after a failed best-effort batch, Redis is left
+	// alone this long, so an unreachable Redis costs the ingest API no
+	// timeout per request.
+	skipAfterFailure = 5 * time.Second
+)
+
+func featureUpdateSpec() *service.ConfigSpec {
+	return service.NewConfigSpec().
+		Beta().
+		Categories("Utility").
+		Summary("Applies each event to the running totals in Redis (counted once per event id) and puts the event's features on the message as metadata `features`, for `rule_eval`.").
+		Description(`
+Takes each message's event envelope (attached by `+"`event_decode`"+`, or decoded here), applies the batch to the
+running totals with one Lua call per entity and event, all in one pipeline (one round trip per batch, one per
+node on a Redis Cluster), and sets metadata `+"`features`"+` to the event's features right after it: for a
+transaction `+"`{account, customer, counterparty}`"+`, for an account event `+"`{customer}`"+` (README, "Running
+totals (features)"). An event id is remembered for `+"`"+fuFieldReplayTTL+"`"+`: a replay inside it changes no total.
+
+Messages already flagged with an error, and messages that are not an envelope of one of `+"`"+fuFieldKinds+"`"+`,
+pass through untouched.
+
+On a Redis failure: with `+"`"+fuFieldBestEffort+": false`"+` (the stream) the batch is retried with backoff until it
+succeeds or the pipeline stops, when the error is returned so that nothing is acknowledged; with
+`+"`"+fuFieldBestEffort+": true`"+` (ingest) the batch passes through without features, a WARN is logged at most once
+a minute, and Redis is left alone for 5 s (the stream applies those events later anyway).
+
+Metrics: `+"`"+metricRoundtrip+"`"+` (per pipeline to a node) and `+"`"+metricFeatureUpdate+"`"+` (per batch).`).
+		Fields(
+			service.NewStringField(fuFieldURL).
+				Description("SP_REDIS_URL: `redis://[user:pass@]host:port/db` for one Redis; several comma-separated URLs, or one with `?cluster=true`, for a Redis Cluster's seed nodes.").
+				Default("redis://127.0.0.1:6379/0"),
+			service.NewStringField(fuFieldKeyPrefix).
+				Description("Prefix of every key.").
+				Default(features.DefaultKeyPrefix).
+				Advanced(),
+			service.NewDurationField(fuFieldReplayTTL).
+				Description("SP_STREAM_REPLAY_TTL: how long an event id is remembered as counted.").
+				Default("30m"),
+			service.NewStringListField(fuFieldKinds).
+				Description("The kinds of event applied: `transaction`, `account_event`.").
+				Default([]any{string(event.KindTransaction), string(event.KindAccountEvent)}),
+			service.NewBoolField(fuFieldBestEffort).
+				Description("Pass a batch through without features when Redis fails, instead of retrying it.").
+				Default(false),
+			service.NewDurationField(fuFieldTimeout).
+				Description("Bound of one attempt at a batch.").
+				Default("5s").
+				Advanced(),
+		)
+}
+
+func init() {
+	service.MustRegisterBatchProcessor("feature_update", featureUpdateSpec(),
+		func(conf *service.ParsedConfig, mgr *service.Resources) (service.BatchProcessor, error) {
+			return newFeatureUpdate(conf, mgr)
+		})
+}
+
+type timer interface {
+	Timing(delta int64, labelValues ...string)
+}
+
+type featureUpdate struct {
+	url        string
+	opts       features.Options
+	kinds      map[event.Kind]bool
+	bestEffort bool
+	timeout    time.Duration
+	log        *service.Logger
+	roundtrip  timer
+	duration   timer
+
+	mu        sync.Mutex
+	client    goredis.UniversalClient
+	store     *features.Store
+	lastWarn  time.Time
+	skipUntil time.Time
+	skipped   int // batches passed through since the last WARN
+}
+
+func newFeatureUpdate(conf *service.ParsedConfig, mgr *service.Resources) (*featureUpdate, error) {
+	p := &featureUpdate{log: mgr.Logger(), kinds: map[event.Kind]bool{}}
+	var err error
+	if p.url, err = conf.FieldString(fuFieldURL); err != nil {
+		return nil, err
+	}
+	if p.opts.KeyPrefix, err = conf.FieldString(fuFieldKeyPrefix); err != nil {
+		return nil, err
+	}
+	if p.opts.KeyPrefix == "" {
+		return nil, fmt.Errorf("feature_update: %s must not be empty", fuFieldKeyPrefix)
+	}
+	if p.opts.ReplayTTL, err = conf.FieldDuration(fuFieldReplayTTL); err != nil {
+		return nil, err
+	}
+	if p.opts.ReplayTTL < time.Second {
+		return nil, fmt.Errorf("feature_update: %s must be at least 1s, got %s", fuFieldReplayTTL, p.opts.ReplayTTL)
+	}
+	kinds, err := conf.FieldStringList(fuFieldKinds)
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range kinds {
+		if k := event.Kind(k); k != event.KindTransaction && k != event.KindAccountEvent {
+			return nil, fmt.Errorf("feature_update: %s: %q is neither %s nor %s", fuFieldKinds, k, event.KindTransaction, event.KindAccountEvent)
+		}
+		p.kinds[event.Kind(k)] = true
+	}
+	if len(p.kinds) == 0 {
+		return nil, fmt.Errorf("feature_update: %s must name at least one kind", fuFieldKinds)
+	}
+	if p.bestEffort, err = conf.FieldBool(fuFieldBestEffort); err != nil {
+		return nil, err
+	}
+	if p.timeout, err = conf.FieldDuration(fuFieldTimeout); err != nil {
+		return nil, err
+	}
+	if p.timeout <= 0 {
+		return nil, fmt.Errorf("feature_update: %s must be positive", fuFieldTimeout)
+	}
+	// The URL is checked now (no I/O), so a typo fails at start; the
+	// client itself is opened on the first batch.
+	c, err := redisconn.Open(p.url)
+	if err != nil {
+		return nil, fmt.Errorf("feature_update: %s: %w", fuFieldURL, err)
+	}
+	_ = c.Close()
+	p.roundtrip = mgr.Metrics().NewTimer(metricRoundtrip)
+	p.duration = mgr.Metrics().NewTimer(metricFeatureUpdate)
+	return p, nil
+}
+
+// connect opens the client on first use.
+func (p *featureUpdate) connect() (*features.Store, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.store != nil {
+		return p.store, nil
+	}
+	c, err := redisconn.Open(p.url)
+	if err != nil {
+		return nil, fmt.Errorf("feature_update: %s: %w", fuFieldURL, err)
+	}
+	h := roundtripHook{p.roundtrip}
+	if cc, ok := c.(*goredis.ClusterClient); ok {
+		// Cluster pipelines run per node: time each node's.
+		cc.OnNewNode(func(n *goredis.Client) { n.AddHook(h) })
+	} else {
+		c.AddHook(h)
+	}
+	p.client, p.store = c, features.New(c, p.opts)
+	return p.store, nil
+}
+
+// envelope returns msg's envelope when it is one of the kinds applied. A
+// message without an attached envelope is decoded only when its kind
+// (read from the structured form, which ingest already has) is wanted.
+func (p *featureUpdate) envelope(msg *service.Message) *event.Envelope {
+	env, ok := eventmsg.Attached(msg)
+	if !ok {
+		v, err := msg.AsStructured()
+		if err != nil {
+			return nil
+		}
+		obj, _ := v.(map[string]any)
+		k, _ := obj["kind"].(string)
+		if !p.kinds[event.Kind(k)] {
+			return nil
+		}
+		if env, err = eventmsg.Decode(msg, event.Kind(k)); err != nil {
+			return nil
+		}
+	}
+	if !p.kinds[env.Kind] {
+		return nil
+	}
+	return env
+}
+
+// ProcessBatch applies the batch's events and attaches their features.
+func (p *featureUpdate) ProcessBatch(ctx context.Context, batch service.MessageBatch) ([]service.MessageBatch, error) {
+	start := time.Now()
+	var envs []*event.Envelope
+	var idx []int
+	for i, msg := range batch {
+		if msg.GetError() != nil {
+			continue
+		}
+		if env := p.envelope(msg); env != nil {
+			envs = append(envs, env)
+			idx = append(idx, i)
+		}
+	}
+	if len(envs) == 0 {
+		return []service.MessageBatch{batch}, nil
+	}
+	if p.bestEffort && p.skipping(start) {
+		return []service.MessageBatch{batch}, nil
+	}
+	store, err := p.connect()
+	if err != nil {
+		return nil, err
+	}
+	apply := func(ctx context.Context, _ int) error {
+		actx, cancel := context.WithTimeout(ctx, p.timeout)
+		defer cancel()
+		feats, err := store.Apply(actx, envs)
+		if err != nil {
+			return err
+		}
+		for j, i := range idx {
+			batch[i].MetaSetMut("features", feats[j])
+		}
+		return nil
+	}
+	if p.bestEffort {
+		if err := apply(ctx, 1); err != nil {
+			p.failed(start, len(envs), err)
+		}
+		p.duration.Timing(time.Since(start).Nanoseconds())
+		return []service.MessageBatch{batch}, nil
+	}
+	err = retry.Do(ctx, retry.Policy{
+		Initial: retryInitial, Max: retryMax, Jitter: retryJitter,
+		OnRetry: func(_ int, err error, backoff time.Duration) {
+			applog.With(p.log, "events", len(envs), "err", err.Error(), "backoff", backoff.Round(time.Millisecond).String()).Error(logRetry)
+		},
+	}, apply)
+	if err != nil {
+		return nil, fmt.Errorf("feature_update: %w", err)
+	}
+	p.duration.Timing(time.Since(start).Nanoseconds())
+	return []service.MessageBatch{batch}, nil
+}
+
+// skipping reports whether a recent best-effort failure leaves Redis alone.
+func (p *featureUpdate) skipping(now time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if now.Before(p.skipUntil) {
+		p.skipped++
+		return true
+	}
+	return false
+}
+
+// failed records a best-effort failure: a WARN at most once a minute,
+// naming how many batches went without features since the last one.
+func (p *featureUpdate) failed(now time.Time, events int, err error) {
+	p.mu.Lock()
+	p.skipped++
+	p.skipUntil = now.Add(skipAfterFailure)
+	warn := now.Sub(p.lastWarn) >= warnEvery
+	skipped := p.skipped
+	if warn {
+		p.lastWarn, p.skipped = now, 0
+	}
+	p.mu.Unlock()
+	if warn {
+		applog.With(p.log, "events", events, "batches", skipped, "err", err.Error()).Warn(logPassThrough)
+	}
+}
+
+// Close closes the client.
+func (p *featureUpdate) Close(context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.client == nil {
+		return nil
+	}
+	err := p.client.Close()
+	p.client, p.store = nil, nil
+	return err
+}
+
+// roundtripHook times every pipeline sent to a Redis node.
+type roundtripHook struct{ t timer }
+
+func (h roundtripHook) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+func (h roundtripHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return next
+}
+func (h roundtripHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		start := time.Now()
+		err := next(ctx, cmds)
+		h.t.Timing(time.Since(start).Nanoseconds())
+		return err
+	}
+}
