@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -17,6 +18,7 @@ import (
 	"github.com/speculapro/speculapro/internal/config"
 	"github.com/speculapro/speculapro/internal/embedkafka"
 	"github.com/speculapro/speculapro/internal/identity"
+	"github.com/speculapro/speculapro/internal/redisconn"
 )
 
 // Dev defaults differ from production ones only where production has no safe
@@ -26,6 +28,8 @@ const (
 	devSystemDBURL    = "postgres://speculapro_system:speculapro_system@127.0.0.1:5432/speculapro?sslmode=disable"
 	devStopGrace      = 30 * time.Second
 	devObservabilityF = "config/observability.yaml"
+	// devRedisWait bounds dev's start-up check of Redis.
+	devRedisWait = 3 * time.Second
 )
 
 func devCommand() *cli.Command {
@@ -39,7 +43,10 @@ func devCommand() *cli.Command {
      $SP_DATA_DIR/kafka, so a restart loses nothing; otherwise that broker is used.
   2. PostgreSQL: 'speculapro migrate --bootstrap' (roles, database, schema).
   3. Topics: 'speculapro topics' (SP_KAFKA_PARTITIONS defaults to 6 here).
-  4. Pipelines: 'speculapro streams -o config/observability.yaml pipelines/*.yaml'.
+  4. Redis (SP_REDIS_URL): the stream pipelines keep their running totals
+     there; dev says which it uses and warns when it does not answer (the
+     stream then waits for it; the other roles run regardless).
+  5. Pipelines: 'speculapro streams -o config/observability.yaml pipelines/*.yaml'.
 
 It prints the addresses it serves and stops cleanly on Ctrl-C. SP_DB_SYSTEM_URL
 defaults to the local stack's speculapro_system role, and publicly known
@@ -87,6 +94,10 @@ func runDev(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	fmt.Printf("dev: using Redis at %s (running totals of the stream pipelines)\n", redactedRedisURL(config.RedisURL.Value()))
+	if err := pingRedis(ctx, config.RedisURL.Value()); err != nil {
+		fmt.Printf("dev: WARNING: Redis does not answer (%v); the stream pipelines wait for it. Start it with `bash deploy/local/stack.sh up` (make run does), or set SP_REDIS_URL\n", err)
+	}
 	fmt.Printf("dev: HTTP on http://%s (metrics at /metrics, readiness at /ready)\n", config.HTTPAddr.Value())
 	fmt.Printf("dev: ingest API on http://%s/v1 (OpenAPI at /v1/openapi.json; a key: speculapro workspace create, then speculapro apikey create)\n", config.IngestAddr.Value())
 	fmt.Printf("dev: running %d pipeline(s) from %s; Ctrl-C stops\n", len(pipelines), c.String("pipelines"))
@@ -131,6 +142,33 @@ func devPipelines(dir string) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// redactedRedisURL is SP_REDIS_URL as dev prints it: every URL of the list
+// with its password masked.
+func redactedRedisURL(raw string) string {
+	parts := strings.Split(raw, ",")
+	for i, p := range parts {
+		u, err := url.Parse(strings.TrimSpace(p))
+		if err != nil {
+			parts[i] = "(unparsable URL)"
+			continue
+		}
+		parts[i] = u.Redacted()
+	}
+	return strings.Join(parts, ",")
+}
+
+// pingRedis checks that SP_REDIS_URL answers, within devRedisWait.
+func pingRedis(ctx context.Context, raw string) error {
+	client, err := redisconn.Open(raw)
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	ctx, cancel := context.WithTimeout(ctx, devRedisWait)
+	defer cancel()
+	return client.Ping(ctx).Err()
 }
 
 // runChild runs this binary with args, in its own process group so that a
