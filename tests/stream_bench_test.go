@@ -162,7 +162,7 @@ func BenchmarkStreamThroughput(b *testing.B) {
 	if profile != "" {
 		go saveCPUProfile(b, p, "the stream's work", profile, max(2, min(20, n/20000)))
 	}
-	s.waitDrained(b, p, s.group, topic, time.Duration(n/1000)*time.Second+3*time.Minute)
+	s.waitDrained(b, p, s.group, topic, n, time.Duration(n/1000)*time.Second+3*time.Minute)
 	streamTime := time.Since(start)
 	b.StopTimer()
 	rss := p.peakRSS(b)
@@ -245,7 +245,7 @@ VALUES ($1, 't_every_transaction', 'transaction', 'event.amount >= 0', 'low', 'a
 	p := s.startStream(b, "stream", streamPipeline, nil)
 	// Warm up: group joined, connections open, rules compiled.
 	s.produceLG(b, gw, event.KindTransaction, 0, warm.Count, 0)
-	s.waitDrained(b, p, s.group, s.prefix+"txn.ingested", 3*time.Minute)
+	s.waitDrained(b, p, s.group, s.prefix+"txn.ingested", warm.Count, 3*time.Minute)
 
 	measured := warm
 	measured.Seed++
@@ -256,7 +256,7 @@ VALUES ($1, 't_every_transaction', 'transaction', 'event.amount >= 0', 'low', 'a
 	}
 	b.ResetTimer()
 	s.produceLG(b, g, event.KindTransaction, 0, measured.Count, rate)
-	s.waitDrained(b, p, s.group, s.prefix+"txn.ingested", 3*time.Minute)
+	s.waitDrained(b, p, s.group, s.prefix+"txn.ingested", warm.Count+measured.Count, 3*time.Minute)
 	b.StopTimer()
 	rss := p.peakRSS(b)
 	stopAll(b, p)

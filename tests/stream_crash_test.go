@@ -50,7 +50,7 @@ func TestStreamCrashKills(t *testing.T) {
 	// over them can be predicted; the kills hit the transaction stream.
 	s.produceLG(t, r.g, event.KindAccountEvent, 0, cfg.AccountEvents, 0)
 	evp := s.startStream(t, "stream-events", streamEvtPipeline, nil)
-	s.waitDrained(t, evp, s.group+"-events", s.prefix+"account.events", drainBound(cfg.AccountEvents))
+	s.waitDrained(t, evp, s.group+"-events", s.prefix+"account.events", cfg.AccountEvents, drainBound(cfg.AccountEvents))
 
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -77,7 +77,7 @@ func TestStreamCrashKills(t *testing.T) {
 		if !stream.running() {
 			t.Fatalf("%s exited by itself:\n%s", stream.name, stream.tail(4000))
 		}
-		before := s.lagOf(t, s.group, s.prefix+"txn.ingested")
+		before, _, _ := s.lagOf(t, s.group, s.prefix+"txn.ingested")
 		stream.kill(t)
 		killed++
 		t.Logf("kill %d at %s (lag %d)", killed, time.Since(start).Round(100*time.Millisecond), before)
@@ -90,7 +90,7 @@ func TestStreamCrashKills(t *testing.T) {
 	if produceErr != nil {
 		t.Fatal(produceErr)
 	}
-	s.waitDrained(t, stream, s.group, s.prefix+"txn.ingested", drainBound(cfg.Count)+restartGap)
+	s.waitDrained(t, stream, s.group, s.prefix+"txn.ingested", cfg.Count, drainBound(cfg.Count)+restartGap)
 	stopAll(t, evp, stream)
 	x.check(t, fmt.Sprintf("after %d kills", kills), 1)
 }

@@ -67,13 +67,13 @@ func runExactTTL(t *testing.T, name, redisURL string, cfg loadgen.Config, ttl st
 	start := time.Now()
 	s.produceLG(t, r.g, event.KindAccountEvent, 0, cfg.AccountEvents, 0)
 	events := s.startStream(t, "stream-events", streamEvtPipeline, nil)
-	s.waitDrained(t, events, s.group+"-events", s.prefix+"account.events", drainBound(cfg.AccountEvents))
+	s.waitDrained(t, events, s.group+"-events", s.prefix+"account.events", cfg.AccountEvents, drainBound(cfg.AccountEvents))
 	t.Logf("account events drained in %s", time.Since(start).Round(time.Millisecond))
 
 	start = time.Now()
 	s.produceLG(t, r.g, event.KindTransaction, 0, cfg.Count, 0)
 	txns := s.startStream(t, "stream", streamPipeline, nil)
-	s.waitDrained(t, txns, s.group, s.prefix+"txn.ingested", drainBound(cfg.Count))
+	s.waitDrained(t, txns, s.group, s.prefix+"txn.ingested", cfg.Count, drainBound(cfg.Count))
 	t.Logf("transactions drained in %s", time.Since(start).Round(time.Millisecond))
 	stopAll(t, events, txns)
 	return x

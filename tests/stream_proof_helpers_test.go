@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/speculapro/speculapro/internal/dbmigrate/dbtest"
@@ -149,30 +150,42 @@ func (s *proofStack) startStream(t testing.TB, name, pipeline string, extra map[
 }
 
 // lagOf is how many records of topic group has not committed (a
-// partition without a commit counts from its start).
-func (s *proofStack) lagOf(t testing.TB, group, topic string) int64 {
+// partition without a commit counts from its start), and how many records
+// topic holds. A partition whose end cannot be listed fails the call
+// rather than counting as caught up.
+func (s *proofStack) lagOf(t testing.TB, group, topic string) (lag, written int64, err error) {
 	t.Helper()
-	ends, committed := s.endOffsets(t, topic), s.committed(t, group)[topic]
-	var lag int64
-	for part, end := range ends {
-		lag += max(end-max(committed[part], 0), 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	ends, err := s.adm.ListEndOffsets(ctx, topic)
+	if err == nil {
+		err = ends.Error()
 	}
-	return lag
+	if err != nil {
+		return 0, 0, fmt.Errorf("listing end offsets of %s: %w", topic, err)
+	}
+	committed := s.committed(t, group)[topic]
+	ends.Each(func(o kadm.ListedOffset) {
+		written += o.Offset
+		lag += max(o.Offset-max(committed[o.Partition], 0), 0)
+	})
+	return lag, written, nil
 }
 
-// waitDrained waits until group has committed everything on topic while p
-// keeps running.
-func (s *proofStack) waitDrained(t testing.TB, p *binProcess, group, topic string, within time.Duration) {
+// waitDrained waits until group has committed all of topic, which holds at
+// least want records, while p keeps running.
+func (s *proofStack) waitDrained(t testing.TB, p *binProcess, group, topic string, want int, within time.Duration) {
 	t.Helper()
-	var lag int64
+	var lag, written int64
+	var err error
 	if !poll(within, 250*time.Millisecond, func() bool {
 		if p != nil && !p.running() {
 			t.Fatalf("%s exited (code %d) before draining %s:\n%s", p.name, p.cmd.ProcessState.ExitCode(), topic, p.tail(4000))
 		}
-		lag = s.lagOf(t, group, topic)
-		return lag == 0
+		lag, written, err = s.lagOf(t, group, topic)
+		return err == nil && written >= int64(want) && lag == 0
 	}) {
-		t.Fatalf("after %s group %s still has %d records of %s to go", within, group, lag, topic)
+		t.Fatalf("after %s group %s still has %d of %d records of %s to go (want %d written; %v)", within, group, lag, written, topic, want, err)
 	}
 }
 

@@ -37,17 +37,17 @@ func (s *proofStack) resetToStart(t *testing.T, group, topic string) {
 
 // rerun runs both pipelines again (group SP_STREAM_GROUP from env, or the
 // stack's) until each has read its topic to the end again.
-func (s *proofStack) rerun(t *testing.T, name string, env map[string]string, records int) {
+func (s *proofStack) rerun(t *testing.T, name string, env map[string]string, records, events int) {
 	t.Helper()
 	group := s.group
 	if g := env["SP_STREAM_GROUP"]; g != "" {
 		group = g
 	}
-	events := s.startStream(t, name+"-events", streamEvtPipeline, env)
-	s.waitDrained(t, events, group+"-events", s.prefix+"account.events", drainBound(records))
+	evp := s.startStream(t, name+"-events", streamEvtPipeline, env)
+	s.waitDrained(t, evp, group+"-events", s.prefix+"account.events", events, drainBound(events))
 	txns := s.startStream(t, name, streamPipeline, env)
-	s.waitDrained(t, txns, group, s.prefix+"txn.ingested", drainBound(records))
-	stopAll(t, events, txns)
+	s.waitDrained(t, txns, group, s.prefix+"txn.ingested", records, drainBound(records))
+	stopAll(t, evp, txns)
 }
 
 // TestStreamReplayInsideWindow: the group's offsets are reset to the start
@@ -62,7 +62,7 @@ func TestStreamReplayInsideWindow(t *testing.T) {
 	x.s.resetToStart(t, x.s.group+"-events", x.s.prefix+"account.events")
 	x.s.resetToStart(t, x.s.group, x.s.prefix+"txn.ingested")
 	start := time.Now()
-	x.s.rerun(t, "replay", nil, cfg.Count)
+	x.s.rerun(t, "replay", nil, cfg.Count, cfg.AccountEvents)
 	t.Logf("replayed %d transactions and %d account events from the start in %s", cfg.Count, cfg.AccountEvents, time.Since(start).Round(time.Millisecond))
 	x.check(t, "after the replay inside the window", 1)
 }
@@ -84,7 +84,7 @@ func TestStreamReplayBeyondWindow(t *testing.T) {
 
 	renamed := x.s.group + "-renamed"
 	x.s.own(nil, []string{renamed, renamed + "-events"})
-	x.s.rerun(t, "renamed", map[string]string{"SP_STREAM_GROUP": renamed, "SP_STREAM_REPLAY_TTL": "1s"}, cfg.Count)
+	x.s.rerun(t, "renamed", map[string]string{"SP_STREAM_GROUP": renamed, "SP_STREAM_REPLAY_TTL": "1s"}, cfg.Count, cfg.AccountEvents)
 
 	// Hits and alerts: never twice; the first run's all there; rules whose
 	// features do not inflate (new payee, SIM swap) exactly as predicted.
