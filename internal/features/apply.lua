@@ -99,6 +99,9 @@ function Cache:incr(f, d)
     self.dirty[f] = true
     return
   end
+  -- Beyond int64 HINCRBY would fail, and a script's earlier writes are not
+  -- rolled back: such a sum (over 9 * 10^14 in currency units) stays put.
+  if math.abs(o + dn) >= 9.1e18 then return end
   if self.dirty[f] then
     redis.call('HSET', self.key, f, str(self.v[f]))
     self.dirty[f] = nil

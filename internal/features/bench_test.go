@@ -44,8 +44,13 @@ func realistic(n, accounts int, start time.Time, seed uint64) []*event.Envelope 
 
 // BenchmarkApply measures Apply on batches of 1000 events against the local
 // Redis: events/s is the figure to compare with the stream's target.
-func BenchmarkApply(b *testing.B) {
-	c, prefix, _ := open(b, targets[0])
+func BenchmarkApply(b *testing.B) { benchmarkApply(b, targets[0]) }
+
+// BenchmarkApplyCluster is BenchmarkApply on the three-master Cluster.
+func BenchmarkApplyCluster(b *testing.B) { benchmarkApply(b, targets[1]) }
+
+func benchmarkApply(b *testing.B, tg target) {
+	c, prefix, _ := open(b, tg)
 	s := New(c, Options{KeyPrefix: prefix})
 	ctx := context.Background()
 	const batch = 1000

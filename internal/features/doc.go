@@ -40,7 +40,10 @@
 //	             (counterparty): member = the other side's id (16 raw bytes),
 //	             score = its latest occurred_at (unix s). Members older than
 //	             the 30d window are pruned on write. TTL 31 d.
-//	…:pi  ZSET   the same for direction in. TTL 31 d.
+//	…:pi  ZSET   the same for direction in (accounts and customers). TTL 31 d.
+//
+// A counterparty's events are the payments to it: a transaction in which it
+// pays in only reads its features (the script's read-only mode).
 //
 // Fields of the bucket hashes (<b> a bucket number: unix time / 60, 3600 or
 // 86400; <w> a window's totals: t = the hash's longest window, s = 7d in the
@@ -58,11 +61,17 @@
 //	mx  (day hash)     latest occurred_at of any event (unix s)
 //	ls:sim_swap, ls:profile_change (day hash)   latest such account event (unix s)
 //
-// Money is never a Lua number (a double): sums change by HINCRBY with the
-// amount as an integer string and are read back as strings. One amount is at
+// Each call reads a hash with one HMGET, computes in Lua and writes back with
+// one HSET (plus one HMGET per bucket leaving a window). Lua numbers are
+// doubles, so a value is computed in Lua only when both operands are below
+// 2^52 in magnitude (the result is then an exact integer); beyond that (a
+// huge sum of money) the field changes by HINCRBY with the amount as an
+// integer string and is read back as a string. One amount is at
 // most ±10^11 in currency units (10^15 units); a larger one is counted but
 // left out of the sums, so that no HINCRBY can overflow halfway through a
-// call. Sums are returned as json.Number with exactly four decimals
+// call (Redis does not roll a script back); a sum that would pass int64
+// (9 * 10^14 in currency units) stays where it is. Zero-valued bucket and total
+// fields are deleted. Sums are returned as json.Number with exactly four decimals
 // ("1234.5000").
 //
 // Replays: an event id remembered in the entity's replay ZSET changes

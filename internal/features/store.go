@@ -124,6 +124,16 @@ func (s *Store) args(mode string, e *event.Envelope, entity byte, dir, cur, unit
 // round trip per batch: all Lua calls go in one pipeline, which go-redis
 // splits per node on a Cluster.
 func (s *Store) Apply(ctx context.Context, events []*event.Envelope) ([]map[string]any, error) {
+	out, _, err := s.ApplyReplays(ctx, events)
+	return out, err
+}
+
+// ApplyReplays is Apply that also reports, per event, whether it was a
+// replay: its primary entity (the account of a transaction, the customer of
+// an account event) remembered it as counted, so nothing changed and its
+// features are read as they are now, not as they were when it was counted.
+// The stream uses it to leave an event it has fully evaluated before alone.
+func (s *Store) ApplyReplays(ctx context.Context, events []*event.Envelope) ([]map[string]any, []bool, error) {
 	calls := make([]call, 0, 3*len(events))
 	for i, e := range events {
 		switch e.Kind {
@@ -166,13 +176,14 @@ func (s *Store) Apply(ctx context.Context, events []*event.Envelope) ([]map[stri
 			calls = append(calls, call{event: i, entity: entityCustomer, keys: s.keys(entityCustomer, cust),
 				args: s.args("e", e, entityCustomer, "", "", "0", nil, strings.ReplaceAll(e.Type, "\x01", "_"))})
 		default:
-			return nil, fmt.Errorf("features: event %d: unknown kind", i)
+			return nil, nil, fmt.Errorf("features: event %d: unknown kind", i)
 		}
 	}
 	if err := s.run(ctx, calls); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	out := make([]map[string]any, len(events))
+	replayed := make([]bool, len(events))
 	for i, e := range events {
 		if e.Kind == event.KindTransaction {
 			out[i] = map[string]any{"account": nil, "customer": nil, "counterparty": nil}
@@ -183,9 +194,12 @@ func (s *Store) Apply(ctx context.Context, events []*event.Envelope) ([]map[stri
 	for _, c := range calls {
 		r, err := parseReply(c.cmd)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		e := events[c.event]
+		if c.entity == entityAccount || e.Kind == event.KindAccountEvent {
+			replayed[c.event] = r.seen
+		}
 		switch {
 		case e.Kind == event.KindAccountEvent:
 			out[c.event]["customer"] = r.accountEventFeatures()
@@ -201,7 +215,7 @@ func (s *Store) Apply(ctx context.Context, events []*event.Envelope) ([]map[stri
 			out[c.event]["counterparty"] = r.counterpartyFeatures()
 		}
 	}
-	return out, nil
+	return out, replayed, nil
 }
 
 // run sends every call in one pipeline. A node that lost its scripts

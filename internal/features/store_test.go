@@ -571,3 +571,29 @@ func TestScriptReloadAfterFlush(t *testing.T) {
 		t.Fatalf("after SCRIPT FLUSH: %v", a)
 	}
 }
+
+// Sums beyond 2^53 units leave Lua's exact range: they go through HINCRBY on
+// strings and must stay exact to the last 0.0001.
+func TestHugeSumsStayExact(t *testing.T) {
+	for _, tg := range targets {
+		t.Run(tg.name, func(t *testing.T) {
+			c, prefix, _ := open(t, tg)
+			s := New(c, Options{KeyPrefix: prefix})
+			ctx := context.Background()
+			at := time.Date(2026, 5, 4, 10, 0, 0, 0, time.UTC)
+			var evs []*event.Envelope
+			for i := range 12 {
+				evs = append(evs, txn(fmt.Sprint("h", i), "acc", "", "", "99999999999.9999", "IDR", event.DirectionOut, at.Add(time.Duration(i)*time.Second)))
+			}
+			evs = append(evs, txn("small", "acc", "", "", "0.0001", "IDR", event.DirectionOut, at.Add(time.Minute)))
+			got, err := s.Apply(ctx, evs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := json.Number("1199999999999.9989") // 12 * 99999999999.9999 + 0.0001
+			if a := got[12]["account"].(map[string]any); a["out_sum_1h"] != want || a["out_sum_30d"] != want || a["out_count_24h"] != int64(13) {
+				t.Fatalf("huge sums: %v", a)
+			}
+		})
+	}
+}
