@@ -135,30 +135,20 @@ SELECT count(*) FROM speculapro.alerts a JOIN speculapro.rules r ON r.id = a.rul
 	}
 
 	// A renamed group reads the whole topic again, inside the replay
-	// window: the totals do not move and nothing is written twice (kafka.md:
-	// "no hit or alert is created twice"). The rule over the event alone
-	// fires exactly as before; the one over the totals reads them as they
-	// are now, which includes the later payments (see the report of issue
-	// 9: a replayed event is not given back the features it had).
+	// window: the totals do not move, and every event, its results stored
+	// already, is left alone (evaluated against today's totals, the earlier
+	// payments would see the later ones). Nothing is written twice.
 	env["SP_STREAM_GROUP"] = k.group + "-events" // owned by k: deleted at cleanup
 	again := newBinProcess(t).named("stream (renamed group)")
 	again.start(t, env, again.runArgs("pipelines/stream.yaml")...)
-	scrape = waitForMetric(t, again, "speculapro_stream_events_evaluated_total", 5)
-	if got := metricSum(scrape, "speculapro_stream_rule_hits_total", `rule="large_payment_out"`); got != 2 {
-		t.Errorf("the replay found %v hits of large_payment_out, want the same 2", got)
+	scrape = waitForMetric(t, again, "speculapro_stream_replays_skipped_total", 5)
+	for _, m := range []string{"speculapro_stream_rule_hits_total", "speculapro_stream_alerts_created_total", "speculapro_stream_events_evaluated_total"} {
+		if got := metricSum(scrape, m); got != 0 {
+			t.Errorf("the replay: %s = %v, want 0", m, got)
+		}
 	}
-	if got := metricSum(scrape, "speculapro_stream_alerts_created_total"); got != 0 {
-		t.Errorf("the replay created %v alerts, want 0", got)
-	}
-	want["rule_hits"] = persistCount(t, conn, "SELECT count(*) FROM speculapro.rule_hits")
 	if err := streamRowsAre(t, conn, want); err != nil {
 		t.Errorf("after the replay: %v", err)
-	}
-	if n := persistCount(t, conn, `SELECT count(*) FROM (SELECT rule_id, event_id FROM speculapro.rule_hits GROUP BY 1, 2 HAVING count(*) > 1) d`); n != 0 {
-		t.Errorf("%d hits stored twice", n)
-	}
-	if extra := want["rule_hits"] - 4; extra != 0 {
-		t.Logf("the replay added %d hits of third_payment_out_in_a_day on earlier payments: their totals now include the later ones", extra)
 	}
 	if code := again.stop(t); code != 0 {
 		t.Errorf("exit code %d after SIGTERM, want 0", code)

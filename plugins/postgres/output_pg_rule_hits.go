@@ -69,10 +69,14 @@ one statement per hit):
    `+"`alert.created:<alert_id>:<subscription_id>`"+`) for every enabled notification subscription whose
    `+"`event_types`"+` allow it and whose `+"`min_severity`"+` the alert meets. The worker sends them.
 
+4. for each topic partition of the batch, its highest offset in `+"`stream_progress`"+`: from then on every record up to
+   it is known to be evaluated and stored, so `+"`rule_eval`"+` leaves such a record alone when it is read again inside the
+   replay window (its running totals would be today's, not its own).
+
 So a replayed event, a batch written again after a crash, or the same event written by two stream processes at
 once (a rebalance) creates no second hit, alert, delivery or notification: the unique keys decide, and the outbox
 rows follow only the alerts actually inserted. The output reports a batch done, and the input commits its offsets,
-only after the transaction has committed. A batch without hits touches no database.
+only after the transaction has committed. A batch without hits and without `+"`kafka_franz`"+` metadata touches no database.
 
 ### Failures
 
@@ -265,6 +269,7 @@ func (o *pgRuleHits) WriteBatch(ctx context.Context, batch service.MessageBatch)
 	)
 	type hitKey struct{ ws, rule, ev event.UUID }
 	seen := map[hitKey]struct{}{}
+	progress := progressOf(batch)
 	for _, msg := range batch {
 		if msg.GetError() != nil {
 			undecodable++
@@ -296,10 +301,10 @@ func (o *pgRuleHits) WriteBatch(ctx context.Context, batch service.MessageBatch)
 	})
 
 	var res hitsResult
-	if len(rows) > 0 {
+	if len(rows) > 0 || len(progress.topics) > 0 {
 		faulted := false // the batch's fault is counted once
 		err := retry.Do(ctx, o.policy(len(rows), &faulted), func(ctx context.Context, _ int) error {
-			r, err := o.store(ctx, rows)
+			r, err := o.store(ctx, rows, progress)
 			if err != nil {
 				return err
 			}
@@ -374,14 +379,16 @@ type hitsResult struct {
 // store makes one attempt at rows in one transaction and, when a row's data
 // made it fail, once more in one transaction that isolates the bad rows by
 // bisecting under savepoints and stores the rest.
-func (o *pgRuleHits) store(ctx context.Context, rows []hitRow) (hitsResult, error) {
+func (o *pgRuleHits) store(ctx context.Context, rows []hitRow, progress partitionProgress) (hitsResult, error) {
 	actx, cancel := context.WithTimeout(ctx, o.attemptTimeout)
 	defer cancel()
 	var res hitsResult
 	err := inTx(actx, o.pool, func(tx pgx.Tx) error {
 		var err error
-		res.stats, err = writeHits(actx, tx, rows)
-		return err
+		if res.stats, err = writeHits(actx, tx, rows); err != nil {
+			return err
+		}
+		return writeProgress(actx, tx, progress)
 	})
 	if err == nil || !pgclass.IsRowFault(err) {
 		return res, err
@@ -389,7 +396,12 @@ func (o *pgRuleHits) store(ctx context.Context, rows []hitRow) (hitsResult, erro
 	ictx, icancel := context.WithTimeout(ctx, isolateTimeoutFactor*o.attemptTimeout)
 	defer icancel()
 	res = hitsResult{}
-	err = inTx(ictx, o.pool, func(tx pgx.Tx) error { return isolateHits(ictx, tx, rows, &res) })
+	err = inTx(ictx, o.pool, func(tx pgx.Tx) error {
+		if err := isolateHits(ictx, tx, rows, &res); err != nil {
+			return err
+		}
+		return writeProgress(ictx, tx, progress)
+	})
 	if err != nil {
 		return hitsResult{}, err
 	}
@@ -505,6 +517,9 @@ SELECT (SELECT count(*) FROM new_alerts), (SELECT count(*) FROM deliveries), (SE
 func writeHits(ctx context.Context, tx pgx.Tx, rows []hitRow) (hitsStats, error) {
 	var s hitsStats
 	n := len(rows)
+	if n == 0 {
+		return s, nil
+	}
 	var (
 		ws, rules, evs     = make([]event.UUID, n), make([]event.UUID, n), make([]event.UUID, n)
 		versions           = make([]int32, n)
@@ -532,6 +547,73 @@ func writeHits(ctx context.Context, tx pgx.Tx, rows []hitRow) (hitsStats, error)
 		return s, fmt.Errorf("inserting alerts and outbox rows for %d hits: %w", len(aWS), err)
 	}
 	return s, nil
+}
+
+// upsertProgress raises each partition's stored offset, never lowers it
+// (an older batch of a partition can commit after a newer one only across
+// a rebalance, and its results are stored either way).
+const upsertProgress = `
+INSERT INTO speculapro.stream_progress AS p (topic, kafka_partition, stored_offset)
+SELECT * FROM unnest($1::text[], $2::int[], $3::bigint[])
+    ON CONFLICT (topic, kafka_partition) DO UPDATE
+   SET stored_offset = excluded.stored_offset, updated_at = now()
+ WHERE excluded.stored_offset > p.stored_offset`
+
+// partitionProgress is the highest offset of each topic partition in a
+// batch, in key order (so two writers lock the rows in the same order).
+type partitionProgress struct {
+	topics     []string
+	partitions []int32
+	offsets    []int64
+}
+
+// progressOf reads the kafka_franz metadata of every message of the batch,
+// readable or not: once the batch commits, all of them are done.
+func progressOf(batch service.MessageBatch) partitionProgress {
+	type tp struct {
+		topic     string
+		partition int32
+	}
+	high := map[tp]int64{}
+	for _, msg := range batch {
+		topic, _ := msg.MetaGet("kafka_topic")
+		part, err1 := strconv.ParseInt(metaOr(msg, "kafka_partition"), 10, 32)
+		off, err2 := strconv.ParseInt(metaOr(msg, "kafka_offset"), 10, 64)
+		if topic == "" || err1 != nil || err2 != nil {
+			continue
+		}
+		k := tp{topic, int32(part)}
+		if o, ok := high[k]; !ok || off > o {
+			high[k] = off
+		}
+	}
+	keys := make([]tp, 0, len(high))
+	for k := range high {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b tp) int { return cmp.Or(cmp.Compare(a.topic, b.topic), cmp.Compare(a.partition, b.partition)) })
+	var p partitionProgress
+	for _, k := range keys {
+		p.topics, p.partitions, p.offsets = append(p.topics, k.topic), append(p.partitions, k.partition), append(p.offsets, high[k])
+	}
+	return p
+}
+
+func metaOr(msg *service.Message, key string) string {
+	v, _ := msg.MetaGet(key)
+	return v
+}
+
+// writeProgress records, with the batch's results, how far each partition
+// is stored.
+func writeProgress(ctx context.Context, tx pgx.Tx, p partitionProgress) error {
+	if len(p.topics) == 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, upsertProgress, p.topics, p.partitions, p.offsets); err != nil {
+		return fmt.Errorf("recording the progress of %d partitions: %w", len(p.topics), err)
+	}
+	return nil
 }
 
 // inTx runs fn in a transaction of pool and commits it.

@@ -493,3 +493,28 @@ func TestRuleHitsConfig(t *testing.T) {
 		})
 	}
 }
+
+// Every batch records how far each of its partitions is stored, hits or
+// not, in the same transaction; an older batch never lowers it.
+func TestProgressRecordedPerPartition(t *testing.T) {
+	h := newHitsHarness(t)
+	b := evaluated(t, h.ws, 0, 3) // no hits; batchOf puts them on partition 2 at offsets 0..2
+	h.writeHits(b)
+	other := evaluated(t, h.ws, 40, 41, h.rules["velocity"])
+	other[0].MetaSetMut("kafka_partition", "5")
+	h.writeHits(other)
+	h.writeHits(evaluated(t, h.ws, 1, 2)) // an older batch of partition 2
+	for _, want := range []struct {
+		partition int
+		offset    int64
+	}{{2, 2}, {5, 40}} {
+		var got int64
+		if err := h.conn.QueryRow(context.Background(),
+			"SELECT stored_offset FROM speculapro.stream_progress WHERE topic = 'sp.txn.ingested' AND kafka_partition = $1", want.partition).Scan(&got); err != nil || got != want.offset {
+			t.Errorf("partition %d: stored_offset %d (err %v), want %d", want.partition, got, err, want.offset)
+		}
+	}
+	if got := h.rowCounts()["rule_hits"]; got != 1 {
+		t.Errorf("%d hits, want 1", got)
+	}
+}

@@ -224,6 +224,10 @@ func (p *featureUpdate) envelope(msg *service.Message) *event.Envelope {
 	return env
 }
 
+// metaFeaturesReplayed marks an event the running totals had counted
+// already (a replay inside the replay window).
+const metaFeaturesReplayed = "features_replayed"
+
 // ProcessBatch applies the batch's events and attaches their features.
 func (p *featureUpdate) ProcessBatch(ctx context.Context, batch service.MessageBatch) ([]service.MessageBatch, error) {
 	start := time.Now()
@@ -251,12 +255,17 @@ func (p *featureUpdate) ProcessBatch(ctx context.Context, batch service.MessageB
 	apply := func(ctx context.Context, _ int) error {
 		actx, cancel := context.WithTimeout(ctx, p.timeout)
 		defer cancel()
-		feats, err := store.Apply(actx, envs)
+		feats, replayed, err := store.ApplyReplays(actx, envs)
 		if err != nil {
 			return err
 		}
 		for j, i := range idx {
 			batch[i].MetaSetMut("features", feats[j])
+			if replayed[j] {
+				// Counted before: rule_eval leaves alone what it has
+				// fully evaluated already (its features are now's).
+				batch[i].MetaSetMut(metaFeaturesReplayed, true)
+			}
 		}
 		return nil
 	}

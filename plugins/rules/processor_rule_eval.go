@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redpanda-data/benthos/v4/public/service"
 
@@ -32,6 +34,9 @@ const (
 // pg_rule_hits).
 const (
 	metaFeatures = "features"
+	// metaReplayed (bool) marks an event the running totals had counted
+	// already: its features are today's, not the ones it was evaluated with.
+	metaReplayed = "features_replayed"
 	metaRuleEval = "rule_eval"
 )
 
@@ -41,6 +46,7 @@ const (
 	metricRuleHits        = "speculapro_stream_rule_hits_total"        // label rule
 	metricRuleErrors      = "speculapro_stream_rule_errors_total"      // label rule
 	metricRulesLoaded     = "speculapro_stream_rules_loaded"           // label kind; gauge
+	metricReplaysSkipped  = "speculapro_stream_replays_skipped_total"  // label kind
 	// The role's stage timer, named and labelled as event_decode does it.
 	metricStageDuration = "speculapro_stream_stage_duration_ns" // labels table, stage
 )
@@ -51,6 +57,7 @@ const (
 	logRuleRefused  = "stream: rule does not compile, left out"
 	logLoadRetry    = "stream: loading the rules failed, retrying"
 	logReloadFailed = "stream: checking the rules for changes failed, keeping the loaded ones"
+	logProgressFail = "stream: reading how far results are stored failed, evaluating replayed events again"
 	logRulesLoaded  = "stream: rules loaded"
 )
 
@@ -89,6 +96,13 @@ retrying, until PostgreSQL answers) and then checked every `+"`reload_interval`"
 are they loaded again, and only the workspaces whose rules changed are compiled again. A probe that fails keeps
 the loaded rules and is logged at most once a minute.
 
+An event read again inside the replay window (a group reset or renamed: `+"`feature_update`"+` marks it
+`+"`features_replayed`"+`, its totals unchanged but read as they are now, later events included) whose results
+`+"`pg_rule_hits`"+` has stored already (`+"`stream_progress`"+` reaches its offset) is not evaluated again: it gets no hits
+(`+"`rule_eval.replayed`"+` is true) and is counted in `+"`speculapro_stream_replays_skipped_total`"+`. A replayed event
+beyond the stored progress (its batch was in flight when a process died) is evaluated again, against the totals as
+they are.
+
 A rule that fails on an event (a missing field compared with a number, a type error, a result that is not a
 bool) is counted in `+"`speculapro_stream_rule_errors_total{rule}`"+`, logged as
 `+"`level=WARN msg=\"stream: rule failed on an event\"`"+` at most once a minute per rule, and never stops the other
@@ -98,7 +112,7 @@ is not an envelope of `+"`kind`"+` is flagged.
 
 ### Metrics
 
-`+"`speculapro_stream_events_evaluated_total{kind}`, `speculapro_stream_rule_hits_total{rule}`, `speculapro_stream_rule_errors_total{rule}`, `speculapro_stream_rules_loaded{kind}`"+` (a gauge), and
+`+"`speculapro_stream_events_evaluated_total{kind}`, `speculapro_stream_rule_hits_total{rule}`, `speculapro_stream_rule_errors_total{rule}`, `speculapro_stream_replays_skipped_total{kind}`, `speculapro_stream_rules_loaded{kind}`"+` (a gauge), and
 `+"`speculapro_stream_stage_duration_ns{stage=\"evaluate\"}`"+`.`).
 		Fields(
 			service.NewStringField(reFieldURL).
@@ -151,6 +165,7 @@ type timer interface {
 
 type ruleEvalMetrics struct {
 	evaluated counter
+	skipped   counter // replays of events whose results are stored
 	hits      counter
 	errors    counter
 	loaded    gauge
@@ -235,6 +250,7 @@ func newRuleEval(url string, kind event.Kind, reloadInterval time.Duration, real
 		log:   mgr.Logger(),
 		m: ruleEvalMetrics{
 			evaluated: m.NewCounter(metricEventsEvaluated, "kind"),
+			skipped:   m.NewCounter(metricReplaysSkipped, "kind"),
 			hits:      m.NewCounter(metricRuleHits, "rule"),
 			errors:    m.NewCounter(metricRuleErrors, "rule"),
 			loaded:    m.NewGauge(metricRulesLoaded, "kind"),
@@ -253,7 +269,8 @@ func (r *ruleEval) ProcessBatch(ctx context.Context, batch service.MessageBatch)
 		return nil, err
 	}
 	start := time.Now()
-	evaluated := 0
+	stored := r.storedReplays(ctx, batch)
+	evaluated, skipped := 0, 0
 	for i, msg := range batch {
 		if msg.GetError() != nil {
 			continue
@@ -261,6 +278,13 @@ func (r *ruleEval) ProcessBatch(ctx context.Context, batch service.MessageBatch)
 		env, err := eventmsg.Of(msg, r.kind)
 		if err != nil {
 			msg.SetError(err)
+			continue
+		}
+		if stored[i] {
+			// Evaluated and stored before, with the totals it had then;
+			// evaluating it against today's would find what never was.
+			skipped++
+			batch[i].MetaSetMut(metaRuleEval, map[string]any{"hits": []any{}, "replayed": true})
 			continue
 		}
 		hits := []any{}
@@ -282,8 +306,72 @@ func (r *ruleEval) ProcessBatch(ctx context.Context, batch service.MessageBatch)
 		batch[i].MetaSetMut(metaRuleEval, map[string]any{"hits": hits})
 	}
 	r.m.evaluated.Incr(int64(evaluated), string(r.kind))
+	if skipped > 0 {
+		r.m.skipped.Incr(int64(skipped), string(r.kind))
+	}
 	r.m.stage.Timing(time.Since(start).Nanoseconds(), r.table, "evaluate")
 	return []service.MessageBatch{batch}, nil
+}
+
+// storedReplays says which messages of the batch are replays (the running
+// totals had counted them) whose results pg_rule_hits has stored already
+// (stream_progress reaches their offset). Only replays cost a query, and a
+// failed query evaluates them again (at worst a hit against today's totals)
+// rather than hold the stream.
+func (r *ruleEval) storedReplays(ctx context.Context, batch service.MessageBatch) map[int]bool {
+	type tp struct {
+		topic     string
+		partition int32
+	}
+	offsets := map[int]int64{}
+	parts := map[int]tp{}
+	want := map[tp]bool{}
+	for i, msg := range batch {
+		if v, ok := msg.MetaGetMut(metaReplayed); !ok || v != true || msg.GetError() != nil {
+			continue
+		}
+		topic, _ := msg.MetaGet("kafka_topic")
+		ps, _ := msg.MetaGet("kafka_partition")
+		offText, _ := msg.MetaGet("kafka_offset")
+		part, err1 := strconv.ParseInt(ps, 10, 32)
+		off, err2 := strconv.ParseInt(offText, 10, 64)
+		if topic == "" || err1 != nil || err2 != nil {
+			continue
+		}
+		k := tp{topic, int32(part)}
+		offsets[i], parts[i], want[k] = off, k, true
+	}
+	if len(offsets) == 0 {
+		return nil
+	}
+	var topics []string
+	var partitions []int32
+	for k := range want {
+		topics, partitions = append(topics, k.topic), append(partitions, k.partition)
+	}
+	qctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	rows, err := r.pool.Query(qctx, `SELECT topic, kafka_partition, stored_offset FROM speculapro.stream_progress
+ WHERE (topic, kafka_partition) IN (SELECT * FROM unnest($1::text[], $2::int[]))`, topics, partitions)
+	high := map[tp]int64{}
+	if err == nil {
+		var k tp
+		var off int64
+		_, err = pgx.ForEachRow(rows, []any{&k.topic, &k.partition, &off}, func() error { high[k] = off; return nil })
+	}
+	if err != nil {
+		if ctx.Err() == nil && r.warnDue("progress") {
+			applog.With(r.log, "err", err.Error()).Warn(logProgressFail)
+		}
+		return nil
+	}
+	stored := make(map[int]bool, len(offsets))
+	for i, off := range offsets {
+		if h, ok := high[parts[i]]; ok && off <= h {
+			stored[i] = true
+		}
+	}
+	return stored
 }
 
 // hitMeta is one hit as pg_rule_hits reads it.

@@ -92,7 +92,7 @@ func (h *evalHarness) step(kind event.Kind, reload time.Duration, realtime bool)
 		h.t.Fatalf("newRuleEval: %v", err)
 	}
 	mk := func(name string) fakeMetric { return fakeMetric{h.m, name} }
-	r.m = ruleEvalMetrics{evaluated: mk("evaluated"), hits: mk("hits"), errors: mk("errors"), loaded: mk("loaded"), stage: mk("stage")}
+	r.m = ruleEvalMetrics{evaluated: mk("evaluated"), skipped: mk("skipped"), hits: mk("hits"), errors: mk("errors"), loaded: mk("loaded"), stage: mk("stage")}
 	h.t.Cleanup(func() { _ = r.Close(context.Background()) })
 	return r
 }
@@ -379,6 +379,44 @@ func TestWaitsForTheDatabaseAndStopsOnShutdown(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), logLoadRetry) {
 		t.Errorf("no retry logged:\n%s", logs)
+	}
+}
+
+// A replayed event whose results are stored is left alone (its totals are
+// today's); one beyond the stored progress, or not a replay, is evaluated.
+func TestReplaysOfStoredEventsAreNotEvaluatedAgain(t *testing.T) {
+	h := newEvalHarness(t)
+	ws := h.workspace("acme")
+	h.rule(ws, ruleSpec{name: "everything", expression: `true`, enabled: true})
+	h.exec(`INSERT INTO speculapro.stream_progress (topic, kafka_partition, stored_offset) VALUES ('sp.txn.ingested', 3, 100)`)
+	r := h.step(event.KindTransaction, time.Hour, false)
+	msg := func(n int, partition, offset string, replayed bool) *service.Message {
+		m := message(t, ws, n, "1", features(1, false))
+		m.MetaSetMut("kafka_topic", "sp.txn.ingested")
+		m.MetaSetMut("kafka_partition", partition)
+		m.MetaSetMut("kafka_offset", offset)
+		if replayed {
+			m.MetaSetMut(metaReplayed, true)
+		}
+		return m
+	}
+	out := h.process(r,
+		msg(1, "3", "99", true),  // stored: skipped
+		msg(2, "3", "100", true), // stored: skipped
+		msg(3, "3", "101", true), // in flight when a process died: evaluated
+		msg(4, "3", "50", false), // not a replay (a new event): evaluated
+		msg(5, "4", "1", true),   // a partition with no progress: evaluated
+	)
+	for i, want := range []string{"[]", "[]", "[everything]", "[everything]", "[everything]"} {
+		if got := fmt.Sprint(hitNames(t, out[i])); got != want {
+			t.Errorf("message %d: hits %s, want %s", i, got, want)
+		}
+	}
+	if got := h.m.get("skipped{transaction}"); got != 2 {
+		t.Errorf("replays skipped %d, want 2", got)
+	}
+	if got := h.m.get("evaluated{transaction}"); got != 3 {
+		t.Errorf("evaluated %d, want 3", got)
 	}
 }
 
