@@ -475,8 +475,12 @@ func TestReplayWithinTTLChangesNothingAndCountsAgainAfter(t *testing.T) {
 			}
 			before := readAll(t, s, "EUR")
 			// The same event again, three times in one batch and once more.
-			if _, err := s.Apply(ctx, []*event.Envelope{e, e, e}); err != nil {
+			_, replayed, err := s.ApplyReplays(ctx, []*event.Envelope{e, e, e})
+			if err != nil {
 				t.Fatal(err)
+			}
+			if !replayed[0] || !replayed[1] || !replayed[2] {
+				t.Errorf("replays not reported as such: %v", replayed)
 			}
 			if _, err := s.Apply(ctx, []*event.Envelope{e}); err != nil {
 				t.Fatal(err)
