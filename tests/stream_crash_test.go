@@ -60,28 +60,47 @@ func TestStreamCrashKills(t *testing.T) {
 		defer wg.Done()
 		_, produceErr = s.produceLGErr(r.g, event.KindTransaction, 0, cfg.Count, rate)
 	}()
-	stream := s.startStream(t, "stream-0", streamPipeline, nil)
+	// A short session, so a restarted stream gets the killed one's
+	// partitions within seconds instead of the default 45.
+	crashArgs := []string{"--set", "input.kafka_franz.session_timeout=6s"}
+	topic := s.prefix + "txn.ingested"
+	committed := func() int64 {
+		var sum int64
+		for _, at := range s.committed(t, s.group)[topic] {
+			sum += at
+		}
+		return sum
+	}
+	stream := s.startStream(t, "stream-0", streamPipeline, nil, crashArgs...)
 
-	// Kill moments: one in each fifth of the load, at least restartGap
-	// after the previous restart; a bounded loop, by count and by time.
+	// Five kills, each of a stream that is working: at a random moment of
+	// its fifth of the load, but never before the restarted process has
+	// committed something of its own (bounded), and then after a random
+	// part of a second so the kill lands anywhere in a batch. A bounded
+	// loop, by count and by time.
 	start := time.Now()
-	deadline := start.Add(loadFor + time.Duration(kills)*restartGap + time.Minute)
+	deadline := start.Add(loadFor + time.Duration(kills)*(restartGap+waitBound))
 	killed := 0
 	for slot := 0; killed < kills && time.Now().Before(deadline); slot++ {
+		base := committed()
 		slotLen := loadFor / kills
 		at := start.Add(time.Duration(slot)*slotLen + time.Duration(rnd.Int64N(int64(slotLen))))
 		if earliest := time.Now().Add(restartGap); at.Before(earliest) {
 			at = earliest
 		}
 		time.Sleep(time.Until(at))
+		if !poll(waitBound, 100*time.Millisecond, func() bool { return committed() > base || !stream.running() }) {
+			t.Fatalf("%s committed nothing in %s:\n%s", stream.name, waitBound, stream.tail(4000))
+		}
 		if !stream.running() {
 			t.Fatalf("%s exited by itself:\n%s", stream.name, stream.tail(4000))
 		}
-		before, _, _ := s.lagOf(t, s.group, s.prefix+"txn.ingested")
+		time.Sleep(time.Duration(rnd.Int64N(int64(time.Second))))
+		lag, _, _ := s.lagOf(t, s.group, topic)
 		stream.kill(t)
 		killed++
-		t.Logf("kill %d at %s (lag %d)", killed, time.Since(start).Round(100*time.Millisecond), before)
-		stream = s.startStream(t, fmt.Sprintf("stream-%d", killed), streamPipeline, nil)
+		t.Logf("kill %d at %s, %d committed since the last start, lag %d", killed, time.Since(start).Round(100*time.Millisecond), committed()-base, lag)
+		stream = s.startStream(t, fmt.Sprintf("stream-%d", killed), streamPipeline, nil, crashArgs...)
 	}
 	if killed != kills {
 		t.Fatalf("only %d of %d kills happened before %s", killed, kills, deadline.Sub(start))
@@ -90,7 +109,7 @@ func TestStreamCrashKills(t *testing.T) {
 	if produceErr != nil {
 		t.Fatal(produceErr)
 	}
-	s.waitDrained(t, stream, s.group, s.prefix+"txn.ingested", cfg.Count, drainBound(cfg.Count)+restartGap)
+	s.waitDrained(t, stream, s.group, topic, cfg.Count, drainBound(cfg.Count)+restartGap)
 	stopAll(t, evp, stream)
 	x.check(t, fmt.Sprintf("after %d kills", kills), 1)
 }

@@ -112,7 +112,7 @@ func TestStreamReplayBeyondWindow(t *testing.T) {
 			more++
 		}
 	}
-	t.Logf("after the replay beyond the window: %d hits (%d new, on counts the replay inflated: %v), %d alerts",
+	t.Logf("after the replay beyond the window: %d hits (%d new, fired on counts the replay inflated; by rule now %v), %d alerts",
 		len(hits), more, countByRule(hits), len(alerts))
 
 	// Totals: the inflation, shown and exact.
