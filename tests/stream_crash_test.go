@@ -113,3 +113,66 @@ func TestStreamCrashKills(t *testing.T) {
 	stopAll(t, evp, stream)
 	x.check(t, fmt.Sprintf("after %d kills", kills), 1)
 }
+
+// TestStreamCrashBetweenTotalsAndHits kills the stream at the worst
+// moment, on purpose rather than by chance: every transaction is already
+// in the running totals (the Lua calls ran) but none of their hits is
+// stored, because the rule_hits table is locked by another transaction.
+// The restarted stream reads the same records again inside the replay
+// window: the totals must not change and every hit the rules' definitions
+// predict must be stored once, none missing, none twice.
+func TestStreamCrashBetweenTotalsAndHits(t *testing.T) {
+	cfg := proofConfig(lgSeed(t), 4000, 500, 200)
+	testenv.Binary(t)
+	s := newProofStack(t, "crash-mid", testenv.RedisURL(t))
+	r := newProofRun(t, cfg)
+	ctx := context.Background()
+	if _, err := loadgen.SeedKnownURL(ctx, s.db.SystemURL, r.g); err != nil {
+		t.Fatal(err)
+	}
+	x := &exactRun{s: s, r: r, ruleIDs: s.insertRules(t, r.g.Workspaces())}
+	var err error
+	if x.hits, err = predictHits(r.events, r.txns); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("seed %d: predicted %v", cfg.Seed, countByRule(x.hits))
+	s.produceLG(t, r.g, event.KindAccountEvent, 0, cfg.AccountEvents, 0)
+	evp := s.startStream(t, "stream-events", streamEvtPipeline, nil)
+	s.waitDrained(t, evp, s.group+"-events", s.prefix+"account.events", cfg.AccountEvents, drainBound(cfg.AccountEvents))
+	stopAll(t, evp)
+
+	// Hold rule_hits: the stream's writes wait behind the lock.
+	alertsBefore := persistCountAny(t, s, "SELECT count(*) FROM speculapro.alerts")
+	lock := s.db.Connect(t, s.db.SuperuserURL)
+	tx, err := lock.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "LOCK TABLE speculapro.rule_hits IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	s.produceLG(t, r.g, event.KindTransaction, 0, cfg.Count, 0)
+	crashArgs := []string{"--set", "input.kafka_franz.session_timeout=6s"}
+	p := s.startStream(t, "stream-0", streamPipeline, nil, crashArgs...)
+	waitUntil(t, waitBound, "every transaction in the totals and evaluated", func() error {
+		scrape, err := p.scrape()
+		if err != nil {
+			return err
+		}
+		if n := metricSum(scrape, "speculapro_stream_events_evaluated_total"); n < float64(cfg.Count) {
+			return fmt.Errorf("%v of %d evaluated", n, cfg.Count)
+		}
+		return nil
+	})
+	if n := persistCountAny(t, s, "SELECT count(*) FROM speculapro.alerts"); n != alertsBefore {
+		t.Fatalf("%d alerts stored while rule_hits was locked", n-alertsBefore)
+	}
+	p.kill(t)
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p = s.startStream(t, "stream-1", streamPipeline, nil, crashArgs...)
+	s.waitDrained(t, p, s.group, s.prefix+"txn.ingested", cfg.Count, drainBound(cfg.Count)+10*time.Second)
+	stopAll(t, p)
+	x.check(t, "after a kill between the totals and the hits", 1)
+}
