@@ -12,47 +12,63 @@ import (
 const scale = 4
 
 // maxUnits bounds one transaction's amount in units of 0.0001 (10^11 in
-// currency units), so that a 30-day sum of even a very busy account stays far
-// inside int64, where HINCRBY works: an overflowing HINCRBY would fail the
-// Lua call halfway through its writes.
+// currency units). Sums are exact beyond int64 (math/big), but the bound is
+// kept: it is the documented behaviour, and no real amount passes it.
 const maxUnits = 1_000_000_000_000_000
 
 var errAmountRange = errors.New("amount outside ±10^11")
 
 // toUnits turns a decimal string ("1234.5", "-0.00005") into an integer
-// string of units of 0.0001, rounding half away from zero at the fifth
-// decimal as PostgreSQL's numeric(20,4) does. Only integer arithmetic: no
-// float ever holds money.
+// string of units of 0.0001 (parseUnits).
 func toUnits(s string) (string, error) {
+	u, err := parseUnits(s)
+	if err != nil {
+		return "", err
+	}
+	return strconv.FormatInt(u, 10), nil
+}
+
+// parseUnits turns a decimal string into units of 0.0001, rounding half
+// away from zero at the fifth decimal as PostgreSQL's numeric(20,4) does.
+// Only integer arithmetic: no float ever holds money.
+func parseUnits(s string) (int64, error) {
 	neg := strings.HasPrefix(s, "-")
 	s = strings.TrimPrefix(s, "-")
 	intPart, frac, _ := strings.Cut(s, ".")
 	if intPart == "" || !digits(intPart) || !digits(frac) {
-		return "", errors.New("amount is not a decimal")
+		return 0, errors.New("amount is not a decimal")
 	}
 	roundUp := len(frac) > scale && frac[scale] >= '5'
 	if len(frac) > scale {
 		frac = frac[:scale]
 	}
-	frac += strings.Repeat("0", scale-len(frac))
-	intPart = strings.TrimLeft(intPart, "0")
-	if len(intPart) > 12 {
-		return "", errAmountRange
+	for len(intPart) > 1 && intPart[0] == '0' {
+		intPart = intPart[1:]
 	}
-	u, err := strconv.ParseInt(intPart+frac, 10, 64)
-	if err != nil {
-		return "", errAmountRange
+	if len(intPart) > 12 {
+		return 0, errAmountRange
+	}
+	// Integer part then exactly four decimals, without building a string.
+	var u int64
+	for i := 0; i < len(intPart); i++ {
+		u = u*10 + int64(intPart[i]-'0')
+	}
+	for i := range scale {
+		u *= 10
+		if i < len(frac) {
+			u += int64(frac[i] - '0')
+		}
 	}
 	if roundUp {
 		u++
 	}
 	if u >= maxUnits {
-		return "", errAmountRange
+		return 0, errAmountRange
 	}
-	if neg && u != 0 {
+	if neg {
 		u = -u
 	}
-	return strconv.FormatInt(u, 10), nil
+	return u, nil
 }
 
 func digits(s string) bool {

@@ -2,11 +2,10 @@ package features
 
 import (
 	"context"
-	_ "embed"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
+	"math/rand/v2"
+	"sort"
 	"strings"
 	"time"
 
@@ -15,12 +14,18 @@ import (
 	"github.com/speculapro/speculapro/internal/event"
 )
 
-//go:embed apply.lua
-var applyLua string
+// casLua writes a value only if the key still holds the generation it was
+// read with (its first 8 bytes; a missing key reads as ""): the one piece
+// of Lua, two commands.
+const casLua = `if redis.call('GETRANGE', KEYS[1], 0, 7) == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3])
+  return 1
+end
+return 0`
 
-// script is loaded once per Redis node and called with EVALSHA; go-redis
-// sends the script body again when a node answers NOSCRIPT.
-var script = redis.NewScript(applyLua)
+// cas is loaded once per Redis node and called with EVALSHA; a node that
+// answers NOSCRIPT gets the body (EVAL).
+var cas = redis.NewScript(casLua)
 
 // Defaults of Options.
 const (
@@ -28,13 +33,14 @@ const (
 	DefaultReplayTTL = 30 * time.Minute
 )
 
-// TTLs of the keys (doc.go): the window a hash serves plus a margin, so an
-// entity silent for longer than that is forgotten as a unit.
-const (
-	ttlMinute = 2 * time.Hour       // 1 h window + 1 h
-	ttlHour   = 48 * time.Hour      // 24 h window + 24 h
-	ttlDay    = 31 * 24 * time.Hour // 30 d window + 1 d; also the counterparty zsets
-)
+// keyTTL is every key's TTL, from the wall clock, refreshed on write: the
+// longest window (30 d) plus a day, so an entity silent for that long is
+// forgotten.
+const keyTTL = 31 * 24 * time.Hour
+
+// maxAttempts bounds the read-compute-CAS rounds of one batch when other
+// writers keep changing the same entities.
+const maxAttempts = 12
 
 // Options configure a Store.
 type Options struct {
@@ -51,6 +57,9 @@ type Store struct {
 	prefix string
 	ttl    time.Duration
 	now    func() time.Time
+	// beforeWrite, when set (tests), runs between computing a batch and
+	// writing it: another writer can be made to step in.
+	beforeWrite func(attempt int)
 }
 
 // New returns a Store on client. It does no I/O.
@@ -71,58 +80,77 @@ const (
 	entityCounterparty = 'p'
 )
 
-// keys returns the six keys of one entity, all in its hash tag.
-func (s *Store) keys(entity byte, id event.UUID) []string {
-	base := s.prefix + "{" + string(entity) + ":" + id.String() + "}:"
-	return []string{base + "r", base + "m", base + "h", base + "d", base + "po", base + "pi"}
+func kindName(k byte) string {
+	switch k {
+	case entityAccount:
+		return "account"
+	case entityCustomer:
+		return "customer"
+	}
+	return "counterparty"
 }
 
-// call is one Lua call: one event on one entity.
-type call struct {
-	event  int  // index in the batch
-	entity byte // entityAccount, …
-	cmd    *redis.Cmd
-	keys   []string
-	args   []any
+// key is an entity's one key: <prefix>{<e>:<uuid>}; the braces are the
+// Cluster hash tag.
+func (s *Store) key(entity byte, id event.UUID) string {
+	var b strings.Builder
+	b.Grow(len(s.prefix) + 41)
+	b.WriteString(s.prefix)
+	b.WriteByte('{')
+	b.WriteByte(entity)
+	b.WriteByte(':')
+	b.WriteString(id.String())
+	b.WriteByte('}')
+	return b.String()
 }
 
-// latestKept are the account event types whose latest time is a feature.
-var latestKept = map[string]bool{"sim_swap": true, "profile_change": true}
+// prep is what Apply needs of one event, computed once.
+type prep struct {
+	at    int64 // occurred_at, unix s
+	in    bool
+	units int64
+	sum   bool // units are summed (false: amount beyond ±10^11, see doc.go)
+	acct  event.UUID
+	cp    event.UUID
+	hasCP bool
+	idh   uint64 // hash of the event id (replay memory)
+}
 
-func (s *Store) args(mode string, e *event.Envelope, entity byte, dir, cur, units string, member []byte, etype string) []any {
-	keep := "0"
-	if latestKept[etype] {
-		keep = "1"
-	}
-	events := "0"
-	if entity == entityCustomer {
-		events = "1"
-	}
-	var id []byte
-	var at int64
-	if e != nil {
-		id = e.ID[:]
-		at = e.OccurredAt.Unix()
-	} else {
-		id = []byte{}
-	}
-	// Bucket numbers are computed here (floor division: times before 1970
-	// are refused by Decode, so plain division is floor), which spares the
-	// script string formatting, its slowest operation.
-	bucket := func(g int64) string { return strconv.FormatInt(at/g, 10) + ":" }
-	return []any{
-		mode, id, s.now().UnixMilli(), s.ttl.Milliseconds(), at,
-		dir, cur, units, member, etype,
-		int64(ttlMinute / time.Second), int64(ttlHour / time.Second), int64(ttlDay / time.Second), keep,
-		bucket(60), bucket(3600), bucket(86400), events,
-	}
+// Modes of an event on an entity.
+const (
+	modeTxn   = 't' // count a transaction
+	modeEvent = 'e' // count an account event
+	modeRead  = 'r' // read only (a counterparty paying in)
+)
+
+type op struct {
+	ev   int
+	mode byte
+}
+
+// entity is the work of a batch on one entity: its events in order, its
+// value as read, its state after them.
+type entity struct {
+	kind    byte
+	key     string
+	ops     []op
+	raw     string // the value as read
+	exists  bool
+	corrupt error // the value as read did not decode: counted from empty
+	st      *state
+	changed bool
+	val     []byte // the value to write
 }
 
 // Apply applies each event (transaction or account event) idempotently and
 // returns, per event, its features as of right after it: the map of doc.go,
-// ready for Bloblang (int64, bool, json.Number, map[string]any, nil). One
-// round trip per batch: all Lua calls go in one pipeline, which go-redis
-// splits per node on a Cluster.
+// ready for Bloblang (int64, bool, json.Number, map[string]any, nil). Two
+// round trips per batch without conflict (doc.go "Apply"), each one pipeline
+// that go-redis splits per node on a Cluster.
+//
+// An entity whose value does not decode is counted from empty (doc.go
+// "Unreadable values"): Apply then returns the features of every event AND
+// a *CorruptError.
 func (s *Store) Apply(ctx context.Context, events []*event.Envelope) ([]map[string]any, error) {
 	out, _, err := s.ApplyReplays(ctx, events)
 	return out, err
@@ -134,294 +162,375 @@ func (s *Store) Apply(ctx context.Context, events []*event.Envelope) ([]map[stri
 // features are read as they are now, not as they were when it was counted.
 // The stream uses it to leave an event it has fully evaluated before alone.
 func (s *Store) ApplyReplays(ctx context.Context, events []*event.Envelope) ([]map[string]any, []bool, error) {
-	calls := make([]call, 0, 3*len(events))
+	preps := make([]prep, len(events))
+	byKey := make(map[string]*entity, len(events)*2)
+	var ents []*entity
+	use := func(kind byte, id event.UUID, ev int, mode byte) {
+		k := s.key(kind, id)
+		e := byKey[k]
+		if e == nil {
+			e = &entity{kind: kind, key: k}
+			byKey[k] = e
+			ents = append(ents, e)
+		}
+		e.ops = append(e.ops, op{ev: ev, mode: mode})
+	}
+	out := make([]map[string]any, len(events))
 	for i, e := range events {
+		p := &preps[i]
+		p.at = e.OccurredAt.Unix()
+		p.idh = idHash(e.ID)
 		switch e.Kind {
 		case event.KindTransaction:
-			dir := "o"
-			if e.Direction == event.DirectionIn {
-				dir = "i"
-			}
-			units, err := toUnits(e.Amount)
-			if err != nil {
-				// Counted, left out of the sums: see doc.go.
-				units = "0"
-			}
-			acct := event.AccountID(e.WorkspaceID, e.AccountExternalID)
-			var cp event.UUID
-			var cpMember []byte
-			if e.Counterparty != nil && e.Counterparty.Fingerprint != "" {
-				cp = event.CounterpartyID(e.WorkspaceID, e.Counterparty.Fingerprint)
-				cpMember = cp[:]
-			}
-			calls = append(calls, call{event: i, entity: entityAccount, keys: s.keys(entityAccount, acct),
-				args: s.args("t", e, entityAccount, dir, e.Currency, units, cpMember, "")})
+			out[i] = map[string]any{"account": nil, "customer": nil, "counterparty": nil}
+			p.in = e.Direction == event.DirectionIn
+			var err error
+			// An amount beyond ±10^11 is counted, left out of the sums.
+			p.units, err = parseUnits(e.Amount)
+			p.sum = err == nil
+			p.acct = event.AccountID(e.WorkspaceID, e.AccountExternalID)
+			use(entityAccount, p.acct, i, modeTxn)
 			if e.CustomerExternalID != "" {
-				cust := event.CustomerID(e.WorkspaceID, e.CustomerExternalID)
-				calls = append(calls, call{event: i, entity: entityCustomer, keys: s.keys(entityCustomer, cust),
-					args: s.args("t", e, entityCustomer, dir, e.Currency, units, cpMember, "")})
+				use(entityCustomer, event.CustomerID(e.WorkspaceID, e.CustomerExternalID), i, modeTxn)
 			}
-			if cpMember != nil {
-				// A counterparty's features are about payments to it: money
-				// it sends only reads them (a cheaper call).
-				mode := "t"
-				if dir == "i" {
-					mode = "r"
+			if e.Counterparty != nil && e.Counterparty.Fingerprint != "" {
+				p.cp, p.hasCP = event.CounterpartyID(e.WorkspaceID, e.Counterparty.Fingerprint), true
+				// A counterparty's events are the payments to it: money it
+				// sends only reads its features.
+				mode := byte(modeTxn)
+				if p.in {
+					mode = modeRead
 				}
-				calls = append(calls, call{event: i, entity: entityCounterparty, keys: s.keys(entityCounterparty, cp),
-					args: s.args(mode, e, entityCounterparty, dir, e.Currency, units, acct[:], "")})
+				use(entityCounterparty, p.cp, i, mode)
 			}
 		case event.KindAccountEvent:
-			cust := event.CustomerID(e.WorkspaceID, e.CustomerExternalID)
-			calls = append(calls, call{event: i, entity: entityCustomer, keys: s.keys(entityCustomer, cust),
-				args: s.args("e", e, entityCustomer, "", "", "0", nil, strings.ReplaceAll(e.Type, "\x01", "_"))})
+			out[i] = map[string]any{"customer": nil}
+			use(entityCustomer, event.CustomerID(e.WorkspaceID, e.CustomerExternalID), i, modeEvent)
 		default:
 			return nil, nil, fmt.Errorf("features: event %d: unknown kind", i)
 		}
 	}
-	if err := s.run(ctx, calls); err != nil {
-		return nil, nil, err
-	}
-	out := make([]map[string]any, len(events))
 	replayed := make([]bool, len(events))
-	for i, e := range events {
-		if e.Kind == event.KindTransaction {
-			out[i] = map[string]any{"account": nil, "customer": nil, "counterparty": nil}
-		} else {
-			out[i] = map[string]any{"customer": nil}
-		}
+	if len(ents) == 0 {
+		return out, replayed, nil
 	}
-	for _, c := range calls {
-		r, err := parseReply(c.cmd)
+	pending := ents
+	for attempt := 1; ; attempt++ {
+		if err := s.load(ctx, pending); err != nil {
+			return nil, nil, err
+		}
+		now := s.now()
+		for _, e := range pending {
+			s.compute(e, events, preps, out, replayed, now)
+		}
+		if s.beforeWrite != nil {
+			s.beforeWrite(attempt)
+		}
+		lost, err := s.write(ctx, pending)
 		if err != nil {
 			return nil, nil, err
 		}
-		e := events[c.event]
-		if c.entity == entityAccount || e.Kind == event.KindAccountEvent {
-			replayed[c.event] = r.seen
+		if len(lost) == 0 {
+			break
 		}
-		switch {
-		case e.Kind == event.KindAccountEvent:
-			out[c.event]["customer"] = r.accountEventFeatures()
-		case c.entity == entityAccount:
-			out[c.event]["account"] = r.transactionFeatures()
-		case c.entity == entityCustomer:
-			f := r.transactionFeatures()
-			for k, v := range r.accountEventFeatures() {
-				f[k] = v
+		if attempt == maxAttempts {
+			return nil, nil, fmt.Errorf("features: %d of %d entities still changed by another writer after %d attempts", len(lost), len(ents), attempt)
+		}
+		pending = lost
+		// Another writer changed them between our read and write: read them
+		// again, after a short random pause so two writers fall out of step.
+		select {
+		case <-ctx.Done():
+			return nil, nil, fmt.Errorf("features: %w", ctx.Err())
+		case <-time.After(time.Duration(rand.Int64N(int64(attempt) * int64(time.Millisecond)))):
+		}
+	}
+	var ce *CorruptError
+	for _, e := range ents {
+		if e.corrupt != nil {
+			if ce == nil {
+				ce = &CorruptError{Entities: map[string]int{}, Err: e.corrupt}
 			}
-			out[c.event]["customer"] = f
-		case c.entity == entityCounterparty:
-			out[c.event]["counterparty"] = r.counterpartyFeatures()
+			ce.Entities[kindName(e.kind)]++
 		}
+	}
+	if ce != nil {
+		return out, replayed, ce
 	}
 	return out, replayed, nil
 }
 
-// run sends every call in one pipeline. A node that lost its scripts
-// (restart, SCRIPT FLUSH, failover) answers NOSCRIPT to each of its calls
-// without running any, so exactly those are sent again, in order, with the
-// body (EVALSHA's fallback): events of one entity share a node, so their
-// order is kept.
-func (s *Store) run(ctx context.Context, calls []call) error {
-	if len(calls) == 0 {
-		return nil
+// CorruptError reports entities whose Redis value did not decode (another
+// format version, or damaged): each was counted from empty with the batch's
+// events and overwritten, and every event's features were returned.
+type CorruptError struct {
+	Entities map[string]int // kind ("account", "customer", "counterparty") → how many
+	Err      error          // the first one's decode error
+}
+
+func (e *CorruptError) Error() string {
+	kinds := make([]string, 0, len(e.Entities))
+	for k, n := range e.Entities {
+		kinds = append(kinds, fmt.Sprintf("%d %s", n, k))
 	}
-	pipe := s.client.Pipeline()
-	for i := range calls {
-		calls[i].cmd = script.EvalSha(ctx, pipe, calls[i].keys, calls[i].args...)
-	}
-	_, err := pipe.Exec(ctx)
-	if err == nil {
-		return nil
-	}
-	var again []int
-	for i := range calls {
-		if cerr := calls[i].cmd.Err(); cerr != nil {
-			if !redis.HasErrorPrefix(cerr, "NOSCRIPT") {
-				return fmt.Errorf("features: redis: %w", cerr)
-			}
-			again = append(again, i)
+	sort.Strings(kinds)
+	return fmt.Sprintf("features: unreadable running totals of %s, reset and counted from this batch: %v",
+		strings.Join(kinds, ", "), e.Err)
+}
+
+func (e *CorruptError) Unwrap() error { return e.Err }
+
+// load reads the values of ents in one pipeline.
+func (s *Store) load(ctx context.Context, ents []*entity) error {
+	cmds := make([]*redis.StringCmd, len(ents))
+	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, e := range ents {
+			cmds[i] = p.Get(ctx, e.key)
 		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("features: redis: reading %d entities: %w", len(ents), err)
 	}
-	if len(again) == 0 {
-		return fmt.Errorf("features: redis: %w", err)
-	}
-	pipe = s.client.Pipeline()
-	for _, i := range again {
-		calls[i].cmd = script.Eval(ctx, pipe, calls[i].keys, calls[i].args...)
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("features: redis (script reload): %w", err)
+	for i, e := range ents {
+		v, err := cmds[i].Result()
+		switch {
+		case errors.Is(err, redis.Nil):
+			e.raw, e.exists = "", false
+		case err != nil:
+			return fmt.Errorf("features: redis: reading a %s: %w", kindName(e.kind), err)
+		default:
+			e.raw, e.exists = v, true
+		}
 	}
 	return nil
 }
 
-// reply is one Lua call's answer, in the order the script returns it.
-type reply struct {
-	seen                        bool
-	v                           []any // positions 1..20: counts, sums, distincts
-	newcp                       bool
-	ssp, sinceSimSwap, sinceChg int64
-	ev1h, ev24h, ev7d           map[string]any
-}
-
-var errReply = errors.New("features: unexpected reply from the Lua script")
-
-func parseReply(cmd *redis.Cmd) (*reply, error) {
-	raw, err := cmd.Slice()
-	if err != nil {
-		return nil, fmt.Errorf("features: redis: %w", err)
-	}
-	if len(raw) != 28 {
-		return nil, errReply
-	}
-	r := &reply{v: raw[1:21]}
-	r.seen = raw[0] == int64(1)
-	r.newcp = raw[21] == int64(1)
-	var ok1, ok2, ok3 bool
-	r.ssp, ok1 = raw[22].(int64)
-	r.sinceSimSwap, ok2 = raw[23].(int64)
-	r.sinceChg, ok3 = raw[24].(int64)
-	if !ok1 || !ok2 || !ok3 {
-		return nil, errReply
-	}
-	for i, dst := range []*map[string]any{&r.ev1h, &r.ev24h, &r.ev7d} {
-		pairs, _ := raw[25+i].([]any)
-		m := make(map[string]any, len(pairs)/2)
-		for j := 0; j+1 < len(pairs); j += 2 {
-			k, _ := pairs[j].(string)
-			n, ok := pairs[j+1].(int64)
-			if !ok {
-				return nil, errReply
-			}
-			m[k] = n
+// compute applies e's events to its state as read and records their
+// features.
+func (s *Store) compute(e *entity, events []*event.Envelope, preps []prep, out []map[string]any, replayed []bool, now time.Time) {
+	e.corrupt = nil
+	e.st = newState()
+	if e.exists {
+		st, err := decode(e.raw)
+		if err != nil {
+			e.corrupt = err
+		} else {
+			e.st = st
 		}
-		*dst = m
 	}
-	return r, nil
-}
-
-// Positions in reply.v (the script's return value, less its first element).
-const (
-	pOC1h = iota
-	pIC1h
-	pOS1h
-	pIS1h
-	pOC24h
-	pIC24h
-	pOS24h
-	pIS24h
-	pDP24h
-	pDS24h
-	pOC7d
-	pIC7d
-	pOS7d
-	pIS7d
-	pOC30d
-	pIC30d
-	pOS30d
-	pIS30d
-	pDP30d
-	pDS30d
-)
-
-// The script answers an exact integer as an integer and a sum beyond 2^53
-// units as the decimal string Redis keeps.
-func (r *reply) count(p int) int64 {
-	switch v := r.v[p].(type) {
-	case int64:
-		return v
-	case string:
-		n, _ := strconv.ParseInt(v, 10, 64)
-		return n
+	st := e.st
+	nowMs, ttlMs := now.UnixMilli(), s.ttl.Milliseconds()
+	e.changed = e.corrupt != nil
+	for _, o := range e.ops {
+		ev, p := events[o.ev], &preps[o.ev]
+		switch o.mode {
+		case modeRead:
+			m := make(map[string]any, 6)
+			st.putCounterparty(m, ev.Currency)
+			out[o.ev]["counterparty"] = m
+		case modeEvent:
+			seen := st.replay(p.idh, nowMs, ttlMs)
+			if !seen {
+				st.applyEvent(p.at, ev.Type)
+				e.changed = true
+			}
+			replayed[o.ev] = seen
+			m := make(map[string]any, 5)
+			st.putEvents(m, p.at)
+			out[o.ev]["customer"] = m
+		case modeTxn:
+			seen := st.replay(p.idh, nowMs, ttlMs)
+			newcp, ssp := false, int64(-1)
+			if !seen {
+				var member *event.UUID
+				switch {
+				case e.kind == entityCounterparty:
+					member = &p.acct
+				case p.hasCP:
+					member = &p.cp
+				}
+				newcp, ssp = st.applyTxn(p.at, p.in, ev.Currency, p.units, p.sum, member)
+				e.changed = true
+			}
+			switch e.kind {
+			case entityAccount:
+				replayed[o.ev] = seen
+				m := make(map[string]any, 22)
+				st.putTransaction(m, ev.Currency, newcp, ssp)
+				out[o.ev]["account"] = m
+			case entityCustomer:
+				m := make(map[string]any, 27)
+				st.putTransaction(m, ev.Currency, newcp, ssp)
+				st.putEvents(m, p.at)
+				out[o.ev]["customer"] = m
+			case entityCounterparty:
+				m := make(map[string]any, 6)
+				st.putCounterparty(m, ev.Currency)
+				out[o.ev]["counterparty"] = m
+			}
+		}
 	}
-	return 0
-}
-
-func (r *reply) sum(p int) json.Number {
-	switch v := r.v[p].(type) {
-	case int64:
-		return fromUnits(strconv.FormatInt(v, 10))
-	case string:
-		return fromUnits(v)
-	}
-	return fromUnits(nil)
-}
-
-func (r *reply) transactionFeatures() map[string]any {
-	return map[string]any{
-		"out_count_1h": r.count(pOC1h), "out_count_24h": r.count(pOC24h),
-		"out_count_7d": r.count(pOC7d), "out_count_30d": r.count(pOC30d),
-		"in_count_1h": r.count(pIC1h), "in_count_24h": r.count(pIC24h),
-		"in_count_7d": r.count(pIC7d), "in_count_30d": r.count(pIC30d),
-		"out_sum_1h": r.sum(pOS1h), "out_sum_24h": r.sum(pOS24h),
-		"out_sum_7d": r.sum(pOS7d), "out_sum_30d": r.sum(pOS30d),
-		"in_sum_1h": r.sum(pIS1h), "in_sum_24h": r.sum(pIS24h),
-		"in_sum_7d": r.sum(pIS7d), "in_sum_30d": r.sum(pIS30d),
-		"distinct_payees_24h": r.count(pDP24h), "distinct_payees_30d": r.count(pDP30d),
-		"distinct_senders_24h": r.count(pDS24h), "distinct_senders_30d": r.count(pDS30d),
-		"new_counterparty":       r.newcp,
-		"seconds_since_previous": r.ssp,
+	if e.changed {
+		st.prune(nowMs)
+		// A new key starts at a random generation: should a key expire and
+		// be created again between another writer's read and write, that
+		// writer's CAS still fails.
+		gen := rand.Uint64()
+		if e.exists {
+			gen = generation(e.raw) + 1
+		}
+		e.val = encode(e.val[:0], gen, st)
 	}
 }
 
-func (r *reply) accountEventFeatures() map[string]any {
-	return map[string]any{
-		"events_1h": r.ev1h, "events_24h": r.ev24h, "events_7d": r.ev7d,
-		"seconds_since_sim_swap":       r.sinceSimSwap,
-		"seconds_since_profile_change": r.sinceChg,
+// write stores every changed entity in one pipeline, each only if nobody
+// wrote it since it was read (SET NX for a key that did not exist, the CAS
+// script otherwise), and returns those somebody did.
+func (s *Store) write(ctx context.Context, ents []*entity) ([]*entity, error) {
+	type w struct {
+		e   *entity
+		nx  *redis.BoolCmd
+		cas *redis.Cmd
 	}
+	ws := make([]w, 0, len(ents))
+	ttlArg := int64(keyTTL / time.Second)
+	pipe := s.client.Pipeline()
+	for _, e := range ents {
+		if !e.changed {
+			continue
+		}
+		x := w{e: e}
+		if !e.exists {
+			x.nx = pipe.SetNX(ctx, e.key, e.val, keyTTL)
+		} else {
+			x.cas = cas.EvalSha(ctx, pipe, []string{e.key}, e.raw[:min(genLen, len(e.raw))], e.val, ttlArg)
+		}
+		ws = append(ws, x)
+	}
+	if len(ws) == 0 {
+		return nil, nil
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		// A node that lost its scripts (restart, SCRIPT FLUSH, failover)
+		// answers NOSCRIPT without running anything: send exactly those
+		// again with the body.
+		var again []int
+		for i, x := range ws {
+			var cerr error
+			if x.nx != nil {
+				cerr = x.nx.Err()
+			} else {
+				cerr = x.cas.Err()
+			}
+			if cerr == nil || errors.Is(cerr, redis.Nil) {
+				continue
+			}
+			if x.cas == nil || !redis.HasErrorPrefix(cerr, "NOSCRIPT") {
+				return nil, fmt.Errorf("features: redis: writing a %s: %w", kindName(x.e.kind), cerr)
+			}
+			again = append(again, i)
+		}
+		if len(again) > 0 {
+			pipe = s.client.Pipeline()
+			for _, i := range again {
+				e := ws[i].e
+				ws[i].cas = cas.Eval(ctx, pipe, []string{e.key}, e.raw[:min(genLen, len(e.raw))], e.val, ttlArg)
+			}
+			if _, err := pipe.Exec(ctx); err != nil {
+				return nil, fmt.Errorf("features: redis (script reload): %w", err)
+			}
+		}
+	}
+	var lost []*entity
+	for _, x := range ws {
+		ok := false
+		if x.nx != nil {
+			ok = x.nx.Val()
+		} else {
+			n, err := x.cas.Int64()
+			if err != nil {
+				return nil, fmt.Errorf("features: redis: writing a %s: %w", kindName(x.e.kind), err)
+			}
+			ok = n == 1
+		}
+		if !ok {
+			lost = append(lost, x.e)
+		}
+	}
+	return lost, nil
 }
 
-func (r *reply) counterpartyFeatures() map[string]any {
-	return map[string]any{
-		"paid_count_24h": r.count(pOC24h), "paid_count_30d": r.count(pOC30d),
-		"paid_sum_24h": r.sum(pOS24h), "paid_sum_30d": r.sum(pOS30d),
-		"distinct_payers_24h": r.count(pDP24h), "distinct_payers_30d": r.count(pDP30d),
+// idHash is the replay memory's 8-byte hash of an event id (doc.go: the
+// collision bound). The id's first 6 bytes are its time, the rest SHA-256
+// bits: both halves are mixed.
+func idHash(id event.UUID) uint64 {
+	var lo, hi uint64
+	for i := range 8 {
+		hi = hi<<8 | uint64(id[i])
+		lo = lo<<8 | uint64(id[8+i])
 	}
+	return mix64(lo ^ mix64(hi))
 }
 
-// read runs the script read-only for one entity.
-func (s *Store) read(ctx context.Context, entity byte, id event.UUID, currency string) (*reply, error) {
-	c := []call{{entity: entity, keys: s.keys(entity, id), args: s.args("r", nil, entity, "", currency, "0", nil, "")}}
-	if err := s.run(ctx, c); err != nil {
-		return nil, err
+// mix64 is SplitMix64's finaliser: a bijection on uint64.
+func mix64(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
+}
+
+// read returns one entity's state (empty when it has no key).
+func (s *Store) read(ctx context.Context, entity byte, id event.UUID) (*state, error) {
+	v, err := s.client.Get(ctx, s.key(entity, id)).Result()
+	if errors.Is(err, redis.Nil) {
+		return newState(), nil
 	}
-	return parseReply(c[0].cmd)
+	if err != nil {
+		return nil, fmt.Errorf("features: redis: reading a %s: %w", kindName(entity), err)
+	}
+	st, err := decode(v)
+	if err != nil {
+		return nil, fmt.Errorf("features: reading a %s: %w", kindName(entity), err)
+	}
+	return st, nil
 }
 
 // ReadAccount returns an account's features as of its own head (sums in
 // currency) without changing anything; new_counterparty is false and
-// seconds_since_previous is measured from the head's latest event.
+// seconds_since_previous -1, as for a replay.
 func (s *Store) ReadAccount(ctx context.Context, workspace event.UUID, accountExternalID, currency string) (map[string]any, error) {
-	r, err := s.read(ctx, entityAccount, event.AccountID(workspace, accountExternalID), currency)
+	st, err := s.read(ctx, entityAccount, event.AccountID(workspace, accountExternalID))
 	if err != nil {
 		return nil, err
 	}
-	return r.transactionFeatures(), nil
+	m := make(map[string]any, 22)
+	st.putTransaction(m, currency, false, -1)
+	return m, nil
 }
 
 // ReadCustomer is ReadAccount for a customer: the transaction features and
-// the account event ones.
+// the account event ones (seconds measured to the head's latest event).
 func (s *Store) ReadCustomer(ctx context.Context, workspace event.UUID, customerExternalID, currency string) (map[string]any, error) {
-	r, err := s.read(ctx, entityCustomer, event.CustomerID(workspace, customerExternalID), currency)
+	st, err := s.read(ctx, entityCustomer, event.CustomerID(workspace, customerExternalID))
 	if err != nil {
 		return nil, err
 	}
-	f := r.transactionFeatures()
-	for k, v := range r.accountEventFeatures() {
-		f[k] = v
-	}
-	return f, nil
+	m := make(map[string]any, 27)
+	st.putTransaction(m, currency, false, -1)
+	st.putEvents(m, max(st.mx, 0))
+	return m, nil
 }
 
 // ReadCounterparty is ReadAccount for a counterparty, named by its
 // de-duplication fingerprint.
 func (s *Store) ReadCounterparty(ctx context.Context, workspace event.UUID, fingerprint, currency string) (map[string]any, error) {
-	r, err := s.read(ctx, entityCounterparty, event.CounterpartyID(workspace, fingerprint), currency)
+	st, err := s.read(ctx, entityCounterparty, event.CounterpartyID(workspace, fingerprint))
 	if err != nil {
 		return nil, err
 	}
-	return r.counterpartyFeatures(), nil
+	m := make(map[string]any, 6)
+	st.putCounterparty(m, currency)
+	return m, nil
 }

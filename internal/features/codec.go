@@ -1,0 +1,374 @@
+package features
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/big"
+
+	"github.com/speculapro/speculapro/internal/event"
+)
+
+// The value of an entity's key (doc.go "Value format"):
+//
+//	[0:8]  generation, big-endian uint64: the CAS compares these 8 bytes
+//	[8]    format version (formatVersion)
+//	[9:]   the state, in varints (below)
+const (
+	genLen        = 8
+	formatVersion = 1
+)
+
+// Field flags of a bucket.
+const (
+	fOC = 1 << iota
+	fIC
+	fDP
+	fDS
+	fSums
+	fEvs
+)
+
+// errCorrupt is what a value that does not decode is (wrapped with why).
+var errCorrupt = errors.New("unreadable running totals")
+
+// encode appends st with generation gen. Call prune first.
+func encode(dst []byte, gen uint64, st *state) []byte {
+	dst = binary.BigEndian.AppendUint64(dst, gen)
+	dst = append(dst, formatVersion)
+	dst = binary.AppendUvarint(dst, uint64(st.mx+1))
+	dst = binary.AppendUvarint(dst, uint64(st.lt+1))
+	dst = binary.AppendUvarint(dst, uint64(st.ls[0]+1))
+	dst = binary.AppendUvarint(dst, uint64(st.ls[1]+1))
+
+	// String table: currencies and event types, each written once.
+	var strs []string
+	idx := map[string]int{}
+	intern := func(s string) int {
+		i, ok := idx[s]
+		if !ok {
+			i = len(strs)
+			idx[s] = i
+			strs = append(strs, s)
+		}
+		return i
+	}
+	for l := range levels {
+		for i := range st.lv[l] {
+			b := &st.lv[l][i]
+			for _, s := range b.sums {
+				intern(s.cur)
+			}
+			for _, e := range b.evs {
+				intern(e.typ)
+			}
+		}
+	}
+	dst = binary.AppendUvarint(dst, uint64(len(strs)))
+	for _, s := range strs {
+		dst = binary.AppendUvarint(dst, uint64(len(s)))
+		dst = append(dst, s...)
+	}
+
+	for l := range levels {
+		h := st.head(l)
+		dst = binary.AppendUvarint(dst, uint64(len(st.lv[l])))
+		for i := range st.lv[l] {
+			b := &st.lv[l][i]
+			dst = binary.AppendUvarint(dst, uint64(h-b.n))
+			var nSums, nEvs int
+			for _, s := range b.sums {
+				if !s.v.isZero() {
+					nSums++
+				}
+			}
+			for _, e := range b.evs {
+				if e.n != 0 {
+					nEvs++
+				}
+			}
+			var f byte
+			for bit, v := range [4]int64{b.oc, b.ic, b.dp, b.ds} {
+				if v != 0 {
+					f |= 1 << bit
+				}
+			}
+			if nSums > 0 {
+				f |= fSums
+			}
+			if nEvs > 0 {
+				f |= fEvs
+			}
+			dst = append(dst, f)
+			for bit, v := range [4]int64{b.oc, b.ic, b.dp, b.ds} {
+				if f&(1<<bit) != 0 {
+					dst = binary.AppendVarint(dst, v)
+				}
+			}
+			if nSums > 0 {
+				dst = binary.AppendUvarint(dst, uint64(nSums))
+				for _, s := range b.sums {
+					if s.v.isZero() {
+						continue
+					}
+					k := uint64(idx[s.cur]) << 1
+					if s.in {
+						k |= 1
+					}
+					dst = binary.AppendUvarint(dst, k)
+					dst = appendAmt(dst, s.v)
+				}
+			}
+			if nEvs > 0 {
+				dst = binary.AppendUvarint(dst, uint64(nEvs))
+				for _, e := range b.evs {
+					if e.n != 0 {
+						dst = binary.AppendUvarint(dst, uint64(idx[e.typ]))
+						dst = binary.AppendVarint(dst, e.n)
+					}
+				}
+			}
+		}
+	}
+
+	for d := range st.members {
+		dst = binary.AppendUvarint(dst, uint64(len(st.members[d])))
+		for id, t := range st.members[d] {
+			dst = append(dst, id[:]...)
+			dst = binary.AppendUvarint(dst, uint64(st.mx-t))
+		}
+	}
+
+	dst = binary.AppendUvarint(dst, uint64(len(st.seen)))
+	if len(st.seen) > 0 {
+		base := int64(-1)
+		for _, exp := range st.seen {
+			if base < 0 || exp < base {
+				base = exp
+			}
+		}
+		dst = binary.AppendUvarint(dst, uint64(base))
+		for h, exp := range st.seen {
+			dst = binary.LittleEndian.AppendUint64(dst, h)
+			dst = binary.AppendUvarint(dst, uint64(exp-base))
+		}
+	}
+	return dst
+}
+
+// appendAmt writes a sum: uvarint(zigzag(n) << 1) when |n| < 2^62, else
+// uvarint(len << 2 | sign << 1 | 1) and the magnitude, big-endian.
+func appendAmt(dst []byte, a amt) []byte {
+	if a.b == nil && a.n >= -(1<<62) && a.n < 1<<62 {
+		z := uint64(a.n<<1) ^ uint64(a.n>>63)
+		return binary.AppendUvarint(dst, z<<1)
+	}
+	v := a.bigVal()
+	mag := new(big.Int).Abs(v).Bytes()
+	k := uint64(len(mag))<<2 | 1
+	if v.Sign() < 0 {
+		k |= 2
+	}
+	dst = binary.AppendUvarint(dst, k)
+	return append(dst, mag...)
+}
+
+// reader decodes from the value as Redis returned it (a string: no copy).
+type reader struct {
+	s   string
+	off int
+	err error
+}
+
+func (r *reader) fail(what string) {
+	if r.err == nil {
+		r.err = fmt.Errorf("%w: %s at byte %d", errCorrupt, what, r.off)
+	}
+}
+
+func (r *reader) uvarint() uint64 {
+	var x uint64
+	var shift uint
+	for i := 0; i < binary.MaxVarintLen64; i++ {
+		if r.off >= len(r.s) {
+			r.fail("truncated")
+			return 0
+		}
+		c := r.s[r.off]
+		r.off++
+		if c < 0x80 {
+			if i == binary.MaxVarintLen64-1 && c > 1 {
+				r.fail("varint overflow")
+				return 0
+			}
+			return x | uint64(c)<<shift
+		}
+		x |= uint64(c&0x7f) << shift
+		shift += 7
+	}
+	r.fail("varint overflow")
+	return 0
+}
+
+func (r *reader) varint() int64 {
+	u := r.uvarint()
+	return int64(u>>1) ^ -int64(u&1)
+}
+
+// time reads a time written as t+1 (0: none).
+func (r *reader) time() int64 {
+	v := r.uvarint()
+	if v > 1<<40 {
+		r.fail("time out of range")
+		return none
+	}
+	return int64(v) - 1
+}
+
+// count reads a number of items of at least min bytes each: more than
+// the bytes left is corrupt (no huge allocation from a bad value).
+func (r *reader) count(min int) int {
+	n := r.uvarint()
+	if n > uint64((len(r.s)-r.off)/min) {
+		r.fail("count beyond the value")
+		return 0
+	}
+	return int(n)
+}
+
+func (r *reader) bytes(n int) string {
+	if n < 0 || r.off+n > len(r.s) {
+		r.fail("truncated")
+		return ""
+	}
+	s := r.s[r.off : r.off+n]
+	r.off += n
+	return s
+}
+
+func (r *reader) amt() amt {
+	k := r.uvarint()
+	if k&1 == 0 {
+		z := k >> 1
+		return amt{n: int64(z>>1) ^ -int64(z&1)}
+	}
+	n := int(k >> 2)
+	if n > 64 {
+		r.fail("sum too long")
+		return amt{}
+	}
+	mag := r.bytes(n)
+	v := new(big.Int).SetBytes([]byte(mag))
+	if k&2 != 0 {
+		v.Neg(v)
+	}
+	if v.IsInt64() {
+		return amt{n: v.Int64()}
+	}
+	return amt{b: v}
+}
+
+// generation returns the generation of a value as read (0: no value).
+func generation(v string) uint64 {
+	if len(v) < genLen {
+		return 0
+	}
+	return binary.BigEndian.Uint64([]byte(v[:genLen]))
+}
+
+// decode parses a value. An error wraps errCorrupt.
+func decode(v string) (*state, error) {
+	if len(v) < genLen+1 {
+		return nil, fmt.Errorf("%w: %d bytes", errCorrupt, len(v))
+	}
+	if v[genLen] != formatVersion {
+		return nil, fmt.Errorf("%w: unknown format version %d", errCorrupt, v[genLen])
+	}
+	r := &reader{s: v, off: genLen + 1}
+	st := newState()
+	st.mx, st.lt, st.ls[0], st.ls[1] = r.time(), r.time(), r.time(), r.time()
+	strs := make([]string, r.count(1))
+	for i := range strs {
+		strs[i] = r.bytes(int(min(r.uvarint(), 1<<16)))
+	}
+	str := func(i uint64) string {
+		if i >= uint64(len(strs)) {
+			r.fail("string index")
+			return ""
+		}
+		return strs[i]
+	}
+	for l := range levels {
+		h := st.head(l)
+		n := r.count(2)
+		if n == 0 {
+			continue
+		}
+		bs := make([]bucket, n)
+		for i := range bs {
+			b := &bs[i]
+			b.n = h - int64(min(r.uvarint(), 1<<40))
+			f := r.bytes(1)
+			if r.err != nil {
+				return nil, r.err
+			}
+			for bit, p := range [4]*int64{&b.oc, &b.ic, &b.dp, &b.ds} {
+				if f[0]&(1<<bit) != 0 {
+					*p = r.varint()
+				}
+			}
+			if f[0]&fSums != 0 {
+				b.sums = make([]csum, r.count(2))
+				for j := range b.sums {
+					k := r.uvarint()
+					b.sums[j] = csum{cur: str(k >> 1), in: k&1 == 1, v: r.amt()}
+				}
+			}
+			if f[0]&fEvs != 0 {
+				b.evs = make([]tcount, r.count(2))
+				for j := range b.evs {
+					b.evs[j] = tcount{typ: str(r.uvarint()), n: r.varint()}
+				}
+			}
+			if r.err != nil {
+				return nil, r.err
+			}
+			if i > 0 && b.n <= bs[i-1].n {
+				r.fail("buckets out of order")
+				return nil, r.err
+			}
+		}
+		st.lv[l] = bs
+	}
+	for d := range st.members {
+		n := r.count(17)
+		if n == 0 {
+			continue
+		}
+		m := make(map[event.UUID]int64, n+4)
+		for range n {
+			var id event.UUID
+			copy(id[:], r.bytes(16))
+			m[id] = st.mx - int64(min(r.uvarint(), 1<<40))
+		}
+		st.members[d] = m
+	}
+	if n := r.count(9); n > 0 {
+		base := int64(min(r.uvarint(), 1<<62))
+		st.seen = make(map[uint64]int64, n+4)
+		for range n {
+			h := r.bytes(8)
+			if r.err != nil {
+				break
+			}
+			st.seen[binary.LittleEndian.Uint64([]byte(h))] = base + int64(min(r.uvarint(), 1<<40))
+		}
+	}
+	if r.err == nil && r.off != len(r.s) {
+		r.fail("trailing bytes")
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	return st, nil
+}

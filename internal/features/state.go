@@ -1,0 +1,416 @@
+package features
+
+import (
+	"encoding/json"
+	"math/big"
+	"strconv"
+
+	"github.com/speculapro/speculapro/internal/event"
+)
+
+// Levels of buckets: one per granularity. The number of buckets a level
+// keeps is its longest window (doc.go "Windows").
+const (
+	lvMinute = iota
+	lvHour
+	lvDay
+	levels
+)
+
+var (
+	granularity = [levels]int64{60, 3600, 86400}
+	kept        = [levels]int64{60, 24, 30}
+)
+
+// none marks a time that was never seen: occurred_at is never before 1970
+// (event.Decode refuses it), so real times are ≥ 0.
+const none = -1
+
+// The account event types whose latest time is a feature, by index in
+// state.ls.
+var latestKept = map[string]int{"sim_swap": 0, "profile_change": 1}
+
+// amt is an exact sum of money in units of 0.0001: an int64, or a big.Int
+// once it would leave int64 (a huge sum of huge amounts).
+type amt struct {
+	n int64
+	b *big.Int // non-nil: the value is b (n unused)
+}
+
+func (a *amt) add(x amt) {
+	if a.b == nil && x.b == nil {
+		s := a.n + x.n
+		if (x.n >= 0) == (s >= a.n) {
+			a.n = s
+			return
+		}
+	}
+	r := new(big.Int).Add(a.bigVal(), x.bigVal())
+	if r.IsInt64() {
+		*a = amt{n: r.Int64()}
+		return
+	}
+	*a = amt{b: r}
+}
+
+func (a amt) bigVal() *big.Int {
+	if a.b != nil {
+		return a.b
+	}
+	return big.NewInt(a.n)
+}
+
+func (a amt) isZero() bool { return a.b == nil && a.n == 0 }
+
+// number formats a as a decimal with exactly four places (amount.go).
+func (a amt) number() json.Number {
+	if a.b != nil {
+		return fromUnits(a.b.String())
+	}
+	if a.n == 0 {
+		return "0.0000"
+	}
+	return fromUnits(strconv.FormatInt(a.n, 10))
+}
+
+// bucket is one minute, hour or day of an entity.
+type bucket struct {
+	n      int64 // unix time / granularity
+	oc, ic int64 // transactions out, in (all currencies)
+	// dp, ds: the other sides (counterparties, or paying accounts) whose
+	// latest transaction out / in is in this bucket; summed over a window
+	// they are the distinct counts.
+	dp, ds int64
+	sums   []csum   // per direction and currency
+	evs    []tcount // account events per type
+}
+
+type csum struct {
+	cur string
+	in  bool
+	v   amt
+}
+
+type tcount struct {
+	typ string
+	n   int64
+}
+
+// state is one entity's whole running totals, as kept in its Redis value
+// (codec.go).
+type state struct {
+	mx int64 // the head: latest occurred_at (unix s) of any counted event
+	lt int64 // latest transaction occurred_at
+	ls [2]int64
+	lv [levels][]bucket // ascending by n
+	// members: the other side (16-byte id) → its latest occurred_at, per
+	// direction (0 out, 1 in).
+	members [2]map[event.UUID]int64
+	// seen is the replay memory: hash of the event id → wall-clock unix ms
+	// until which it is remembered.
+	seen map[uint64]int64
+}
+
+func newState() *state {
+	return &state{mx: none, lt: none, ls: [2]int64{none, none}}
+}
+
+// head is the head's bucket number in level l (-1 without events).
+func (st *state) head(l int) int64 {
+	if st.mx < 0 {
+		return -1
+	}
+	return st.mx / granularity[l]
+}
+
+// retained: bucket n of level l is inside the level's longest window.
+func (st *state) retained(l int, n int64) bool { return n > st.head(l)-kept[l] }
+
+// within30 is whether ts is inside the 30d window.
+func (st *state) within30(ts int64) bool { return ts >= 0 && ts/86400 > st.head(lvDay)-30 }
+
+// bucketAt returns bucket n of level l, creating it in order. Events mostly
+// land in the newest bucket, so the search starts at the end.
+func (st *state) bucketAt(l int, n int64) *bucket {
+	bs := st.lv[l]
+	i := len(bs)
+	for i > 0 && bs[i-1].n > n {
+		i--
+	}
+	if i > 0 && bs[i-1].n == n {
+		return &bs[i-1]
+	}
+	bs = append(bs, bucket{})
+	copy(bs[i+1:], bs[i:])
+	bs[i] = bucket{n: n}
+	st.lv[l] = bs
+	return &bs[i]
+}
+
+// advance moves the head to t when t is later.
+func (st *state) advance(t int64) {
+	if t > st.mx {
+		st.mx = t
+	}
+}
+
+// replay reports whether id is remembered (until after now) and otherwise
+// remembers it until now+ttl.
+func (st *state) replay(id uint64, nowMs, ttlMs int64) bool {
+	if exp, ok := st.seen[id]; ok && exp > nowMs {
+		return true
+	}
+	if st.seen == nil {
+		st.seen = make(map[uint64]int64, 4)
+	}
+	st.seen[id] = nowMs + ttlMs
+	return false
+}
+
+// applyTxn counts one transaction (not a replay) at t (unix s) and returns
+// new_counterparty and seconds_since_previous. member is the other side,
+// nil for none; units the amount (sum false: counted, left out of the sums).
+func (st *state) applyTxn(t int64, in bool, cur string, units int64, sum bool, member *event.UUID) (bool, int64) {
+	st.advance(t)
+	ssp := int64(-1)
+	if st.within30(st.lt) {
+		ssp = max(t-st.lt, 0)
+	}
+	if t > st.lt {
+		st.lt = t
+	}
+	sum = sum && units != 0
+	for l := range levels {
+		n := t / granularity[l]
+		if !st.retained(l, n) {
+			continue
+		}
+		b := st.bucketAt(l, n)
+		if in {
+			b.ic++
+		} else {
+			b.oc++
+		}
+		if sum {
+			b.addSum(cur, in, units)
+		}
+	}
+	if member == nil {
+		return false, ssp
+	}
+	d := 0
+	if in {
+		d = 1
+	}
+	lo, okO := st.members[0][*member]
+	li, okI := st.members[1][*member]
+	newcp := !(okO && st.within30(lo)) && !(okI && st.within30(li))
+	old, ok := lo, okO
+	if in {
+		old, ok = li, okI
+	}
+	if !ok || t > old {
+		if st.members[d] == nil {
+			st.members[d] = make(map[event.UUID]int64, 4)
+		}
+		st.members[d][*member] = t
+		// Each member is counted once, in the bucket of its latest
+		// transaction (hour and day levels: the 24h and 30d windows).
+		for l := lvHour; l <= lvDay; l++ {
+			bn := t / granularity[l]
+			if ok {
+				bo := old / granularity[l]
+				if bo == bn {
+					continue
+				}
+				if st.retained(l, bo) {
+					st.bucketAt(l, bo).distinct(in, -1)
+				}
+			}
+			if st.retained(l, bn) {
+				st.bucketAt(l, bn).distinct(in, 1)
+			}
+		}
+	}
+	return newcp, ssp
+}
+
+func (b *bucket) distinct(in bool, d int64) {
+	if in {
+		b.ds += d
+	} else {
+		b.dp += d
+	}
+}
+
+func (b *bucket) addSum(cur string, in bool, units int64) {
+	for i := range b.sums {
+		if s := &b.sums[i]; s.in == in && s.cur == cur {
+			s.v.add(amt{n: units})
+			return
+		}
+	}
+	b.sums = append(b.sums, csum{cur: cur, in: in, v: amt{n: units}})
+}
+
+// applyEvent counts one account event (not a replay) at t.
+func (st *state) applyEvent(t int64, typ string) {
+	st.advance(t)
+	for l := range levels {
+		n := t / granularity[l]
+		if !st.retained(l, n) {
+			continue
+		}
+		b := st.bucketAt(l, n)
+		found := false
+		for i := range b.evs {
+			if b.evs[i].typ == typ {
+				b.evs[i].n++
+				found = true
+				break
+			}
+		}
+		if !found {
+			b.evs = append(b.evs, tcount{typ: typ, n: 1})
+		}
+	}
+	if i, ok := latestKept[typ]; ok && t > st.ls[i] {
+		st.ls[i] = t
+	}
+}
+
+// totals are one window's sums over its buckets.
+type totals struct {
+	oc, ic, dp, ds int64
+	os, is         amt
+}
+
+func (w *totals) add(b *bucket, cur string) {
+	w.oc += b.oc
+	w.ic += b.ic
+	w.dp += b.dp
+	w.ds += b.ds
+	for i := range b.sums {
+		if s := &b.sums[i]; s.cur == cur {
+			if s.in {
+				w.is.add(s.v)
+			} else {
+				w.os.add(s.v)
+			}
+		}
+	}
+}
+
+// windows returns the 1h, 24h, 7d and 30d totals in currency cur, adding
+// up the buckets inside each window (at most 60 + 24 + 30).
+func (st *state) windows(cur string) (w [4]totals) {
+	for l := range levels {
+		h := st.head(l)
+		bs := st.lv[l]
+		for i := len(bs) - 1; i >= 0 && bs[i].n > h-kept[l]; i-- {
+			b := &bs[i]
+			switch l {
+			case lvMinute:
+				w[0].add(b, cur)
+			case lvHour:
+				w[1].add(b, cur)
+			case lvDay:
+				if b.n > h-7 {
+					w[2].add(b, cur)
+				}
+				w[3].add(b, cur)
+			}
+		}
+	}
+	return w
+}
+
+// eventCounts returns the account-event type counts of the 1h, 24h and 7d
+// windows (only types with a count).
+func (st *state) eventCounts() [3]map[string]any {
+	var out [3]map[string]any
+	span := [levels]int64{60, 24, 7}
+	for l := range levels {
+		m := map[string]any{}
+		h := st.head(l)
+		bs := st.lv[l]
+		for i := len(bs) - 1; i >= 0 && bs[i].n > h-span[l]; i-- {
+			for _, e := range bs[i].evs {
+				if e.n == 0 {
+					continue
+				}
+				n, _ := m[e.typ].(int64)
+				m[e.typ] = n + e.n
+			}
+		}
+		out[l] = m
+	}
+	return out
+}
+
+// since is seconds from ts to ref: -1 when ts is not in the 30d window, 0
+// when it is later than ref.
+func (st *state) since(ts, ref int64) int64 {
+	if !st.within30(ts) {
+		return -1
+	}
+	return max(ref-ts, 0)
+}
+
+// The feature maps (doc.go; the names rule authors write).
+
+func (st *state) putTransaction(m map[string]any, cur string, newcp bool, ssp int64) {
+	w := st.windows(cur)
+	m["out_count_1h"], m["out_count_24h"], m["out_count_7d"], m["out_count_30d"] = w[0].oc, w[1].oc, w[2].oc, w[3].oc
+	m["in_count_1h"], m["in_count_24h"], m["in_count_7d"], m["in_count_30d"] = w[0].ic, w[1].ic, w[2].ic, w[3].ic
+	m["out_sum_1h"], m["out_sum_24h"], m["out_sum_7d"], m["out_sum_30d"] = w[0].os.number(), w[1].os.number(), w[2].os.number(), w[3].os.number()
+	m["in_sum_1h"], m["in_sum_24h"], m["in_sum_7d"], m["in_sum_30d"] = w[0].is.number(), w[1].is.number(), w[2].is.number(), w[3].is.number()
+	m["distinct_payees_24h"], m["distinct_payees_30d"] = w[1].dp, w[3].dp
+	m["distinct_senders_24h"], m["distinct_senders_30d"] = w[1].ds, w[3].ds
+	m["new_counterparty"] = newcp
+	m["seconds_since_previous"] = ssp
+}
+
+// putEvents adds the account-event features, seconds measured to ref.
+func (st *state) putEvents(m map[string]any, ref int64) {
+	ev := st.eventCounts()
+	m["events_1h"], m["events_24h"], m["events_7d"] = ev[0], ev[1], ev[2]
+	m["seconds_since_sim_swap"] = st.since(st.ls[0], ref)
+	m["seconds_since_profile_change"] = st.since(st.ls[1], ref)
+}
+
+func (st *state) putCounterparty(m map[string]any, cur string) {
+	w := st.windows(cur)
+	m["paid_count_24h"], m["paid_count_30d"] = w[1].oc, w[3].oc
+	m["paid_sum_24h"], m["paid_sum_30d"] = w[1].os.number(), w[3].os.number()
+	m["distinct_payers_24h"], m["distinct_payers_30d"] = w[1].dp, w[3].dp
+}
+
+// prune forgets what lies outside every window relative to the head, and
+// remembered event ids that expired: the value stays bounded by the
+// longest window and the replay TTL.
+func (st *state) prune(nowMs int64) {
+	for l := range levels {
+		bs := st.lv[l]
+		lim := st.head(l) - kept[l]
+		i := 0
+		for i < len(bs) && bs[i].n <= lim {
+			i++
+		}
+		if i > 0 {
+			st.lv[l] = append(bs[:0], bs[i:]...)
+		}
+	}
+	for d := range st.members {
+		for k, t := range st.members[d] {
+			if !st.within30(t) {
+				delete(st.members[d], k)
+			}
+		}
+	}
+	for k, exp := range st.seen {
+		if exp <= nowMs {
+			delete(st.seen, k)
+		}
+	}
+}
