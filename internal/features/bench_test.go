@@ -4,8 +4,13 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/speculapro/speculapro/internal/event"
 )
@@ -58,6 +63,7 @@ func benchmarkApply(b *testing.B, tg target) {
 	if _, err := s.Apply(ctx, evs[:batch]); err != nil {
 		b.Fatal(err)
 	}
+	cpu0 := redisCPU(b, c)
 	b.ResetTimer()
 	start := time.Now()
 	n := 0
@@ -68,5 +74,40 @@ func benchmarkApply(b *testing.B, tg target) {
 		}
 		n += batch
 	}
-	b.ReportMetric(float64(n)/time.Since(start).Seconds(), "events/s")
+	elapsed := time.Since(start)
+	b.ReportMetric(float64(n)/elapsed.Seconds(), "events/s")
+	// Redis' own CPU time (INFO cpu, every master), per event: what bounds
+	// the figure on the Redis side. Other clients of the same Redis count too.
+	b.ReportMetric(float64((redisCPU(b, c)-cpu0).Microseconds())/float64(n), "redis-µs/event")
+}
+
+// redisCPU is the CPU time (user + system) the Redis servers behind c have
+// used: INFO cpu of each master.
+func redisCPU(b *testing.B, c redis.UniversalClient) time.Duration {
+	ctx := context.Background()
+	var total atomic.Int64
+	one := func(ctx context.Context, n *redis.Client) error {
+		info, err := n.Info(ctx, "cpu").Result()
+		if err != nil {
+			return err
+		}
+		for _, line := range strings.Split(info, "\r\n") {
+			k, v, _ := strings.Cut(line, ":")
+			if k == "used_cpu_user" || k == "used_cpu_sys" {
+				f, _ := strconv.ParseFloat(v, 64)
+				total.Add(int64(f * 1e6))
+			}
+		}
+		return nil
+	}
+	var err error
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, one)
+	} else {
+		err = one(ctx, c.(*redis.Client))
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(total.Load()) * time.Microsecond
 }

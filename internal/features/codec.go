@@ -42,16 +42,16 @@ func encode(dst []byte, gen uint64, st *state) []byte {
 	dst = binary.AppendUvarint(dst, uint64(st.ls[1]+1))
 
 	// String table: currencies and event types, each written once.
-	var strs []string
-	idx := map[string]int{}
+	var buf [8]string
+	strs := buf[:0]
 	intern := func(s string) int {
-		i, ok := idx[s]
-		if !ok {
-			i = len(strs)
-			idx[s] = i
-			strs = append(strs, s)
+		for i, x := range strs {
+			if x == s {
+				return i
+			}
 		}
-		return i
+		strs = append(strs, s)
+		return len(strs) - 1
 	}
 	for l := range levels {
 		for i := range st.lv[l] {
@@ -111,7 +111,7 @@ func encode(dst []byte, gen uint64, st *state) []byte {
 					if s.v.isZero() {
 						continue
 					}
-					k := uint64(idx[s.cur]) << 1
+					k := uint64(intern(s.cur)) << 1
 					if s.in {
 						k |= 1
 					}
@@ -123,7 +123,7 @@ func encode(dst []byte, gen uint64, st *state) []byte {
 				dst = binary.AppendUvarint(dst, uint64(nEvs))
 				for _, e := range b.evs {
 					if e.n != 0 {
-						dst = binary.AppendUvarint(dst, uint64(idx[e.typ]))
+						dst = binary.AppendUvarint(dst, uint64(intern(e.typ)))
 						dst = binary.AppendVarint(dst, e.n)
 					}
 				}
@@ -132,25 +132,25 @@ func encode(dst []byte, gen uint64, st *state) []byte {
 	}
 
 	for d := range st.members {
-		dst = binary.AppendUvarint(dst, uint64(len(st.members[d])))
-		for id, t := range st.members[d] {
+		m := &st.members[d]
+		dst = binary.AppendUvarint(dst, uint64(m.len()))
+		for i, id := range m.keys {
 			dst = append(dst, id[:]...)
-			dst = binary.AppendUvarint(dst, uint64(st.mx-t))
+			dst = binary.AppendUvarint(dst, uint64(st.mx-m.vals[i]))
 		}
 	}
 
-	dst = binary.AppendUvarint(dst, uint64(len(st.seen)))
-	if len(st.seen) > 0 {
-		base := int64(-1)
-		for _, exp := range st.seen {
-			if base < 0 || exp < base {
-				base = exp
-			}
+	seen := &st.seen
+	dst = binary.AppendUvarint(dst, uint64(seen.len()))
+	if seen.len() > 0 {
+		base := seen.vals[0]
+		for _, exp := range seen.vals {
+			base = min(base, exp)
 		}
 		dst = binary.AppendUvarint(dst, uint64(base))
-		for h, exp := range st.seen {
+		for i, h := range seen.keys {
 			dst = binary.LittleEndian.AppendUint64(dst, h)
-			dst = binary.AppendUvarint(dst, uint64(exp-base))
+			dst = binary.AppendUvarint(dst, uint64(seen.vals[i]-base))
 		}
 	}
 	return dst
@@ -345,23 +345,24 @@ func decode(v string) (*state, error) {
 		if n == 0 {
 			continue
 		}
-		m := make(map[event.UUID]int64, n+4)
-		for range n {
-			var id event.UUID
-			copy(id[:], r.bytes(16))
-			m[id] = st.mx - int64(min(r.uvarint(), 1<<40))
+		m := &st.members[d]
+		m.keys, m.vals = make([]event.UUID, n, n+4), make([]int64, n, n+4)
+		for i := range n {
+			copy(m.keys[i][:], r.bytes(16))
+			m.vals[i] = st.mx - int64(min(r.uvarint(), 1<<40))
 		}
-		st.members[d] = m
 	}
 	if n := r.count(9); n > 0 {
 		base := int64(min(r.uvarint(), 1<<62))
-		st.seen = make(map[uint64]int64, n+4)
-		for range n {
+		seen := &st.seen
+		seen.keys, seen.vals = make([]uint64, n, n+4), make([]int64, n, n+4)
+		for i := range n {
 			h := r.bytes(8)
 			if r.err != nil {
 				break
 			}
-			st.seen[binary.LittleEndian.Uint64([]byte(h))] = base + int64(min(r.uvarint(), 1<<40))
+			seen.keys[i] = binary.LittleEndian.Uint64([]byte(h))
+			seen.vals[i] = base + int64(min(r.uvarint(), 1<<40))
 		}
 	}
 	if r.err == nil && r.off != len(r.s) {

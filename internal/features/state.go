@@ -105,10 +105,10 @@ type state struct {
 	lv [levels][]bucket // ascending by n
 	// members: the other side (16-byte id) → its latest occurred_at, per
 	// direction (0 out, 1 in).
-	members [2]map[event.UUID]int64
+	members [2]table[event.UUID]
 	// seen is the replay memory: hash of the event id → wall-clock unix ms
 	// until which it is remembered.
-	seen map[uint64]int64
+	seen table[uint64]
 }
 
 func newState() *state {
@@ -157,13 +157,10 @@ func (st *state) advance(t int64) {
 // replay reports whether id is remembered (until after now) and otherwise
 // remembers it until now+ttl.
 func (st *state) replay(id uint64, nowMs, ttlMs int64) bool {
-	if exp, ok := st.seen[id]; ok && exp > nowMs {
+	if exp, ok := st.seen.get(id); ok && exp > nowMs {
 		return true
 	}
-	if st.seen == nil {
-		st.seen = make(map[uint64]int64, 4)
-	}
-	st.seen[id] = nowMs + ttlMs
+	st.seen.set(id, nowMs+ttlMs)
 	return false
 }
 
@@ -202,18 +199,15 @@ func (st *state) applyTxn(t int64, in bool, cur string, units int64, sum bool, m
 	if in {
 		d = 1
 	}
-	lo, okO := st.members[0][*member]
-	li, okI := st.members[1][*member]
+	lo, okO := st.members[0].get(*member)
+	li, okI := st.members[1].get(*member)
 	newcp := !(okO && st.within30(lo)) && !(okI && st.within30(li))
 	old, ok := lo, okO
 	if in {
 		old, ok = li, okI
 	}
 	if !ok || t > old {
-		if st.members[d] == nil {
-			st.members[d] = make(map[event.UUID]int64, 4)
-		}
-		st.members[d][*member] = t
+		st.members[d].set(*member, t)
 		// Each member is counted once, in the bucket of its latest
 		// transaction (hour and day levels: the 24h and 30d windows).
 		for l := lvHour; l <= lvDay; l++ {
@@ -402,15 +396,7 @@ func (st *state) prune(nowMs int64) {
 		}
 	}
 	for d := range st.members {
-		for k, t := range st.members[d] {
-			if !st.within30(t) {
-				delete(st.members[d], k)
-			}
-		}
+		st.members[d].keep(st.within30)
 	}
-	for k, exp := range st.seen {
-		if exp <= nowMs {
-			delete(st.seen, k)
-		}
-	}
+	st.seen.keep(func(exp int64) bool { return exp > nowMs })
 }

@@ -1,0 +1,69 @@
+package features
+
+// table maps a key (an entity id, an event id's hash) to an int64 (a time).
+// Most entities hold a few entries, which a linear search finds faster than
+// a map and without building one on every decode; a table that grows past
+// linearMax gets a map index.
+type table[K comparable] struct {
+	keys []K
+	vals []int64
+	idx  map[K]int32
+}
+
+const linearMax = 24
+
+func (t *table[K]) len() int { return len(t.keys) }
+
+func (t *table[K]) find(k K) int {
+	if t.idx != nil {
+		if i, ok := t.idx[k]; ok {
+			return int(i)
+		}
+		return -1
+	}
+	for i := range t.keys {
+		if t.keys[i] == k {
+			return i
+		}
+	}
+	if len(t.keys) > linearMax {
+		t.idx = make(map[K]int32, len(t.keys)*2)
+		for i, x := range t.keys {
+			t.idx[x] = int32(i)
+		}
+	}
+	return -1
+}
+
+func (t *table[K]) get(k K) (int64, bool) {
+	if i := t.find(k); i >= 0 {
+		return t.vals[i], true
+	}
+	return 0, false
+}
+
+func (t *table[K]) set(k K, v int64) {
+	if i := t.find(k); i >= 0 {
+		t.vals[i] = v
+		return
+	}
+	if t.idx != nil {
+		t.idx[k] = int32(len(t.keys))
+	}
+	t.keys = append(t.keys, k)
+	t.vals = append(t.vals, v)
+}
+
+// keep retains the entries for which ok is true, in order.
+func (t *table[K]) keep(ok func(v int64) bool) {
+	j := 0
+	for i := range t.keys {
+		if ok(t.vals[i]) {
+			t.keys[j], t.vals[j] = t.keys[i], t.vals[i]
+			j++
+		}
+	}
+	if j != len(t.keys) {
+		t.keys, t.vals, t.idx = t.keys[:j], t.vals[:j], nil
+	}
+}
