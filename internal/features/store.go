@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -60,6 +61,8 @@ type Store struct {
 	// beforeWrite, when set (tests), runs between computing a batch and
 	// writing it: another writer can be made to step in.
 	beforeWrite func(attempt int)
+	// conflicts counts entity writes lost to another writer (and redone).
+	conflicts atomic.Int64
 }
 
 // New returns a Store on client. It does no I/O.
@@ -233,6 +236,7 @@ func (s *Store) ApplyReplays(ctx context.Context, events []*event.Envelope) ([]m
 		if len(lost) == 0 {
 			break
 		}
+		s.conflicts.Add(int64(len(lost)))
 		if attempt == maxAttempts {
 			return nil, nil, fmt.Errorf("features: %d of %d entities still changed by another writer after %d attempts", len(lost), len(ents), attempt)
 		}
