@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -36,6 +37,7 @@ const (
 const (
 	logRetry       = "feature_update: redis failed, retrying"
 	logPassThrough = "feature_update: redis failed, batches pass through without features"
+	logUnreadable  = "feature_update: unreadable running totals reset"
 )
 
 // Retry and best-effort timing.
@@ -256,6 +258,13 @@ func (p *featureUpdate) ProcessBatch(ctx context.Context, batch service.MessageB
 		actx, cancel := context.WithTimeout(ctx, p.timeout)
 		defer cancel()
 		feats, replayed, err := store.ApplyReplays(actx, envs)
+		var corrupt *features.CorruptError
+		if errors.As(err, &corrupt) {
+			// Those entities were counted from empty and overwritten; every
+			// event has its features, so the batch goes on.
+			applog.With(p.log, "err", err.Error()).Warn(logUnreadable)
+			err = nil
+		}
 		if err != nil {
 			return err
 		}
