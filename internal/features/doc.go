@@ -1,84 +1,109 @@
 // Package features keeps the stream's running totals in Redis and returns,
 // per event, the features rules are written against (README "Running totals
-// (features)"). Every event is applied by one Lua call per entity it names
-// (account, customer, counterparty), loaded once per node and called with
-// EVALSHA; all calls of a batch go in one pipeline, which is one round trip
-// to a single Redis and one per node on a Cluster.
+// (features)"). Go computes, Redis stores: each entity (account, customer,
+// counterparty) is one Redis string holding its whole state in a compact
+// binary encoding; Apply reads every entity a batch touches, applies the
+// events in Go and writes the changed values back with a compare-and-set.
 //
 // # Windows
 //
 // Windows are bucket-aligned in UTC and relative to the entity's head (the
-// latest occurred_at bucket seen for it, either kind of event): 1h is the
-// head's minute bucket and the 59 before it, 24h the head's hour and the 23
-// before, 7d and 30d the head's UTC day and the 6 / 29 before. Totals are
-// kept incrementally: when the head advances, the buckets leaving a window
-// are subtracted from that window's totals, and deleted once they leave the
-// longest window of their hash; an advance beyond the longest window empties
-// the hash. So at most that many buckets are read per advance, and a read is
-// one HMGET of totals. An event older than a window's start counts in the
-// longer windows that still cover it; one older than the longest window of a
-// hash is not kept in that hash at all (it could never be in its window
-// again: heads only move forward).
+// latest occurred_at of any event counted for it): 1h is the head's minute
+// bucket and the 59 before it, 24h the head's hour and the 23 before, 7d and
+// 30d the head's UTC day and the 6 / 29 before. The state keeps minute, hour
+// and day buckets (60, 24 and 30 of them at most) and a feature is the sum of
+// the buckets inside its window, added up in Go when it is read (at most
+// 60 + 24 + 30 buckets). An event older than a window's start counts in the
+// longer windows that still cover it; a bucket older than its level's
+// longest window is not kept (heads only move forward, so it could never be
+// in a window again). Every write prunes, relative to the head, the buckets
+// and the other sides outside the longest window and the replay memory
+// that expired, so a value stays bounded.
 //
 // # Keys
 //
-// Every key is <prefix>{<e>:<uuid>}:<what>, <prefix> default "sp:", <e> the
+// One key per entity: <prefix>{<e>:<uuid>}, <prefix> default "sp:", <e> the
 // entity letter (a account, c customer, p counterparty) and <uuid> the
-// entity's id (event.AccountID, CustomerID, CounterpartyID: never an
-// external id). The braces are the Cluster hash tag: one entity's keys share
-// a slot, so its Lua call runs on one node.
+// entity's id (event.AccountID, CustomerID, CounterpartyID: never an external
+// id). The braces are the Cluster hash tag. The value is a string; its TTL is
+// 31 days (the longest window plus a day) from the wall clock, refreshed on
+// every write, so an entity silent for that long is forgotten as a whole. A
+// counterparty's events are the payments to it: a transaction in which it
+// pays in only reads its features.
 //
-//	…:r   ZSET   replay memory: member = event id (16 raw bytes), score = the
-//	             wall-clock ms until which it is remembered (now +
-//	             SP_STREAM_REPLAY_TTL). Pruned (ZREMRANGEBYSCORE ≤ now) and
-//	             checked (ZADD NX) in the same call that counts the event.
-//	             TTL: replay TTL + 1 min, refreshed on every new event.
-//	…:m   HASH   minute buckets, window 1h. TTL 2 h, refreshed on write.
-//	…:h   HASH   hour buckets, window 24h. TTL 48 h, refreshed on write.
-//	…:d   HASH   day buckets, windows 7d and 30d. TTL 31 d, refreshed on write.
-//	…:po  ZSET   counterparties paid (account, customer) or accounts paying
-//	             (counterparty): member = the other side's id (16 raw bytes),
-//	             score = its latest occurred_at (unix s). Members older than
-//	             the 30d window are pruned on write. TTL 31 d.
-//	…:pi  ZSET   the same for direction in (accounts and customers). TTL 31 d.
+// # Value format (version 1)
 //
-// A counterparty's events are the payments to it: a transaction in which it
-// pays in only reads its features (the script's read-only mode).
+//	[0:8]  generation: big-endian uint64, +1 on every write (a new key
+//	       starts at a random one); the CAS compares these 8 bytes
+//	[8]    format version: 1
+//	then, as unsigned / zigzag varints:
+//	       head, latest transaction, latest sim_swap, latest profile_change
+//	         (unix s + 1; 0 = none)
+//	       string table: count, then length + bytes (currencies, event types)
+//	       3 levels (minute, hour, day): bucket count, then per bucket, oldest
+//	         first: head bucket − bucket number; a flags byte; the counts
+//	         present (out, in, distinct out, distinct in: the other sides whose
+//	         latest transaction that way is in the bucket); sums: count, then
+//	         (string index << 1 | in) and the amount; event types: count,
+//	         then string index and count
+//	       2 directions (out, in): count, then per other side its 16-byte id
+//	         and head − its latest occurred_at
+//	       replay memory: count, the earliest expiry (unix ms), then per
+//	         event an 8-byte hash of its id and its expiry − the earliest
 //
-// Fields of the bucket hashes (<b> a bucket number: unix time / 60, 3600 or
-// 86400; <w> a window's totals: t = the hash's longest window, s = 7d in the
-// day hash):
+// Amounts are integers in units of 0.0001 (transactions.amount is
+// numeric(20,4)): uvarint(zigzag(n) << 1) below 2^62 in magnitude, else
+// uvarint(len << 2 | sign << 1 | 1) and the magnitude's bytes, so sums stay
+// exact at any size (math/big beyond int64). A single amount beyond ±10^11 is
+// counted but left out of the sums (the documented behaviour). Sums are
+// returned as json.Number with exactly four decimals ("1234.5000").
 //
-//	h                  the head (bucket number)
-//	d                  the bucket fields besides oc ic dp ds that exist (sums
-//	                   per currency, event types), \x01-separated
-//	<b>:oc <w>:oc      transactions out (all currencies); ic: in
-//	<b>:os:<CUR> …     sum out in currency CUR, integer units of 0.0001; is: in
-//	<b>:dp <w>:dp      counterparties whose latest payment out is in the bucket
-//	                   (summed over a window: distinct payees); ds: in (senders)
-//	<b>:e:<type> …     account events of that type
-//	lt  (day hash)     latest transaction occurred_at (unix s)
-//	mx  (day hash)     latest occurred_at of any event (unix s)
-//	ls:sim_swap, ls:profile_change (day hash)   latest such account event (unix s)
+// Sizes (TestMemoryPerAccount): a few hundred bytes for most entities; 30
+// days of a busy account (8 transactions a day, ~50 counterparties) about
+// 2.7 KB, plus about 10 bytes per event id remembered. A value grows with the
+// distinct other sides of its 30 days (17–21 bytes each) and the events of its
+// last replay TTL: a counterparty paid by 100,000 accounts a month is a 2 MB
+// value, read and written once per batch that pays it.
 //
-// Each call reads a hash with one HMGET, computes in Lua and writes back with
-// one HSET (plus one HMGET per bucket leaving a window). Lua numbers are
-// doubles, so a value is computed in Lua only when both operands are below
-// 2^52 in magnitude (the result is then an exact integer); beyond that (a
-// huge sum of money) the field changes by HINCRBY with the amount as an
-// integer string and is read back as a string. One amount is at
-// most ±10^11 in currency units (10^15 units); a larger one is counted but
-// left out of the sums, so that no HINCRBY can overflow halfway through a
-// call (Redis does not roll a script back); a sum that would pass int64
-// (9 * 10^14 in currency units) stays where it is. Zero-valued bucket and total
-// fields are deleted. Sums are returned as json.Number with exactly four decimals
-// ("1234.5000").
+// # Apply
 //
-// Replays: an event id remembered in the entity's replay ZSET changes
-// nothing; its features are read as they are, with new_counterparty false
-// and seconds_since_previous -1. The TTLs are wall-clock: an entity silent
-// for longer than a hash's TTL starts that hash from zero, which matches the
-// windows as long as occurred_at follows the wall clock (it does for a live
-// stream; a backfill of old data across long pauses would start partly
-// from zero).
+// A batch's events are grouped by entity in order. Round trip 1: one
+// pipeline of GET for every entity touched (on a Cluster, go-redis sends one
+// pipeline per node, in parallel). Go decodes each value, applies the
+// entity's events in order and records each event's features right after it.
+// Round trip 2: one pipeline writing every changed entity: SET NX EX for a key
+// that did not exist, else EVALSHA of a two-command Lua CAS (GETRANGE 0 7 must
+// equal the generation read, then SET EX). A write lost to another writer
+// (another stream process, the ingest API's best-effort account events)
+// changes nothing; those entities alone are read again, recomputed from the
+// new value and their features replaced, up to 12 rounds (a short random
+// pause between), after which Apply fails naming how many still conflict.
+// Entities that only read (replays, a counterparty paying in) are not
+// written. A node that lost the script (restart, SCRIPT FLUSH) answers
+// NOSCRIPT and gets the body once (EVAL).
+//
+// # Counted once
+//
+// Each entity remembers the events it counted for SP_STREAM_REPLAY_TTL of
+// wall-clock time, as an 8-byte hash of the event id. An event remembered
+// changes nothing; its features are read as they are, with new_counterparty
+// false and seconds_since_previous -1. Two different events of one entity
+// collide with probability about n²/2^65 for n events remembered at once (n
+// = 10^6, a very busy entity in 30 minutes: 3·10^-8); a collision makes the
+// later event a replay (not counted).
+//
+// # Unreadable values
+//
+// A value that does not decode (damaged, or another format version, e.g.
+// written by a newer release) is treated as empty: the batch's events are
+// counted on a fresh state that overwrites it (by CAS against what was read),
+// the other entities are applied as usual, and Apply returns every event's
+// features together with a *CorruptError naming the kinds and how many (never
+// an id). Resetting loses that entity's history but keeps the stream moving;
+// rolling back to an older release after a newer format was written resets
+// the entities it wrote. ReadAccount and friends return the error.
+//
+// The TTL runs on the wall clock, the windows on occurred_at: they agree for
+// a live stream; a backfill of old data after more than 31 silent days starts
+// an entity from zero.
 package features
