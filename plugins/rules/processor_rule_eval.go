@@ -28,6 +28,7 @@ const (
 	reFieldKind           = "kind"
 	reFieldReloadInterval = "reload_interval"
 	reFieldRealtimeOnly   = "realtime_only"
+	reFieldKeepFeatures   = "keep_features"
 )
 
 // Metadata the step reads (set by feature_update) and writes (read by
@@ -129,6 +130,10 @@ is not an envelope of `+"`kind`"+` is flagged.
 				Description("Evaluate only the rules whose action is `review` or `decline` (the real-time decision's), not those that only `alert`.").
 				Default(false).
 				Advanced(),
+			service.NewBoolField(reFieldKeepFeatures).
+				Description("Keep the metadata `features` on each message after evaluation. Off by default: the running totals are the largest thing a message carries (about 80 values), and the output only needs `rule_eval`, whose `reads` already holds every value a rule that fired read; dropping them here keeps the batches waiting for the output small.").
+				Default(false).
+				Advanced(),
 		).
 		Example("The stream evaluator", "", `
 pipeline:
@@ -194,6 +199,7 @@ type ruleEval struct {
 	table          string // the stage timer's label
 	reloadInterval time.Duration
 	realtimeOnly   bool
+	keepFeatures   bool
 	log            *service.Logger
 	m              ruleEvalMetrics
 
@@ -228,7 +234,16 @@ func newRuleEvalFromConfig(conf *service.ParsedConfig, mgr *service.Resources) (
 	if err != nil {
 		return nil, err
 	}
-	return newRuleEval(url, event.Kind(kind), interval, realtime, mgr)
+	keep, err := conf.FieldBool(reFieldKeepFeatures)
+	if err != nil {
+		return nil, err
+	}
+	r, err := newRuleEval(url, event.Kind(kind), interval, realtime, mgr)
+	if err != nil {
+		return nil, err
+	}
+	r.keepFeatures = keep
+	return r, nil
 }
 
 // newRuleEval builds the step; it does no I/O (the first batch connects).
@@ -304,6 +319,9 @@ func (r *ruleEval) ProcessBatch(ctx context.Context, batch service.MessageBatch)
 		}
 		evaluated++
 		batch[i].MetaSetMut(metaRuleEval, map[string]any{"hits": hits})
+		if !r.keepFeatures {
+			batch[i].MetaDelete(metaFeatures)
+		}
 	}
 	r.m.evaluated.Incr(int64(evaluated), string(r.kind))
 	if skipped > 0 {

@@ -232,6 +232,11 @@ func TestEvaluatesEachWorkspacesRules(t *testing.T) {
 	if _, ok := out[5].MetaGetMut(metaRuleEval); ok || out[5].GetError() == nil {
 		t.Errorf("a flagged message was touched")
 	}
+	// The totals are dropped once evaluated, so the batches waiting for the
+	// output do not carry them (TestKeepFeatures: unless asked to).
+	if _, ok := out[0].MetaGetMut(metaFeatures); ok {
+		t.Errorf("an evaluated message still carries its features")
+	}
 	if out[6].GetError() == nil {
 		t.Errorf("an unreadable message was not flagged")
 	}
@@ -443,5 +448,20 @@ func TestRuleEvalConfig(t *testing.T) {
 				t.Errorf("err = %v, want one mentioning %q", err, tt.wantErr)
 			}
 		})
+	}
+}
+
+func TestKeepFeatures(t *testing.T) {
+	h := newEvalHarness(t)
+	acme := h.workspace("acme")
+	h.rule(acme, ruleSpec{name: "velocity", expression: `features.account.out_count_1h > 5`, enabled: true})
+	r := h.step(event.KindTransaction, time.Hour, false)
+	r.keepFeatures = true
+	out := h.process(r, message(t, acme, 1, "1", features(7, false)))
+	if _, ok := out[0].MetaGetMut(metaFeatures); !ok {
+		t.Errorf("keep_features dropped the features")
+	}
+	if got := hitNames(t, out[0]); fmt.Sprint(got) != "[velocity]" {
+		t.Errorf("hits %v, want [velocity]", got)
 	}
 }
