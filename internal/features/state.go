@@ -351,39 +351,70 @@ func (st *state) since(ts, ref int64) int64 {
 	return max(ref-ts, 0)
 }
 
-// The feature maps (doc.go; the names rule authors write).
+// The feature maps (doc.go; the names rule authors write). Each section is
+// first taken as values (txnFeat, evFeat, the counterparty's totals), which
+// a snapshot keeps (snapshot.go), then built into its map by one function,
+// for a first application and a replay alike.
 
-func (st *state) putTransaction(m map[string]any, cur string, newcp bool, ssp int64) {
-	w := st.windows(cur)
+func (st *state) txnFeat(f *txnFeat, cur string, newcp bool, ssp int64) {
+	f.w, f.newcp, f.ssp = st.windows(cur), newcp, ssp
+}
+
+func txnMap(m map[string]any, f *txnFeat) {
+	w := &f.w
 	m["out_count_1h"], m["out_count_24h"], m["out_count_7d"], m["out_count_30d"] = w[0].oc, w[1].oc, w[2].oc, w[3].oc
 	m["in_count_1h"], m["in_count_24h"], m["in_count_7d"], m["in_count_30d"] = w[0].ic, w[1].ic, w[2].ic, w[3].ic
 	m["out_sum_1h"], m["out_sum_24h"], m["out_sum_7d"], m["out_sum_30d"] = w[0].os.number(), w[1].os.number(), w[2].os.number(), w[3].os.number()
 	m["in_sum_1h"], m["in_sum_24h"], m["in_sum_7d"], m["in_sum_30d"] = w[0].is.number(), w[1].is.number(), w[2].is.number(), w[3].is.number()
 	m["distinct_payees_24h"], m["distinct_payees_30d"] = w[1].dp, w[3].dp
 	m["distinct_senders_24h"], m["distinct_senders_30d"] = w[1].ds, w[3].ds
-	m["new_counterparty"] = newcp
-	m["seconds_since_previous"] = ssp
+	m["new_counterparty"] = f.newcp
+	m["seconds_since_previous"] = f.ssp
+}
+
+func (st *state) putTransaction(m map[string]any, cur string, newcp bool, ssp int64) {
+	var f txnFeat
+	st.txnFeat(&f, cur, newcp, ssp)
+	txnMap(m, &f)
+}
+
+// evFeat takes the account-event features, seconds measured to ref.
+func (st *state) evFeat(f *evFeat, ref int64) {
+	f.ev = st.eventCounts()
+	f.sim, f.prof = st.since(st.ls[0], ref), st.since(st.ls[1], ref)
+}
+
+func evMap(m map[string]any, f *evFeat) {
+	m["events_1h"], m["events_24h"], m["events_7d"] = f.ev[0], f.ev[1], f.ev[2]
+	m["seconds_since_sim_swap"] = f.sim
+	m["seconds_since_profile_change"] = f.prof
 }
 
 // putEvents adds the account-event features, seconds measured to ref.
 func (st *state) putEvents(m map[string]any, ref int64) {
-	ev := st.eventCounts()
-	m["events_1h"], m["events_24h"], m["events_7d"] = ev[0], ev[1], ev[2]
-	m["seconds_since_sim_swap"] = st.since(st.ls[0], ref)
-	m["seconds_since_profile_change"] = st.since(st.ls[1], ref)
+	var f evFeat
+	st.evFeat(&f, ref)
+	evMap(m, &f)
 }
 
-func (st *state) putCounterparty(m map[string]any, cur string) {
-	w := st.windows(cur)
+func cpMap(m map[string]any, w *[4]totals) {
 	m["paid_count_24h"], m["paid_count_30d"] = w[1].oc, w[3].oc
 	m["paid_sum_24h"], m["paid_sum_30d"] = w[1].os.number(), w[3].os.number()
 	m["distinct_payers_24h"], m["distinct_payers_30d"] = w[1].dp, w[3].dp
 }
 
+func (st *state) putCounterparty(m map[string]any, cur string) {
+	w := st.windows(cur)
+	cpMap(m, &w)
+}
+
 // prune forgets what lies outside every window relative to the head, and
 // remembered event ids that expired: the value stays bounded by the
 // longest window and the replay TTL.
-func (st *state) prune(nowMs int64) {
+//
+// It appends the hashes of the event ids it forgets to dropped (their
+// snapshots go with them) and returns it.
+func (st *state) prune(nowMs int64, dropped []uint64) []uint64 {
 	for l := range levels {
 		bs := st.lv[l]
 		lim := st.head(l) - kept[l]
@@ -398,5 +429,11 @@ func (st *state) prune(nowMs int64) {
 	for d := range st.members {
 		st.members[d].keep(st.within30)
 	}
+	for i, exp := range st.seen.vals {
+		if exp <= nowMs {
+			dropped = append(dropped, st.seen.keys[i])
+		}
+	}
 	st.seen.keep(func(exp int64) bool { return exp > nowMs })
+	return dropped
 }

@@ -2,6 +2,7 @@ package features
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -16,17 +17,57 @@ import (
 )
 
 // casLua writes a value only if the key still holds the generation it was
-// read with (its first 8 bytes; a missing key reads as ""): the one piece
-// of Lua, two commands.
-const casLua = `if redis.call('GETRANGE', KEYS[1], 0, 7) == ARGV[1] then
-  redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3])
-  return 1
+// read with (its first 8 bytes), and in the same call the entity's replay
+// snapshots (doc.go "Replays"): KEYS[2] is its snapshot hash (same hash
+// tag). ARGV: generation, value, TTL (s), snapshot hash TTL (s), "1" to drop
+// every snapshot first (a reset state remembers no event), the number of
+// fields to delete (the events the state forgot), those fields, then
+// field/snapshot pairs. HDEL and HSET go in chunks (unpack's stack limit).
+const casLua = `if redis.call('GETRANGE', KEYS[1], 0, 7) ~= ARGV[1] then
+  return 0
 end
-return 0`
+redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3])
+if ARGV[5] == '1' then
+  redis.call('DEL', KEYS[2])
+end
+local first = 7 + tonumber(ARGV[6])
+local i = 7
+while i < first do
+  local j = math.min(i + 199, first - 1)
+  redis.call('HDEL', KEYS[2], unpack(ARGV, i, j))
+  i = j + 1
+end
+i = first
+while i <= #ARGV do
+  local j = math.min(i + 199, #ARGV)
+  redis.call('HSET', KEYS[2], unpack(ARGV, i, j))
+  i = j + 1
+end
+redis.call('EXPIRE', KEYS[2], ARGV[4])
+return 1`
+
+// createLua is casLua for a key that did not exist: SET NX instead of the
+// generation compare; nothing to delete. ARGV: value, TTL (s), snapshot
+// hash TTL (s), then field/snapshot pairs.
+const createLua = `if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[2]) then
+  return 0
+end
+local i = 4
+while i <= #ARGV do
+  local j = math.min(i + 199, #ARGV)
+  redis.call('HSET', KEYS[2], unpack(ARGV, i, j))
+  i = j + 1
+end
+redis.call('EXPIRE', KEYS[2], ARGV[3])
+return 1`
 
 // cas is loaded once per Redis node and called with EVALSHA; a node that
 // answers NOSCRIPT gets the body (EVAL).
-var cas = redis.NewScript(casLua)
+var cas, create = redis.NewScript(casLua), redis.NewScript(createLua)
+
+// snapMargin is how much longer than the replay TTL a snapshot hash lives
+// after its last write: room for clocks of stream processes that disagree.
+const snapMargin = time.Minute
 
 // Defaults of Options.
 const (
@@ -58,11 +99,25 @@ type Store struct {
 	prefix string
 	ttl    time.Duration
 	now    func() time.Time
+	// snapMargin is how much longer than the replay TTL a snapshot hash
+	// lives after its last write (tests shorten it).
+	snapMargin time.Duration
 	// beforeWrite, when set (tests), runs between computing a batch and
 	// writing it: another writer can be made to step in.
 	beforeWrite func(attempt int)
 	// conflicts counts entity writes lost to another writer (and redone).
 	conflicts atomic.Int64
+	// restored and missing count replayed entity sections given their
+	// first application's features from a snapshot, and those without one.
+	restored, missing atomic.Int64
+}
+
+// Snapshots reports how many replayed entity sections got their first
+// application's features back from a snapshot (restored) and how many had
+// none (missing: written by an older version or evicted; those got the
+// features as they are now).
+func (s *Store) Snapshots() (restored, missing int64) {
+	return s.restored.Load(), s.missing.Load()
 }
 
 // New returns a Store on client. It does no I/O.
@@ -73,7 +128,7 @@ func New(client redis.UniversalClient, o Options) *Store {
 	if o.ReplayTTL <= 0 {
 		o.ReplayTTL = DefaultReplayTTL
 	}
-	return &Store{client: client, prefix: o.KeyPrefix, ttl: o.ReplayTTL, now: time.Now}
+	return &Store{client: client, prefix: o.KeyPrefix, ttl: o.ReplayTTL, now: time.Now, snapMargin: snapMargin}
 }
 
 // Entity letters of the keys' hash tags.
@@ -143,6 +198,43 @@ type entity struct {
 	st      *state
 	changed bool
 	val     []byte // the value to write
+	// snaps are the snapshots of the events counted (doc.go "Replays"),
+	// replays the events it had counted before (indexes into the batch),
+	// dropped the event hashes its state forgot (their snapshots go).
+	snaps   []snap
+	replays []int
+	dropped []uint64
+	arena   []byte
+}
+
+// snap is one event's snapshot on one entity.
+type snap struct {
+	idh uint64
+	ev  int
+	b   []byte
+}
+
+// run is one Apply call's shared work.
+type run struct {
+	events   []*event.Envelope
+	preps    []prep
+	out      []map[string]any
+	replayed []bool
+	// reads holds, per event, the snapshot section of a counterparty only
+	// read (paying in): it travels in the account's snapshot.
+	reads [][]byte
+	now   time.Time
+}
+
+// section is the features' key of an entity kind.
+func section(k byte) string {
+	switch k {
+	case entityAccount:
+		return "account"
+	case entityCustomer:
+		return "customer"
+	}
+	return "counterparty"
 }
 
 // Apply applies each event (transaction or account event) idempotently and
@@ -217,14 +309,31 @@ func (s *Store) ApplyReplays(ctx context.Context, events []*event.Envelope) ([]m
 	if len(ents) == 0 {
 		return out, replayed, nil
 	}
+	r := &run{events: events, preps: preps, out: out, replayed: replayed}
 	pending := ents
 	for attempt := 1; ; attempt++ {
 		if err := s.load(ctx, pending); err != nil {
 			return nil, nil, err
 		}
-		now := s.now()
+		r.now = s.now()
 		for _, e := range pending {
-			s.compute(e, events, preps, out, replayed, now)
+			s.compute(e, r)
+		}
+		// A counterparty paying in is only read: its section goes into the
+		// account's snapshot (computed in any order above).
+		if r.reads != nil {
+			for _, e := range pending {
+				if e.kind != entityAccount {
+					continue
+				}
+				for k := range e.snaps {
+					if rd := r.reads[e.snaps[k].ev]; rd != nil {
+						b := append(e.snaps[k].b, rd...)
+						b[0] |= secReadCP
+						e.snaps[k].b = b
+					}
+				}
+			}
 		}
 		if s.beforeWrite != nil {
 			s.beforeWrite(attempt)
@@ -248,6 +357,9 @@ func (s *Store) ApplyReplays(ctx context.Context, events []*event.Envelope) ([]m
 			return nil, nil, fmt.Errorf("features: %w", ctx.Err())
 		case <-time.After(time.Duration(rand.Int64N(int64(attempt) * int64(time.Millisecond)))):
 		}
+	}
+	if err := s.restore(ctx, ents, r); err != nil {
+		return nil, nil, err
 	}
 	var ce *CorruptError
 	for _, e := range ents {
@@ -311,8 +423,8 @@ func (s *Store) load(ctx context.Context, ents []*entity) error {
 }
 
 // compute applies e's events to its state as read and records their
-// features.
-func (s *Store) compute(e *entity, events []*event.Envelope, preps []prep, out []map[string]any, replayed []bool, now time.Time) {
+// features and, for each event counted, its snapshot.
+func (s *Store) compute(e *entity, r *run) {
 	e.corrupt = nil
 	e.st = newState()
 	if e.exists {
@@ -324,25 +436,43 @@ func (s *Store) compute(e *entity, events []*event.Envelope, preps []prep, out [
 		}
 	}
 	st := e.st
-	nowMs, ttlMs := now.UnixMilli(), s.ttl.Milliseconds()
+	nowMs, ttlMs := r.now.UnixMilli(), s.ttl.Milliseconds()
 	e.changed = e.corrupt != nil
+	e.snaps, e.replays, e.dropped, e.arena = e.snaps[:0], e.replays[:0], e.dropped[:0], e.arena[:0]
+	keep := func(ev int, idh uint64, start int) {
+		e.snaps = append(e.snaps, snap{idh: idh, ev: ev, b: e.arena[start:len(e.arena):len(e.arena)]})
+	}
 	for _, o := range e.ops {
-		ev, p := events[o.ev], &preps[o.ev]
+		ev, p := r.events[o.ev], &r.preps[o.ev]
 		switch o.mode {
 		case modeRead:
+			w := st.windows(ev.Currency)
 			m := make(map[string]any, 6)
-			st.putCounterparty(m, ev.Currency)
-			out[o.ev]["counterparty"] = m
+			cpMap(m, &w)
+			r.out[o.ev]["counterparty"] = m
+			if r.reads == nil {
+				r.reads = make([][]byte, len(r.events))
+			}
+			r.reads[o.ev] = appendCPSnap(r.reads[o.ev][:0], &w)
 		case modeEvent:
 			seen := st.replay(p.idh, nowMs, ttlMs)
 			if !seen {
 				st.applyEvent(p.at, ev.Type)
 				e.changed = true
 			}
-			replayed[o.ev] = seen
+			r.replayed[o.ev] = seen
+			var f evFeat
+			st.evFeat(&f, p.at)
 			m := make(map[string]any, 5)
-			st.putEvents(m, p.at)
-			out[o.ev]["customer"] = m
+			evMap(m, &f)
+			r.out[o.ev]["customer"] = m
+			if seen {
+				e.replays = append(e.replays, o.ev)
+			} else {
+				start := len(e.arena)
+				e.arena = appendEvSnap(append(e.arena, secEvents), &f)
+				keep(o.ev, p.idh, start)
+			}
 		case modeTxn:
 			seen := st.replay(p.idh, nowMs, ttlMs)
 			newcp, ssp := false, int64(-1)
@@ -357,26 +487,48 @@ func (s *Store) compute(e *entity, events []*event.Envelope, preps []prep, out [
 				newcp, ssp = st.applyTxn(p.at, p.in, ev.Currency, p.units, p.sum, member)
 				e.changed = true
 			}
+			start := len(e.arena)
 			switch e.kind {
 			case entityAccount:
-				replayed[o.ev] = seen
+				r.replayed[o.ev] = seen
+				var f txnFeat
+				st.txnFeat(&f, ev.Currency, newcp, ssp)
 				m := make(map[string]any, 22)
-				st.putTransaction(m, ev.Currency, newcp, ssp)
-				out[o.ev]["account"] = m
+				txnMap(m, &f)
+				r.out[o.ev]["account"] = m
+				if !seen {
+					e.arena = appendTxnSnap(append(e.arena, secTxn), &f)
+				}
 			case entityCustomer:
+				var f txnFeat
+				var g evFeat
+				st.txnFeat(&f, ev.Currency, newcp, ssp)
+				st.evFeat(&g, p.at)
 				m := make(map[string]any, 27)
-				st.putTransaction(m, ev.Currency, newcp, ssp)
-				st.putEvents(m, p.at)
-				out[o.ev]["customer"] = m
+				txnMap(m, &f)
+				evMap(m, &g)
+				r.out[o.ev]["customer"] = m
+				if !seen {
+					e.arena = appendEvSnap(appendTxnSnap(append(e.arena, secTxn|secEvents), &f), &g)
+				}
 			case entityCounterparty:
+				w := st.windows(ev.Currency)
 				m := make(map[string]any, 6)
-				st.putCounterparty(m, ev.Currency)
-				out[o.ev]["counterparty"] = m
+				cpMap(m, &w)
+				r.out[o.ev]["counterparty"] = m
+				if !seen {
+					e.arena = appendCPSnap(append(e.arena, secCP), &w)
+				}
+			}
+			if seen {
+				e.replays = append(e.replays, o.ev)
+			} else {
+				keep(o.ev, p.idh, start)
 			}
 		}
 	}
 	if e.changed {
-		st.prune(nowMs)
+		e.dropped = st.prune(nowMs, e.dropped)
 		// A new key starts at a random generation: should a key expire and
 		// be created again between another writer's read and write, that
 		// writer's CAS still fails.
@@ -388,28 +540,133 @@ func (s *Store) compute(e *entity, events []*event.Envelope, preps []prep, out [
 	}
 }
 
-// write stores every changed entity in one pipeline, each only if nobody
-// wrote it since it was read (SET NX for a key that did not exist, the CAS
-// script otherwise), and returns those somebody did.
+// restore gives every replayed event, on each entity that had counted it,
+// the features its first application returned: from this batch's own
+// snapshots when it was first applied in this batch, else from the
+// entity's snapshot hash, all in ONE more pipelined round trip (HMGET per
+// entity). A missing snapshot leaves the features as they are now.
+func (s *Store) restore(ctx context.Context, ents []*entity, r *run) error {
+	type fetch struct {
+		e   *entity
+		evs []int
+		cmd *redis.SliceCmd
+	}
+	var fetches []fetch
+	for _, e := range ents {
+		var far []int
+	next:
+		for _, ev := range e.replays {
+			idh := r.preps[ev].idh
+			for k := range e.snaps {
+				if e.snaps[k].idh == idh {
+					s.put(e, ev, string(e.snaps[k].b), r)
+					continue next
+				}
+			}
+			far = append(far, ev)
+		}
+		if len(far) > 0 {
+			fetches = append(fetches, fetch{e: e, evs: far})
+		}
+	}
+	if len(fetches) == 0 {
+		return nil
+	}
+	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := range fetches {
+			f := &fetches[i]
+			fields := make([]string, len(f.evs))
+			for j, ev := range f.evs {
+				fields[j] = snapField(r.preps[ev].idh)
+			}
+			f.cmd = p.HMGet(ctx, snapKey(f.e.key), fields...)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("features: redis: reading the snapshots of %d replayed entities: %w", len(fetches), err)
+	}
+	for _, f := range fetches {
+		vals := f.cmd.Val()
+		for j, ev := range f.evs {
+			v, ok := "", false
+			if j < len(vals) {
+				v, ok = vals[j].(string)
+			}
+			if !ok {
+				s.missing.Add(1)
+				continue
+			}
+			s.put(f.e, ev, v, r)
+		}
+	}
+	return nil
+}
+
+// put replaces event ev's section of e with its snapshot v.
+func (s *Store) put(e *entity, ev int, v string, r *run) {
+	sec, err := decodeSnap(v)
+	if err != nil || sec.own == nil {
+		s.missing.Add(1)
+		return
+	}
+	s.restored.Add(1)
+	r.out[ev][section(e.kind)] = sec.own
+	if sec.readCP != nil {
+		r.out[ev]["counterparty"] = sec.readCP
+	}
+}
+
+// snapKey is the snapshot hash of the entity whose key is key: the same
+// hash tag, so the CAS script writes both.
+func snapKey(key string) string { return key + ":r" }
+
+// snapField is a snapshot's field: the event id's 8-byte hash.
+func snapField(idh uint64) string {
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], idh)
+	return string(b[:])
+}
+
+// write stores every changed entity and its snapshots in one pipeline of
+// CAS script calls, each only if nobody wrote the entity since it was read,
+// and returns those somebody did.
 func (s *Store) write(ctx context.Context, ents []*entity) ([]*entity, error) {
 	type w struct {
-		e   *entity
-		nx  *redis.BoolCmd
-		cas *redis.Cmd
+		e    *entity
+		sc   *redis.Script
+		keys []string
+		args []any
+		cas  *redis.Cmd
 	}
 	ws := make([]w, 0, len(ents))
 	ttlArg := int64(keyTTL / time.Second)
+	snapTTL := int64((s.ttl + s.snapMargin + time.Second - 1) / time.Second)
 	pipe := s.client.Pipeline()
 	for _, e := range ents {
 		if !e.changed {
 			continue
 		}
-		x := w{e: e}
-		if !e.exists {
-			x.nx = pipe.SetNX(ctx, e.key, e.val, keyTTL)
+		x := w{e: e, sc: cas, keys: []string{e.key, snapKey(e.key)}}
+		if e.exists {
+			reset := "0"
+			if e.corrupt != nil {
+				reset = "1"
+			}
+			x.args = make([]any, 0, 6+len(e.dropped)+2*len(e.snaps))
+			x.args = append(x.args, e.raw[:min(genLen, len(e.raw))], e.val, ttlArg, snapTTL, reset, len(e.dropped))
+			for _, h := range e.dropped {
+				x.args = append(x.args, snapField(h))
+			}
 		} else {
-			x.cas = cas.EvalSha(ctx, pipe, []string{e.key}, e.raw[:min(genLen, len(e.raw))], e.val, ttlArg)
+			x.sc = create
+			x.args = make([]any, 0, 3+2*len(e.snaps))
+			x.args = append(x.args, e.val, ttlArg, snapTTL)
 		}
+		for _, sn := range e.snaps {
+			x.args = append(x.args, snapField(sn.idh), sn.b)
+		}
+		x.cas = x.sc.EvalSha(ctx, pipe, x.keys, x.args...)
 		ws = append(ws, x)
 	}
 	if len(ws) == 0 {
@@ -421,16 +678,11 @@ func (s *Store) write(ctx context.Context, ents []*entity) ([]*entity, error) {
 		// again with the body.
 		var again []int
 		for i, x := range ws {
-			var cerr error
-			if x.nx != nil {
-				cerr = x.nx.Err()
-			} else {
-				cerr = x.cas.Err()
-			}
+			cerr := x.cas.Err()
 			if cerr == nil || errors.Is(cerr, redis.Nil) {
 				continue
 			}
-			if x.cas == nil || !redis.HasErrorPrefix(cerr, "NOSCRIPT") {
+			if !redis.HasErrorPrefix(cerr, "NOSCRIPT") {
 				return nil, fmt.Errorf("features: redis: writing a %s: %w", kindName(x.e.kind), cerr)
 			}
 			again = append(again, i)
@@ -438,8 +690,7 @@ func (s *Store) write(ctx context.Context, ents []*entity) ([]*entity, error) {
 		if len(again) > 0 {
 			pipe = s.client.Pipeline()
 			for _, i := range again {
-				e := ws[i].e
-				ws[i].cas = cas.Eval(ctx, pipe, []string{e.key}, e.raw[:min(genLen, len(e.raw))], e.val, ttlArg)
+				ws[i].cas = ws[i].sc.Eval(ctx, pipe, ws[i].keys, ws[i].args...)
 			}
 			if _, err := pipe.Exec(ctx); err != nil {
 				return nil, fmt.Errorf("features: redis (script reload): %w", err)
@@ -448,17 +699,11 @@ func (s *Store) write(ctx context.Context, ents []*entity) ([]*entity, error) {
 	}
 	var lost []*entity
 	for _, x := range ws {
-		ok := false
-		if x.nx != nil {
-			ok = x.nx.Val()
-		} else {
-			n, err := x.cas.Int64()
-			if err != nil {
-				return nil, fmt.Errorf("features: redis: writing a %s: %w", kindName(x.e.kind), err)
-			}
-			ok = n == 1
+		n, err := x.cas.Int64()
+		if err != nil {
+			return nil, fmt.Errorf("features: redis: writing a %s: %w", kindName(x.e.kind), err)
 		}
-		if !ok {
+		if n != 1 {
 			lost = append(lost, x.e)
 		}
 	}

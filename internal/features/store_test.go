@@ -96,11 +96,16 @@ type modelEvent struct {
 }
 
 type model struct {
-	events map[string][]modelEvent // entity key -> counted events
-	seen   map[string]bool         // entity key + event id
+	events map[string][]modelEvent   // entity key -> counted events
+	seen   map[string]bool           // entity key + event id
+	first  map[string]*modelFeatures // entity key + event id -> features of its first application
+	reads  map[string]map[string]any // event id -> a paying-in counterparty's features then
 }
 
-func newModel() *model { return &model{events: map[string][]modelEvent{}, seen: map[string]bool{}} }
+func newModel() *model {
+	return &model{events: map[string][]modelEvent{}, seen: map[string]bool{},
+		first: map[string]*modelFeatures{}, reads: map[string]map[string]any{}}
+}
 
 func floorDiv(a, b int64) int64 {
 	q := a / b
@@ -138,11 +143,15 @@ func (m *model) apply(key string, e *event.Envelope, member string) *modelFeatur
 	replay := m.seen[id]
 	var prev []modelEvent
 	prev = append(prev, m.events[key]...)
-	if !replay {
-		m.seen[id] = true
-		m.events[key] = append(m.events[key], modelEvent{env: e, member: member, units: bigUnits(e.Amount)})
+	if replay {
+		// A replay inside the TTL gets its first application's features.
+		return m.first[id]
 	}
-	return computeFeatures(m.events[key], prev, e, member, replay)
+	m.seen[id] = true
+	m.events[key] = append(m.events[key], modelEvent{env: e, member: member, units: bigUnits(e.Amount)})
+	f := computeFeatures(m.events[key], prev, e, member, false)
+	m.first[id] = f
+	return f
 }
 
 type modelFeatures struct {
@@ -261,6 +270,7 @@ func (m *model) expect(e *event.Envelope) map[string]any {
 	if e.Counterparty != nil {
 		cp = e.Counterparty.Fingerprint
 	}
+	acctReplay := m.seen["a"+e.AccountExternalID+string(e.ID[:])]
 	out["account"] = m.apply("a"+e.AccountExternalID, e, cp).txn
 	if e.CustomerExternalID != "" {
 		c := m.apply("c"+e.CustomerExternalID, e, cp)
@@ -275,8 +285,16 @@ func (m *model) expect(e *event.Envelope) map[string]any {
 			out["counterparty"] = m.apply("p"+cp, e, e.AccountExternalID).cp
 		} else {
 			// Only payments to a counterparty are its events.
+			// A replay gets them as they were read the first time (they
+			// travel in the account's snapshot).
 			key := "p" + cp
-			out["counterparty"] = computeFeatures(m.events[key], m.events[key], e, e.AccountExternalID, true).cp
+			if acctReplay {
+				out["counterparty"] = m.reads[string(e.ID[:])]
+			} else {
+				f := computeFeatures(m.events[key], m.events[key], e, e.AccountExternalID, true).cp
+				m.reads[string(e.ID[:])] = f
+				out["counterparty"] = f
+			}
 		}
 	}
 	return out
