@@ -27,7 +27,9 @@
 // entity's id (event.AccountID, CustomerID, CounterpartyID: never an external
 // id). The braces are the Cluster hash tag. The value is a string; its TTL is
 // 31 days (the longest window plus a day) from the wall clock, refreshed on
-// every write, so an entity silent for that long is forgotten as a whole. A
+// every write, so an entity silent for that long is forgotten as a whole.
+// Next to it, <prefix>{<e>:<uuid>}:r is its replay snapshot hash (doc
+// "Replays"), same hash tag, TTL the replay TTL plus a minute. A
 // counterparty's events are the payments to it: a transaction in which it
 // pays in only reads its features.
 //
@@ -71,27 +73,64 @@
 // pipeline of GET for every entity touched (on a Cluster, go-redis sends one
 // pipeline per node, in parallel). Go decodes each value, applies the
 // entity's events in order and records each event's features right after it.
-// Round trip 2: one pipeline writing every changed entity: SET NX EX for a key
-// that did not exist, else EVALSHA of a two-command Lua CAS (GETRANGE 0 7 must
-// equal the generation read, then SET EX). A write lost to another writer
+// Round trip 2: one pipeline writing every changed entity with its events'
+// snapshots: for a key that did not exist EVALSHA of a script doing SET NX
+// EX, HSET, EXPIRE; else of the CAS script (GETRANGE 0 7 must equal the
+// generation read, then SET EX, HDEL of the snapshots of the events the
+// state forgot, HSET, EXPIRE). A write lost to another writer
 // (another stream process, the ingest API's best-effort account events)
 // changes nothing; those entities alone are read again, recomputed from the
 // new value and their features replaced, up to 12 rounds (a short random
 // pause between), after which Apply fails naming how many still conflict.
 // Entities that only read (replays, a counterparty paying in) are not
 // written. A node that lost the script (restart, SCRIPT FLUSH) answers
-// NOSCRIPT and gets the body once (EVAL).
+// NOSCRIPT and gets the body once (EVAL). Only when the batch holds replays
+// that were first applied in an earlier batch, round trip 3: one pipeline
+// of HMGET, one per replayed entity, of their snapshots.
 //
 // # Counted once
 //
 // Each entity remembers the events it counted for SP_STREAM_REPLAY_TTL of
 // wall-clock time, as an 8-byte hash of the event id. An event remembered
-// changes nothing; its features are read as they are, with new_counterparty
-// false and seconds_since_previous -1. Two different events of one entity
-// collide with probability about n²/2^65 for n events remembered at once (n
-// = 10^6, a very busy entity in 30 minutes: 3·10^-8); a collision makes the
-// later event a replay (not counted).
+// changes nothing. Two different events of one entity collide with
+// probability about n²/2^65 for n events remembered at once (n = 10^6, a
+// very busy entity in 30 minutes: 3·10^-8); a collision makes the later
+// event a replay (not counted, and given the other event's features).
 //
+// # Replays
+//
+// A replay must re-decide exactly what its first application decided (a
+// stream killed after the totals were written but before the hits were
+// stored; a write whose reply was lost, retried; a group reset), so it gets
+// exactly the features its first application returned, per entity. Every
+// event counted leaves its entity's section of its features (account,
+// customer or counterparty; compact varints, snapshot.go: about 50, 60 and
+// 13 bytes) in the entity's snapshot hash <key>:r, field = the event id's
+// 8-byte hash, written by the SAME script call as the state that remembers
+// the event: a state never remembers an event without its snapshot. A
+// counterparty that pays in is only read, never written: its section rides
+// in the account's snapshot. The hash holds exactly the events the state
+// remembers: the write that forgets an event (its replay TTL passed)
+// deletes its snapshot, a reset state (unreadable value) drops the hash,
+// and the hash expires the replay TTL plus a minute after its last write.
+// No per-field TTL is needed (Redis 7.0).
+//
+// A replay of an event first applied earlier in the same batch takes the
+// batch's own snapshot; others are fetched in one more round trip (Apply
+// above). A replayed section without a snapshot (written by a version
+// before snapshots, evicted, or the state lost while the hash stayed) falls
+// back to the features as they are now, with new_counterparty false and
+// seconds_since_previous -1; Store.Snapshots counts restored and missing
+// sections. Orphaned fields (a state lost, the hash kept) are never read,
+// since only an event the state remembers is looked up, and go with the
+// hash.
+//
+// Memory (TestMemoryPerAccount, Redis 7.0 MEMORY USAGE): a snapshot hash
+// with one field is about 184 bytes, each further field about 72 (listpack,
+// up to 128 fields), about 110-130 beyond (hashtable). Per event of the
+// last replay TTL: 150-250 bytes for busy entities, up to about 550 for a
+// transaction whose three entities have no other event in the window.
+
 // # Unreadable values
 //
 // A value that does not decode (damaged, or another format version, e.g.

@@ -93,12 +93,28 @@ func TestMemoryPerAccount(t *testing.T) {
 	sum := map[string]int64{}
 	count := map[string]int64{}
 	var replay, maxValue int64
+	// The replay snapshots (…:r hashes), by entity kind: their MEMORY
+	// USAGE, fields and the snapshots' own bytes.
+	snapMem, snapFields, snapBytes := map[string]int64{}, map[string]int64{}, map[string]int64{}
 	iter := c.(*redis.Client).Scan(ctx, 0, prefix+"*", 1000).Iterator()
 	for iter.Next(ctx) {
 		k := iter.Val()
 		b, err := c.MemoryUsage(ctx, k, 0).Result()
 		if err != nil {
 			t.Fatal(err)
+		}
+		kind := strings.TrimPrefix(k, prefix+"{")[:1]
+		if strings.HasSuffix(k, ":r") {
+			h, err := c.HGetAll(ctx, k).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			snapMem[kind] += b
+			for _, v := range h {
+				snapFields[kind]++
+				snapBytes[kind] += int64(len(v))
+			}
+			continue
 		}
 		v, err := c.Get(ctx, k).Result()
 		if err != nil {
@@ -111,7 +127,6 @@ func TestMemoryPerAccount(t *testing.T) {
 		st.seen = table[uint64]{}
 		replay += int64(len(v) - len(encode(nil, 0, st)))
 		maxValue = max(maxValue, int64(len(v)))
-		kind := strings.TrimPrefix(k, prefix+"{")[:1]
 		sum[kind] += b
 		count[kind]++
 	}
@@ -131,4 +146,15 @@ func TestMemoryPerAccount(t *testing.T) {
 	}
 	t.Logf("total %d bytes = %d bytes per account; of which replay memory (all %d events remembered) %d bytes per account; without it %d bytes per account; largest value %d bytes",
 		total, total/accounts, n, replay/accounts, (total-replay)/accounts, maxValue)
+	var sm, sf int64
+	for _, k := range kinds {
+		if snapFields[k] > 0 {
+			t.Logf("snapshots %s: %7d  %5.1f bytes each  %6.1f bytes of Redis memory each", k, snapFields[k],
+				float64(snapBytes[k])/float64(snapFields[k]), float64(snapMem[k])/float64(snapFields[k]))
+		}
+		sm += snapMem[k]
+		sf += snapFields[k]
+	}
+	t.Logf("replay snapshots: %d bytes for %d events (%d entity sections): %.0f bytes per event",
+		sm, n, sf, float64(sm)/float64(n))
 }

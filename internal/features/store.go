@@ -239,9 +239,11 @@ func section(k byte) string {
 
 // Apply applies each event (transaction or account event) idempotently and
 // returns, per event, its features as of right after it: the map of doc.go,
-// ready for Bloblang (int64, bool, json.Number, map[string]any, nil). Two
-// round trips per batch without conflict (doc.go "Apply"), each one pipeline
-// that go-redis splits per node on a Cluster.
+// ready for Bloblang (int64, bool, json.Number, map[string]any, nil); for
+// an event applied before, inside the replay TTL, the features of its first
+// application (doc.go "Replays"). Two round trips per batch without
+// conflict, three when it holds replays from earlier batches (doc.go
+// "Apply"), each one pipeline that go-redis splits per node on a Cluster.
 //
 // An entity whose value does not decode is counted from empty (doc.go
 // "Unreadable values"): Apply then returns the features of every event AND
@@ -253,9 +255,10 @@ func (s *Store) Apply(ctx context.Context, events []*event.Envelope) ([]map[stri
 
 // ApplyReplays is Apply that also reports, per event, whether it was a
 // replay: its primary entity (the account of a transaction, the customer of
-// an account event) remembered it as counted, so nothing changed and its
-// features are read as they are now, not as they were when it was counted.
-// The stream uses it to leave an event it has fully evaluated before alone.
+// an account event) remembered it as counted, so nothing changed; its
+// features are those its first application returned (doc.go "Replays";
+// as they are now where no snapshot is left). The stream uses it to leave
+// an event it has fully evaluated before alone.
 func (s *Store) ApplyReplays(ctx context.Context, events []*event.Envelope) ([]map[string]any, []bool, error) {
 	preps := make([]prep, len(events))
 	byKey := make(map[string]*entity, len(events)*2)

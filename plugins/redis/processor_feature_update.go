@@ -272,7 +272,9 @@ func (p *featureUpdate) ProcessBatch(ctx context.Context, batch service.MessageB
 			batch[i].MetaSetMut("features", feats[j])
 			if replayed[j] {
 				// Counted before: rule_eval leaves alone what it has
-				// fully evaluated already (its features are now's).
+				// fully evaluated already; what it has not gets the
+				// features of the first application (features doc.go
+				// "Replays"), so it decides the same hits.
 				batch[i].MetaSetMut(metaFeaturesReplayed, true)
 			}
 		}
