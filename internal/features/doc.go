@@ -74,10 +74,13 @@
 // pipeline per node, in parallel). Go decodes each value, applies the
 // entity's events in order and records each event's features right after it.
 // Round trip 2: one pipeline writing every changed entity with its events'
-// snapshots: for a key that did not exist EVALSHA of a script doing SET NX
-// EX, HSET, EXPIRE; else of the CAS script (GETRANGE 0 7 must equal the
-// generation read, then SET EX, HDEL of the snapshots of the events the
-// state forgot, HSET, EXPIRE). A write lost to another writer
+// snapshots: per entity, for a key that did not exist SET NX EX, else a
+// CAS (GETRANGE 0 7 must equal the generation read, then SET EX), and only
+// if that wrote, HDEL of the snapshots of the events the state forgot,
+// HSET, EXPIRE, all in one script call. On a single Redis one call writes
+// up to 100 entities (the call itself costs about as much as its
+// commands); on a Cluster, whose scripts cannot span slots, one call per
+// entity. A write lost to another writer
 // (another stream process, the ingest API's best-effort account events)
 // changes nothing; those entities alone are read again, recomputed from the
 // new value and their features replaced, up to 12 rounds (a short random

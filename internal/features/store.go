@@ -16,7 +16,8 @@ import (
 	"github.com/speculapro/speculapro/internal/event"
 )
 
-// casLua writes a value only if the key still holds the generation it was
+// casLua (a Cluster: one entity per call, keys of different slots cannot
+// share one; writeLua is slower there) writes a value only if the key still holds the generation it was
 // read with (its first 8 bytes), and in the same call the entity's replay
 // snapshots (doc.go "Replays"): KEYS[2] is its snapshot hash (same hash
 // tag). ARGV: generation, value, TTL (s), snapshot hash TTL (s), "1" to drop
@@ -64,6 +65,71 @@ return 1`
 // cas is loaded once per Redis node and called with EVALSHA; a node that
 // answers NOSCRIPT gets the body (EVAL).
 var cas, create = redis.NewScript(casLua), redis.NewScript(createLua)
+
+// writeLua writes entities, each only if its key still holds the
+// generation it was read with (its first 8 bytes) or, for a key that did
+// not exist, only if it still does not (SET NX), and in the same call, for
+// each entity written, its replay snapshots (doc.go "Replays"): KEYS are
+// pairs of an entity's key and its snapshot hash (same hash tag). ARGV:
+// TTL (s), snapshot hash TTL (s), then per entity: mode ("n" new key, "c"
+// compare, "r" compare and drop every snapshot first: a reset state
+// remembers no event), generation read ("" for "n"), value, the number of
+// fields to delete (the events the state forgot), the number of
+// field/snapshot arguments, those fields, then the field/snapshot pairs.
+// It returns one 1 (written) or 0 (lost to another writer) per entity.
+// A single Redis writes up to perCall entities per call (one script call
+// costs about as much as the commands it runs); HDEL and HSET go in chunks
+// (unpack's stack limit).
+const writeLua = `local ttl, sttl = ARGV[1], ARGV[2]
+local res = {}
+local a = 3
+for k = 1, #KEYS, 2 do
+  local key, skey, mode = KEYS[k], KEYS[k + 1], ARGV[a]
+  local nd, ns = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
+  local ok
+  if mode == 'n' then
+    ok = redis.call('SET', key, ARGV[a + 2], 'NX', 'EX', ttl)
+  elseif redis.call('GETRANGE', key, 0, 7) == ARGV[a + 1] then
+    ok = redis.call('SET', key, ARGV[a + 2], 'EX', ttl)
+  end
+  a = a + 5
+  if ok then
+    if mode == 'r' then
+      redis.call('DEL', skey)
+    end
+    local last = a + nd - 1
+    local i = a
+    while i <= last do
+      local j = math.min(i + 199, last)
+      redis.call('HDEL', skey, unpack(ARGV, i, j))
+      i = j + 1
+    end
+    last = a + nd + ns - 1
+    while i <= last do
+      local j = math.min(i + 199, last)
+      redis.call('HSET', skey, unpack(ARGV, i, j))
+      i = j + 1
+    end
+    if ns > 0 then
+      redis.call('EXPIRE', skey, sttl)
+    end
+    res[#res + 1] = 1
+  else
+    res[#res + 1] = 0
+  end
+  a = a + nd + ns
+end
+return res`
+
+// writeScript is loaded once per Redis node and called with EVALSHA; a node
+// that answers NOSCRIPT gets the body (EVAL).
+var writeScript = redis.NewScript(writeLua)
+
+// perCall is how many entities one writeLua call writes on a single Redis
+// (a Cluster refuses keys of different slots in one call: casLua and
+// createLua, one entity each, are faster there).
+// It bounds how long one call holds Redis (about 7 µs an entity).
+const perCall = 100
 
 // snapMargin is how much longer than the replay TTL a snapshot hash lives
 // after its last write: room for clocks of stream processes that disagree.
@@ -632,9 +698,104 @@ func snapField(idh uint64) string {
 }
 
 // write stores every changed entity and its snapshots in one pipeline of
+// script calls, each entity only if nobody wrote it since it was read, and
+// returns those somebody did.
+func (s *Store) write(ctx context.Context, ents []*entity) ([]*entity, error) {
+	type call struct {
+		ents []*entity
+		keys []string
+		args []any
+		cmd  *redis.Cmd
+	}
+	if _, ok := s.client.(*redis.Client); !ok {
+		return s.writeEach(ctx, ents)
+	}
+	per := perCall
+	ttlArg := int64(keyTTL / time.Second)
+	snapTTL := int64((s.ttl + s.snapMargin + time.Second - 1) / time.Second)
+	var calls []call
+	var cur *call
+	for _, e := range ents {
+		if !e.changed {
+			continue
+		}
+		if cur == nil || len(cur.ents) == per {
+			calls = append(calls, call{})
+			cur = &calls[len(calls)-1]
+			cur.args = append(cur.args, ttlArg, snapTTL)
+		}
+		cur.ents = append(cur.ents, e)
+		cur.keys = append(cur.keys, e.key, snapKey(e.key))
+		mode, gen := "n", ""
+		if e.exists {
+			mode, gen = "c", e.raw[:min(genLen, len(e.raw))]
+			if e.corrupt != nil {
+				mode = "r"
+			}
+		}
+		cur.args = append(cur.args, mode, gen, e.val, len(e.dropped), 2*len(e.snaps))
+		for _, h := range e.dropped {
+			cur.args = append(cur.args, snapField(h))
+		}
+		for _, sn := range e.snaps {
+			cur.args = append(cur.args, snapField(sn.idh), sn.b)
+		}
+	}
+	if len(calls) == 0 {
+		return nil, nil
+	}
+	pipe := s.client.Pipeline()
+	for i := range calls {
+		calls[i].cmd = writeScript.EvalSha(ctx, pipe, calls[i].keys, calls[i].args...)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		// A node that lost its scripts (restart, SCRIPT FLUSH, failover)
+		// answers NOSCRIPT without running anything: send exactly those
+		// again with the body.
+		var again []int
+		for i := range calls {
+			cerr := calls[i].cmd.Err()
+			if cerr == nil || errors.Is(cerr, redis.Nil) {
+				continue
+			}
+			if !redis.HasErrorPrefix(cerr, "NOSCRIPT") {
+				return nil, fmt.Errorf("features: redis: writing %d entities: %w", len(calls[i].ents), cerr)
+			}
+			again = append(again, i)
+		}
+		if len(again) > 0 {
+			pipe = s.client.Pipeline()
+			for _, i := range again {
+				calls[i].cmd = writeScript.Eval(ctx, pipe, calls[i].keys, calls[i].args...)
+			}
+			if _, err := pipe.Exec(ctx); err != nil {
+				return nil, fmt.Errorf("features: redis (script reload): %w", err)
+			}
+		}
+	}
+	var lost []*entity
+	for i := range calls {
+		c := &calls[i]
+		res, err := c.cmd.Int64Slice()
+		if err == nil && len(res) != len(c.ents) {
+			err = fmt.Errorf("%d results for %d entities", len(res), len(c.ents))
+		}
+		if err != nil {
+			return nil, fmt.Errorf("features: redis: writing %d entities: %w", len(c.ents), err)
+		}
+		for j, n := range res {
+			if n != 1 {
+				lost = append(lost, c.ents[j])
+			}
+		}
+	}
+	return lost, nil
+}
+
+// writeEach (a Cluster) stores every changed entity and its snapshots in one pipeline of
 // CAS script calls, each only if nobody wrote the entity since it was read,
 // and returns those somebody did.
-func (s *Store) write(ctx context.Context, ents []*entity) ([]*entity, error) {
+func (s *Store) writeEach(ctx context.Context, ents []*entity) ([]*entity, error) {
 	type w struct {
 		e    *entity
 		sc   *redis.Script
