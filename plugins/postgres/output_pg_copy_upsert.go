@@ -559,27 +559,9 @@ func (o *pgCopyUpsert) isolate(ctx context.Context, tx pgx.Tx, rows []*event.Env
 	return o.isolate(ctx, tx, rows, idx[mid:], res)
 }
 
-// inTx runs fn in a transaction and commits it.
+// inTx runs fn in a transaction of the output's pool and commits it.
 func (o *pgCopyUpsert) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
-	tx, err := o.pool.Begin(ctx)
-	if err != nil {
-		return fmt.Errorf("starting a database transaction: %w", err)
-	}
-	defer func() {
-		// A rollback after a commit is a no-op; after a failure it must run
-		// even when ctx is done, or the connection goes back to the pool
-		// inside a failed transaction.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
-		defer cancel()
-		_ = tx.Rollback(rctx)
-	}()
-	if err := fn(tx); err != nil {
-		return err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("committing: %w", err)
-	}
-	return nil
+	return inTx(ctx, o.pool, fn)
 }
 
 // deadLetterMessage is a copy of msg, content and metadata untouched, with
