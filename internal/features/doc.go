@@ -60,7 +60,7 @@
 // counted but left out of the sums (the documented behaviour). Sums are
 // returned as json.Number with exactly four decimals ("1234.5000").
 //
-// Sizes (TestMemoryPerAccount): a few hundred bytes for most entities; 30
+// Sizes (BenchmarkMemoryPerAccount): a few hundred bytes for most entities; 30
 // days of a busy account (8 transactions a day, ~50 counterparties) about
 // 2.7 KB, plus about 10 bytes per event id remembered. A value grows with the
 // distinct other sides of its 30 days (17–21 bytes each) and the events of its
@@ -128,7 +128,7 @@
 // since only an event the state remembers is looked up, and go with the
 // hash.
 //
-// Memory (TestMemoryPerAccount, Redis 7.0 MEMORY USAGE): a snapshot hash
+// Memory (BenchmarkMemoryPerAccount, Redis 7.0 MEMORY USAGE): a snapshot hash
 // with one field is about 184 bytes, each further field about 72 (listpack,
 // up to 128 fields), about 110-130 beyond (hashtable). Per event of the
 // last replay TTL: 150-250 bytes for busy entities, up to about 550 for a

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"sort"
 	"strings"
 	"testing"
@@ -18,9 +17,10 @@ import (
 // TestMemoryPerAccount measures the Redis memory of the running totals per
 // monitored account (README "Running totals (features)"): 30 days of
 // traffic for 1,000 accounts, one customer each, then MEMORY USAGE (exact,
-// SAMPLES 0) of every key, summed per entity kind. Opt-in:
+// SAMPLES 0) of every key, summed per entity kind. A measurement, not a
+// check, so a benchmark (make bench runs it):
 //
-//	SP_TEST_FEATURES_MEMORY=1 go test -run MemoryPerAccount -v ./internal/features/
+//	go test -run '^$' -bench MemoryPerAccount -benchtime 1x -v ./internal/features/
 //
 // Traffic per account and day: 8 transactions (60 % out, 40 % in, amounts up
 // to 2,000.00 EUR, 10 % in USD), 90 % to or from one of its 25 usual
@@ -29,10 +29,8 @@ import (
 // time, so every value still remembers every event id; that share is
 // reported apart, since in steady state a value only remembers the events
 // of the last SP_STREAM_REPLAY_TTL of wall-clock time.
-func TestMemoryPerAccount(t *testing.T) {
-	if os.Getenv("SP_TEST_FEATURES_MEMORY") != "1" {
-		t.Skip("set SP_TEST_FEATURES_MEMORY=1 to measure")
-	}
+func BenchmarkMemoryPerAccount(b *testing.B) {
+	t := b
 	const accounts, days, txPerDay, aePerDay = 1000, 30, 8, 2
 	c, prefix, _ := open(t, targets[0])
 	s := New(c, Options{KeyPrefix: prefix})
