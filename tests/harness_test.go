@@ -1,7 +1,6 @@
 package tests
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -13,7 +12,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -33,25 +31,6 @@ const (
 	runBound  = 2 * time.Minute  // a command that runs to completion
 )
 
-// syncBuffer is a process's output, written by the process's copier and
-// read by the test at the same time.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // binProcess is one run of a binary as its own process: speculapro unless
 // using says otherwise, from the repository root, on the test's environment
 // minus its SP_* variables (a developer's settings must not leak into a
@@ -60,16 +39,16 @@ type binProcess struct {
 	name     string // in messages
 	bin      string // the executable; testenv.Binary when empty
 	httpAddr string
-	logFile  string      // when set, stdout and stderr go to this file
-	stdout   *syncBuffer // captured output, unless logFile is set
-	stderr   *syncBuffer
+	logFile  string              // when set, stdout and stderr go to this file
+	stdout   *testenv.SyncBuffer // captured output, unless logFile is set
+	stderr   *testenv.SyncBuffer
 	cmd      *exec.Cmd
 	exited   chan struct{}
 }
 
 // newBinProcess is a speculapro not yet started, with its HTTP address.
 func newBinProcess(t testing.TB) *binProcess {
-	return &binProcess{name: "speculapro", httpAddr: testenv.FreeAddr(t), stdout: &syncBuffer{}, stderr: &syncBuffer{}, exited: make(chan struct{})}
+	return &binProcess{name: "speculapro", httpAddr: testenv.FreeAddr(t), stdout: &testenv.SyncBuffer{}, stderr: &testenv.SyncBuffer{}, exited: make(chan struct{})}
 }
 
 // named sets the name messages and logs use.

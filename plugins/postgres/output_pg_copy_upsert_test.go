@@ -16,6 +16,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/redpanda-data/benthos/v4/public/service"
 
+	"github.com/speculapro/speculapro/internal/testenv"
+
 	"github.com/speculapro/speculapro/internal/dbmigrate/dbtest"
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/eventmsg"
@@ -71,30 +73,12 @@ func (d *fakeDLQ) WriteBatch(_ context.Context, b service.MessageBatch) error {
 	return nil
 }
 
-// syncBuffer is a log sink safe for the output's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 type harness struct {
 	t    *testing.T
 	db   *dbtest.DB
 	out  *pgCopyUpsert
 	dlq  *fakeDLQ
-	logs *syncBuffer
+	logs *testenv.SyncBuffer
 	m    *fakeCounters
 	conn *pgx.Conn // superuser, to inspect and to break things
 	ws   event.UUID
@@ -103,7 +87,7 @@ type harness struct {
 func newHarness(t *testing.T, table string) *harness {
 	t.Helper()
 	db := dbtest.New(t)
-	h := &harness{t: t, db: db, dlq: &fakeDLQ{}, logs: &syncBuffer{}, m: &fakeCounters{n: map[string]int64{}}}
+	h := &harness{t: t, db: db, dlq: &fakeDLQ{}, logs: &testenv.SyncBuffer{}, m: &fakeCounters{n: map[string]int64{}}}
 	h.conn = db.Connect(t, db.SuperuserURL)
 	h.ws = h.workspace("acme")
 	h.out = h.newOutput(table, db.SystemURL)

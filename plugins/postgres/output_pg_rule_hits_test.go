@@ -17,6 +17,7 @@ import (
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/eventmsg"
 	"github.com/speculapro/speculapro/internal/pgrole"
+	"github.com/speculapro/speculapro/internal/testenv"
 )
 
 // --- fixtures -------------------------------------------------------------
@@ -47,7 +48,7 @@ type testRule struct {
 func newHitsHarness(t *testing.T) *hitsHarness {
 	t.Helper()
 	db := dbtest.New(t)
-	base := &harness{t: t, db: db, logs: &syncBuffer{}, m: &fakeCounters{n: map[string]int64{}}}
+	base := &harness{t: t, db: db, logs: &testenv.SyncBuffer{}, m: &fakeCounters{n: map[string]int64{}}}
 	base.conn = db.Connect(t, db.SuperuserURL)
 	base.ws = base.workspace("acme")
 	h := &hitsHarness{harness: base, rules: map[string]testRule{}}

@@ -1,7 +1,6 @@
 package rules
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,6 +13,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/redpanda-data/benthos/v4/public/service"
+
+	"github.com/speculapro/speculapro/internal/testenv"
 
 	"github.com/speculapro/speculapro/internal/dbmigrate/dbtest"
 	"github.com/speculapro/speculapro/internal/event"
@@ -53,35 +54,18 @@ func (f *fakeMetrics) get(key string) int64 {
 	return f.n[key]
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 type evalHarness struct {
 	t    *testing.T
 	db   *dbtest.DB
 	conn *pgx.Conn
-	logs *syncBuffer
+	logs *testenv.SyncBuffer
 	m    *fakeMetrics
 }
 
 func newEvalHarness(t *testing.T) *evalHarness {
 	t.Helper()
 	db := dbtest.New(t)
-	return &evalHarness{t: t, db: db, conn: db.Connect(t, db.SuperuserURL), logs: &syncBuffer{}, m: &fakeMetrics{n: map[string]int64{}}}
+	return &evalHarness{t: t, db: db, conn: db.Connect(t, db.SuperuserURL), logs: &testenv.SyncBuffer{}, m: &fakeMetrics{n: map[string]int64{}}}
 }
 
 func (h *evalHarness) step(kind event.Kind, reload time.Duration, realtime bool) *ruleEval {
@@ -368,7 +352,7 @@ func TestRealtimeOnlyAndKind(t *testing.T) {
 // Without its rules the step cannot evaluate: it waits for PostgreSQL, and
 // a shutdown meanwhile returns the context's error (nothing is acked).
 func TestWaitsForTheDatabaseAndStopsOnShutdown(t *testing.T) {
-	logs := &syncBuffer{}
+	logs := &testenv.SyncBuffer{}
 	logger := service.NewLoggerFromSlog(slog.New(slog.NewTextHandler(logs, nil)))
 	r, err := newRuleEval("postgres://nobody:x@127.0.0.1:1/none?sslmode=disable&connect_timeout=1", event.KindTransaction, time.Second, false,
 		service.MockResources(service.MockResourcesOptUseLogger(logger)))
