@@ -6,15 +6,19 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/speculapro/speculapro/internal/event"
 )
 
 // The partition window EnsurePartitions keeps: from last month to three
 // months ahead. Rows outside it fail with `no partition of relation
 // "transactions" found` until the window moves (there is no DEFAULT partition;
-// see migrations/00004_transactions.sql).
+// see migrations/00004_transactions.sql). The numbers are defined with the
+// other limits of an event in internal/event (limits.go), whose decoder
+// dead-letters an occurred_at no partition will hold.
 const (
-	PartitionMonthsBehind = 1
-	PartitionMonthsAhead  = 3
+	PartitionMonthsBehind = event.PartitionMonthsBehind
+	PartitionMonthsAhead  = event.PartitionMonthsAhead
 )
 
 // Querier is what EnsurePartitions needs; *pgx.Conn, *pgxpool.Pool and pgx.Tx

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	gojson "github.com/goccy/go-json"
@@ -14,9 +16,9 @@ import (
 const Version = 1
 
 // Decode's error classes. Every error Decode returns wraps exactly one of
-// them, so errors.Is against these four covers all of Decode's failures; a
-// record failing any of them can never be read by this version and is
-// dead-lettered by the persister, never retried.
+// them, so errors.Is against these five covers all of Decode's failures; a
+// record failing any of them can never be read (or stored) by this version
+// and is dead-lettered by the persister, never retried.
 var (
 	// ErrNotJSON: the record is not JSON, or is JSON but not an envelope this
 	// version can read (a field of the wrong type, an unknown kind, a missing
@@ -28,13 +30,19 @@ var (
 	ErrMissingID = errors.New("event has no id")
 	// ErrMissingWorkspace: `workspace_id` is missing, the nil UUID, or not a UUID.
 	ErrMissingWorkspace = errors.New("event has no workspace_id")
+	// ErrOutOfLimits: a field is outside the limits the ingest API
+	// documents and the table holds (limits.go): too long, control
+	// characters, an amount numeric(20,4) cannot hold, a currency or enum
+	// value not in the list, an occurred_at no partition will hold.
+	ErrOutOfLimits = errors.New("event field outside its limits")
 )
 
 // IsUndecodable reports whether err is one of Decode's classes, i.e. the
 // record should go to the dead-letter topic rather than be retried.
 func IsUndecodable(err error) bool {
 	return errors.Is(err, ErrNotJSON) || errors.Is(err, ErrUnknownVersion) ||
-		errors.Is(err, ErrMissingID) || errors.Is(err, ErrMissingWorkspace)
+		errors.Is(err, ErrMissingID) || errors.Is(err, ErrMissingWorkspace) ||
+		errors.Is(err, ErrOutOfLimits)
 }
 
 // Kind says what an envelope carries.
@@ -130,9 +138,10 @@ type Decision struct {
 
 // Decode reads one envelope. It is the only reader of the format: every
 // consumer goes through it, so what is refused here is refused everywhere.
-// Errors wrap one of ErrNotJSON, ErrUnknownVersion, ErrMissingID or
-// ErrMissingWorkspace and never quote the record (it may hold names and
-// amounts).
+// Errors wrap one of ErrNotJSON, ErrUnknownVersion, ErrMissingID,
+// ErrMissingWorkspace or ErrOutOfLimits and never quote the record (it may
+// hold names and amounts). Every limit of limits.go is checked, the
+// occurred_at window against the wall clock (DecodeWindow(time.Now())).
 //
 // The JSON library was chosen by benchmark (jsonbench_test.go, build tag
 // jsonbench): on Go 1.26 github.com/goccy/go-json decodes a realistic
@@ -144,12 +153,18 @@ type Decision struct {
 // makes encoding/json/v2 the default: v1 then runs on v2 and most of the gap
 // closes.
 func Decode(b []byte) (Envelope, error) {
-	return decodeWith(b, gojson.Unmarshal)
+	return decodeWith(b, gojson.Unmarshal, time.Now())
+}
+
+// DecodeAt is Decode with now as the clock the occurred_at window is
+// measured from, for records (and tests) of a fixed time.
+func DecodeAt(b []byte, now time.Time) (Envelope, error) {
+	return decodeWith(b, gojson.Unmarshal, now)
 }
 
 // decodeWith is Decode with the JSON library as a parameter, so the
 // jsonbench comparison measures exactly Decode's work with each candidate.
-func decodeWith(b []byte, unmarshal func([]byte, any) error) (Envelope, error) {
+func decodeWith(b []byte, unmarshal func([]byte, any) error, now time.Time) (Envelope, error) {
 	var e Envelope
 	if err := unmarshal(b, &e); err != nil {
 		return Envelope{}, classify(b)
@@ -157,12 +172,17 @@ func decodeWith(b []byte, unmarshal func([]byte, any) error) (Envelope, error) {
 	if err := e.normalize(); err != nil {
 		return Envelope{}, err
 	}
+	if err := CheckOccurredAt(e.OccurredAt, now); err != nil {
+		return Envelope{}, fmt.Errorf("%w: %s occurred_at: %s", ErrOutOfLimits, e.Kind, err)
+	}
 	return e, nil
 }
 
 // Encode writes an envelope after checking it as Decode would, so a producer
-// can never put a record on Kafka that the persister will dead-letter. It
-// sets V to Version when zero.
+// can never put a record on Kafka that the persister will dead-letter, with
+// one exception: the occurred_at window depends on the reader's clock, so
+// only Decode checks it (the ingest API checks its narrower AcceptWindow).
+// It sets V to Version when zero.
 func Encode(e Envelope) ([]byte, error) {
 	if e.V == 0 {
 		e.V = Version
@@ -181,7 +201,7 @@ func Encode(e Envelope) ([]byte, error) {
 	return bytes.TrimSuffix(buf.Bytes(), []byte{'\n'}), nil
 }
 
-// classify turns an unmarshal failure into one of the four classes. A
+// classify turns an unmarshal failure into one of the classes. A
 // record of an unknown version may legitimately have another shape, so the
 // version is checked before blaming the shape. It runs only on failures, with
 // encoding/json, whose error types describe() knows not to quote.
@@ -233,7 +253,8 @@ func describe(err error) string {
 	return "cannot unmarshal"
 }
 
-// normalize checks what the persister and the database rely on and puts the
+// normalize checks what the persister and the database rely on, every
+// limit of limits.go but the occurred_at window included, and puts the
 // envelope in its canonical form (UTC times, compact JSON objects, no empty
 // slices).
 func (e *Envelope) normalize() error {
@@ -249,11 +270,17 @@ func (e *Envelope) normalize() error {
 	invalid := func(field, reason string) error {
 		return fmt.Errorf("%w: %s %s: %s", ErrNotJSON, e.Kind, field, reason)
 	}
+	outOfLimits := func(field string, err error) error {
+		return fmt.Errorf("%w: %s %s: %s", ErrOutOfLimits, e.Kind, field, err)
+	}
 	if e.Kind != KindTransaction && e.Kind != KindAccountEvent {
 		return fmt.Errorf("%w: unknown kind (want transaction or account_event)", ErrNotJSON)
 	}
 	if e.ExternalID == "" {
 		return invalid("external_id", "missing")
+	}
+	if err := CheckExternalID(e.ExternalID); err != nil {
+		return outOfLimits("external_id", err)
 	}
 	var err error
 	if e.OccurredAt, err = canonicalTime(e.OccurredAt, true); err != nil {
@@ -265,8 +292,39 @@ func (e *Envelope) normalize() error {
 	if e.Metadata, err = canonicalObject(e.Metadata); err != nil {
 		return invalid("metadata", err.Error())
 	}
+	if len(e.Metadata) > MaxObjectBytes {
+		return outOfLimits("metadata", fmt.Errorf("%d bytes, at most %d", len(e.Metadata), MaxObjectBytes))
+	}
 	if e.Attributes, err = canonicalObject(e.Attributes); err != nil {
 		return invalid("attributes", err.Error())
+	}
+	if len(e.Attributes) > MaxObjectBytes {
+		return outOfLimits("attributes", fmt.Errorf("%d bytes, at most %d", len(e.Attributes), MaxObjectBytes))
+	}
+	// Text fields either kind may carry; empty means absent.
+	for _, f := range [...]struct {
+		name  string
+		value string
+		max   int
+	}{
+		{"type", e.Type, MaxLabelBytes},
+		{"status", e.Status, MaxLabelBytes},
+		{"channel", e.Channel, MaxLabelBytes},
+		{"reference", e.Reference, MaxReferenceBytes},
+	} {
+		if err := CheckText(f.value, f.max); err != nil {
+			return outOfLimits(f.name, err)
+		}
+	}
+	if e.CustomerExternalID != "" {
+		if err := CheckExternalID(e.CustomerExternalID); err != nil {
+			return outOfLimits("customer_external_id", err)
+		}
+	}
+	if e.AccountExternalID != "" {
+		if err := CheckExternalID(e.AccountExternalID); err != nil {
+			return outOfLimits("account_external_id", err)
+		}
 	}
 
 	switch e.Kind {
@@ -277,11 +335,22 @@ func (e *Envelope) normalize() error {
 		if !validDecimal(e.Amount) {
 			return invalid("amount", "want a decimal string such as \"1234.50\"")
 		}
+		if err := CheckAmount(e.Amount); err != nil {
+			return outOfLimits("amount", err)
+		}
 		if !validCurrency(e.Currency) {
 			return invalid("currency", "want an ISO 4217 code such as \"EUR\"")
 		}
+		if !IsCurrency(e.Currency) {
+			return outOfLimits("currency", errors.New("not an active ISO 4217 code"))
+		}
 		if e.Direction != DirectionIn && e.Direction != DirectionOut {
 			return invalid("direction", "want in or out")
+		}
+		if c := e.Counterparty; c != nil {
+			if err := c.check(); err != nil {
+				return fmt.Errorf("%w: %s counterparty.%s", ErrOutOfLimits, e.Kind, err)
+			}
 		}
 		if d := e.Decision; d != nil {
 			if d.Outcome != OutcomeApprove && d.Outcome != OutcomeReview && d.Outcome != OutcomeDecline {
@@ -289,6 +358,17 @@ func (e *Envelope) normalize() error {
 			}
 			if d.DecidedAt, err = canonicalTime(d.DecidedAt, false); err != nil {
 				return invalid("decision.decided_at", err.Error())
+			}
+			if !(d.Score > -DecisionScoreLimit && d.Score < DecisionScoreLimit) {
+				return outOfLimits("decision.score", fmt.Errorf("want a number between -%g and %g, exclusive", DecisionScoreLimit, DecisionScoreLimit))
+			}
+			if len(d.Reasons) > MaxDecisionReasons {
+				return outOfLimits("decision.reasons", fmt.Errorf("%d reasons, at most %d", len(d.Reasons), MaxDecisionReasons))
+			}
+			for _, r := range d.Reasons {
+				if err := CheckText(r, MaxNameBytes); err != nil {
+					return outOfLimits("decision.reasons", err)
+				}
 			}
 			if len(d.Reasons) == 0 {
 				d.Reasons = nil
@@ -301,6 +381,31 @@ func (e *Envelope) normalize() error {
 		if e.Type == "" {
 			return invalid("type", "missing")
 		}
+	}
+	return nil
+}
+
+// check checks a counterparty's fields; the error names the field first
+// ("name: 300 bytes, at most 256").
+func (c *Counterparty) check() error {
+	for _, f := range [...]struct {
+		name  string
+		value string
+		max   int
+	}{
+		{"name", c.Name, MaxNameBytes},
+		{"identifier_kind", c.IdentifierKind, MaxLabelBytes},
+		{"identifier_enc", c.IdentifierEnc, MaxProtectedIdentifierBytes},
+		{"identifier_masked", c.IdentifierMasked, MaxMaskedIdentifierBytes},
+		{"identifier_fp", c.IdentifierFP, MaxFingerprintBytes},
+		{"fingerprint", c.Fingerprint, MaxFingerprintBytes},
+	} {
+		if err := CheckText(f.value, f.max); err != nil {
+			return fmt.Errorf("%s: %w", f.name, err)
+		}
+	}
+	if c.IdentifierKind != "" && !slices.Contains(IdentifierKinds, c.IdentifierKind) {
+		return fmt.Errorf("identifier_kind: want one of %s", strings.Join(IdentifierKinds, ", "))
 	}
 	return nil
 }

@@ -26,13 +26,17 @@ const sampleTransaction = `{"v":1,"kind":"transaction","id":"0193f5a2-7c00-7abc-
 	`"metadata":{"device_id":"a1b2c3d4","ip":"203.0.113.7","app_version":"5.12.1","merchant_category":null,"tags":["rent","standing-order"]},` +
 	`"decision":{"outcome":"review","score":71.5,"reasons":["new_counterparty","amount_above_p95"],"decided_at":"2026-11-30T07:41:12.398Z"}}`
 
+// sampleNow is the clock the samples are decoded at: their occurred_at must
+// be inside the partition window (DecodeWindow).
+var sampleNow = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
 const sampleAccountEvent = `{"v":1,"kind":"account_event","id":"0193f5a2-7c00-7abc-8def-0123456789ac",` +
 	`"workspace_id":"6f1c2b9e-3d4a-4f5b-9c8d-7e6f5a4b3c2d","external_id":"ev-1",` +
 	`"occurred_at":"2026-11-30T08:41:12+01:00","customer_external_id":"cust-000017",` +
 	`"type":"sim_swap","attributes":{ "carrier": "T-Mobile", "new_imsi_prefix": "26201" }}`
 
 func TestDecodeSamples(t *testing.T) {
-	e, err := Decode([]byte(sampleTransaction))
+	e, err := DecodeAt([]byte(sampleTransaction), sampleNow)
 	if err != nil {
 		t.Fatalf("Decode(sampleTransaction): %v", err)
 	}
@@ -46,7 +50,7 @@ func TestDecodeSamples(t *testing.T) {
 		t.Errorf("occurred_at = %v, want %v", e.OccurredAt, want)
 	}
 
-	a, err := Decode([]byte(sampleAccountEvent))
+	a, err := DecodeAt([]byte(sampleAccountEvent), sampleNow)
 	if err != nil {
 		t.Fatalf("Decode(sampleAccountEvent): %v", err)
 	}
@@ -113,7 +117,7 @@ func TestDecodeErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := Decode([]byte(tt.in))
+			_, err := DecodeAt([]byte(tt.in), sampleNow)
 			if !errors.Is(err, tt.want) {
 				t.Fatalf("Decode error = %v, want %v", err, tt.want)
 			}
@@ -141,7 +145,7 @@ func TestDecodeErrors(t *testing.T) {
 
 func TestEncodeRoundTrip(t *testing.T) {
 	for _, in := range []string{sampleTransaction, sampleAccountEvent} {
-		e, err := Decode([]byte(in))
+		e, err := DecodeAt([]byte(in), sampleNow)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -149,7 +153,7 @@ func TestEncodeRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Encode: %v", err)
 		}
-		e2, err := Decode(b)
+		e2, err := DecodeAt(b, sampleNow)
 		if err != nil {
 			t.Fatalf("Decode(Encode(e)): %v", err)
 		}
@@ -162,7 +166,7 @@ func TestEncodeRoundTrip(t *testing.T) {
 		}
 	}
 	// The format promise: amount is a string on the wire, never a number.
-	e, _ := Decode([]byte(sampleTransaction))
+	e, _ := DecodeAt([]byte(sampleTransaction), sampleNow)
 	b, _ := Encode(e)
 	if !bytes.Contains(b, []byte(`"amount":"1249.90"`)) {
 		t.Errorf("amount not encoded as a decimal string: %s", b)
@@ -176,7 +180,7 @@ func TestEncodeRoundTrip(t *testing.T) {
 }
 
 func TestEncodeRefusesWhatDecodeRefuses(t *testing.T) {
-	e, _ := Decode([]byte(sampleTransaction))
+	e, _ := DecodeAt([]byte(sampleTransaction), sampleNow)
 	e.V = 0 // Encode fills in the version
 	if _, err := Encode(e); err != nil {
 		t.Fatalf("Encode with V=0: %v", err)
@@ -280,14 +284,14 @@ func BenchmarkDecode(b *testing.B) {
 	b.SetBytes(int64(len(in)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := Decode(in); err != nil {
+		if _, err := DecodeAt(in, sampleNow); err != nil {
 			b.Fatal(err)
 		}
 	}
 }
 
 func BenchmarkEncode(b *testing.B) {
-	e, err := Decode([]byte(sampleTransaction))
+	e, err := DecodeAt([]byte(sampleTransaction), sampleNow)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -15,7 +15,7 @@ func FuzzDecode(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		e, err := Decode(b)
+		e, err := DecodeAt(b, sampleNow)
 		if err != nil {
 			if !IsUndecodable(err) {
 				t.Fatalf("Decode error %v is not one of the four classes", err)
@@ -26,7 +26,7 @@ func FuzzDecode(f *testing.F) {
 		if err != nil {
 			t.Fatalf("accepted envelope does not encode: %v", err)
 		}
-		e2, err := Decode(out)
+		e2, err := DecodeAt(out, sampleNow)
 		if err != nil {
 			t.Fatalf("re-encoded envelope does not decode: %v\n%s", err, out)
 		}

@@ -58,8 +58,8 @@ func TestJSONCandidatesAgree(t *testing.T) {
 	)
 	for _, c := range jsonCandidates[1:] {
 		for i, s := range samples {
-			want, wantErr := decodeWith([]byte(s), json.Unmarshal)
-			got, err := decodeWith([]byte(s), c.unmarshal)
+			want, wantErr := decodeWith([]byte(s), json.Unmarshal, sampleNow)
+			got, err := decodeWith([]byte(s), c.unmarshal, sampleNow)
 			if (err == nil) != (wantErr == nil) || !reflect.DeepEqual(got, want) {
 				report := t.Logf
 				if c.name == adoptedJSON {
@@ -78,7 +78,7 @@ func BenchmarkJSONDecode(b *testing.B) {
 			b.SetBytes(int64(len(in)))
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := decodeWith(in, c.unmarshal); err != nil {
+				if _, err := decodeWith(in, c.unmarshal, sampleNow); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -101,12 +101,12 @@ func FuzzJSONCandidates(f *testing.F) {
 		only = adoptedJSON
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		want, wantErr := decodeWith(b, json.Unmarshal)
+		want, wantErr := decodeWith(b, json.Unmarshal, sampleNow)
 		for _, c := range jsonCandidates[1:] {
 			if c.name != only {
 				continue
 			}
-			got, err := decodeWith(b, c.unmarshal)
+			got, err := decodeWith(b, c.unmarshal, sampleNow)
 			if (err == nil) != (wantErr == nil) || !reflect.DeepEqual(got, want) {
 				t.Errorf("%s disagrees with encoding/json on %q:\n got %+v, %v\nwant %+v, %v", c.name, b, got, err, want, wantErr)
 			}
