@@ -155,14 +155,14 @@ func benchBaselineRecords(b *testing.B, ws event.UUID, n int, at time.Time, topi
 		cp := it["counterparty"].(map[string]any)
 		e.Counterparty = &event.Counterparty{Name: cp["name"].(string)}
 		if id, ok := cp["identifier"].(string); ok {
-			p, err := prot.Protect(identity.Kind(cp["identifier_kind"].(string)), id)
+			p, err := prot.Protect(ws, identity.FieldCounterpartyIdentifier, identity.Kind(cp["identifier_kind"].(string)), id)
 			if err != nil {
 				b.Fatal(err)
 			}
 			e.Counterparty.IdentifierKind, e.Counterparty.IdentifierEnc = string(p.Kind), p.Enc
 			e.Counterparty.IdentifierMasked, e.Counterparty.IdentifierFP = p.Masked, p.FP
 		}
-		e.Counterparty.Fingerprint = prot.Fingerprints.Counterparty(e.Counterparty.IdentifierFP, e.Counterparty.Name)
+		e.Counterparty.Fingerprint = prot.Fingerprints.Counterparty(ws, e.Counterparty.IdentifierFP, e.Counterparty.Name)
 		v, err := event.Encode(e)
 		if err != nil {
 			b.Fatal(err)

@@ -60,7 +60,7 @@ var (
 	StreamReplayTTL = Setting{"SP_STREAM_REPLAY_TTL", "30m", "How long the stream remembers it has counted an event, so a replay inside it changes no running total; beyond it a replayed event counts again"}
 
 	EncryptionKey  = Setting{"SP_ENCRYPTION_KEY", "", "AES-256 key ring for identifiers: <key-id>:<64 hex chars>, comma-separated, first encrypts, all decrypt (rotation); required outside `speculapro dev`"}
-	FingerprintKey = Setting{"SP_FINGERPRINT_KEY", "", "HMAC-SHA256 key for identifier fingerprints, 64+ hex chars; never change it once data is stored"}
+	FingerprintKey = Setting{"SP_FINGERPRINT_KEY", "", "Fingerprint key: [<version>:]<64+ hex chars> (version 1 when omitted); each workspace fingerprints under a key derived from it; rotate only as the README's Rotating the keys says"}
 
 	IngestAddr = Setting{"SP_INGEST_ADDR", "127.0.0.1:8080", "Address the ingest API (pipelines/ingest.yaml) listens on"}
 	HTTPAddr   = Setting{"SP_HTTP_ADDR", "127.0.0.1:4195", "Address of the engine's HTTP server (/metrics, /ping, /ready)"}

@@ -2,8 +2,6 @@ package identity
 
 import (
 	"github.com/redpanda-data/benthos/v4/public/service"
-
-	"github.com/speculapro/speculapro/internal/config"
 )
 
 // Field names of the keys, shared by every plugin that protects identifiers.
@@ -13,39 +11,32 @@ const (
 )
 
 // KeyFields are the two key fields every plugin that protects identifiers
-// embeds in its spec. Empty means the SP_* variable: the engine does not
-// interpolate ${…} in a default, and a key must never be printed as one.
+// embeds in its spec. They have no default: a pipeline sets them from the
+// environment with `${SP_ENCRYPTION_KEY}` and `${SP_FINGERPRINT_KEY}` (no
+// default, so a missing key stops `speculapro run` and shows in `speculapro
+// lint`), and the plugins never read the environment themselves.
 func KeyFields() []*service.ConfigField {
 	return []*service.ConfigField{
 		service.NewStringField(FieldEncryptionKey).
-			Description("Key ring for identifier encryption: comma-separated `<key-id>:<64 hex chars>` entries, the first is current (encrypts), all decrypt. Empty means the `SP_ENCRYPTION_KEY` environment variable. Missing keys stop the pipeline at start.").
+			Description("Key ring for identifier encryption: comma-separated `<key-id>:<64 hex chars>` entries, the first is current (encrypts), all decrypt.").
 			Secret().
-			Default("").
 			Example("${SP_ENCRYPTION_KEY}"),
 		service.NewStringField(FieldFingerprintKey).
-			Description("HMAC-SHA256 key for fingerprints, at least 64 hex characters. Empty means the `SP_FINGERPRINT_KEY` environment variable. Never change it once data is stored: every stored fingerprint would stop matching.").
+			Description("Key for identifier fingerprints: `[<version>:]<64+ hex chars>` (version 1 when omitted). Each workspace fingerprints under its own key derived from it (HKDF), and every fingerprint starts with the version byte. Changing it makes stored fingerprints unmatchable until they are recomputed: see the README's \"Rotating the keys\".").
 			Secret().
-			Default("").
 			Example("${SP_FINGERPRINT_KEY}"),
 	}
 }
 
-// ProtectorFromParsed builds the Protector of a plugin's KeyFields, falling
-// back to SP_ENCRYPTION_KEY and SP_FINGERPRINT_KEY for an empty field.
+// ProtectorFromParsed builds the Protector of a plugin's KeyFields.
 func ProtectorFromParsed(conf *service.ParsedConfig) (*Protector, error) {
-	keys := [2]string{}
-	for i, f := range [2]struct {
-		field   string
-		setting config.Setting
-	}{{FieldEncryptionKey, config.EncryptionKey}, {FieldFingerprintKey, config.FingerprintKey}} {
-		v, err := conf.FieldString(f.field)
-		if err != nil {
-			return nil, err
-		}
-		if v == "" {
-			v = f.setting.Value()
-		}
-		keys[i] = v
+	enc, err := conf.FieldString(FieldEncryptionKey)
+	if err != nil {
+		return nil, err
 	}
-	return NewProtector(keys[0], keys[1])
+	fp, err := conf.FieldString(FieldFingerprintKey)
+	if err != nil {
+		return nil, err
+	}
+	return NewProtector(enc, fp)
 }

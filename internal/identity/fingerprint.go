@@ -1,59 +1,110 @@
 package identity
 
 import (
+	"crypto/hkdf"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"hash"
+	"strconv"
 	"strings"
 	"sync"
 	"unicode"
+
+	"github.com/speculapro/speculapro/internal/event"
 )
 
-// Fingerprinter derives keyed fingerprints. Keyed (HMAC-SHA256 under
-// SP_FINGERPRINT_KEY) rather than a plain hash because identifiers have so
-// little entropy that anyone could hash every phone number of a country and
-// reverse an unkeyed fingerprint. The key must never change once data is
-// stored: a new key makes every stored fingerprint unmatchable. A
-// Fingerprinter is safe for concurrent use.
+// fpDomain is HKDF's info prefix for a workspace's fingerprint key.
+const fpDomain = "speculapro fingerprint key v"
+
+// Fingerprinter derives keyed fingerprints. Keyed (HMAC-SHA256) rather than
+// a plain hash because identifiers have so little entropy that anyone could
+// hash every phone number of a country and reverse an unkeyed fingerprint.
+//
+// Each workspace fingerprints under its own key, derived with HKDF-SHA256
+// from SP_FINGERPRINT_KEY and the workspace ID, so the same IBAN in two
+// workspaces gets unrelated fingerprints and no stored value links tenants.
+// Matching (a counterparty to a monitored account, counterparties to each
+// other, running totals by counterparty) only ever happens within a
+// workspace, so nothing is lost.
+//
+// Every fingerprint starts with the key's version, one byte (two hex
+// digits, "01" for version 1), so fingerprints made under another key can
+// never compare equal to them by accident and a query can find the rows
+// still carrying an old version (get_byte(number_fingerprint, 0)). See
+// the README's "Rotating the keys" for the procedure. A Fingerprinter is
+// safe for concurrent use.
 type Fingerprinter struct {
-	pool sync.Pool // of hash.Hash (HMAC), because hmac.New costs two key schedules
+	version byte
+	master  []byte
+	pools   sync.Map // event.UUID → *sync.Pool of hash.Hash (HMAC under the workspace's key)
 }
 
 // NewFingerprinter reads SP_FINGERPRINT_KEY's format: at least 64 hex
-// characters (32 bytes, the HMAC-SHA256 block's useful size).
-func NewFingerprinter(hexKey string) (*Fingerprinter, error) {
-	hexKey = strings.TrimSpace(hexKey)
-	if hexKey == "" {
+// characters (32 bytes), optionally preceded by the key's version and a
+// colon ("2:<hex>"); without one the version is 1.
+func NewFingerprinter(spec string) (*Fingerprinter, error) {
+	spec = strings.TrimSpace(spec)
+	if spec == "" {
 		return nil, fmt.Errorf("fingerprint key: %w (set SP_FINGERPRINT_KEY to 64 hex chars)", ErrMissingKey)
 	}
-	key, err := hex.DecodeString(hexKey)
+	version := 1
+	if v, hexKey, ok := strings.Cut(spec, ":"); ok {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 255 {
+			return nil, fmt.Errorf("fingerprint key: %w: the version before ':' must be 1 to 255", ErrInvalidKey)
+		}
+		version, spec = n, hexKey
+	}
+	key, err := hex.DecodeString(spec)
 	if err != nil || len(key) < 32 {
 		return nil, fmt.Errorf("fingerprint key: %w: want at least 64 hex characters (32 bytes)", ErrInvalidKey)
 	}
-	f := &Fingerprinter{}
-	f.pool.New = func() any { return hmac.New(sha256.New, key) }
-	return f, nil
+	return &Fingerprinter{version: byte(version), master: key}, nil
 }
 
-func (f *Fingerprinter) sum(parts ...string) string {
-	h := f.pool.Get().(hash.Hash)
+// Version is the key version every fingerprint starts with.
+func (f *Fingerprinter) Version() byte { return f.version }
+
+// pool returns the HMAC pool of ws's key, deriving the key on first use
+// (hmac.New costs two key schedules, so HMACs are reused).
+func (f *Fingerprinter) pool(ws event.UUID) *sync.Pool {
+	if p, ok := f.pools.Load(ws); ok {
+		return p.(*sync.Pool)
+	}
+	info := make([]byte, 0, len(fpDomain)+3+16)
+	info = append(append(strconv.AppendInt(append(info, fpDomain...), int64(f.version), 10), ' '), ws[:]...)
+	key, err := hkdf.Key(sha256.New, f.master, nil, string(info), 32)
+	if err != nil {
+		// Only an output longer than 255 hash blocks fails.
+		panic(fmt.Sprintf("identity: deriving a fingerprint key: %v", err))
+	}
+	p := &sync.Pool{New: func() any { return hmac.New(sha256.New, key) }}
+	actual, _ := f.pools.LoadOrStore(ws, p)
+	return actual.(*sync.Pool)
+}
+
+func (f *Fingerprinter) sum(ws event.UUID, parts ...string) string {
+	pool := f.pool(ws)
+	h := pool.Get().(hash.Hash)
 	h.Reset()
 	for _, p := range parts {
 		h.Write([]byte(p))
 	}
-	var sum [sha256.Size]byte
-	out := hex.EncodeToString(h.Sum(sum[:0]))
-	f.pool.Put(h)
-	return out
+	var sum [1 + sha256.Size]byte
+	sum[0] = f.version
+	h.Sum(sum[1:1])
+	pool.Put(h)
+	return hex.EncodeToString(sum[:])
 }
 
-// Identifier is the keyed fingerprint of a normalised identifier:
-// hex(HMAC-SHA256(key, kind + ":" + normalized)). A monitored account's
-// number and a counterparty's identifier of the same kind and value get the
-// same fingerprint, which is how a payment is linked to one of our own
-// customers without decrypting anything.
+// Identifier is the keyed fingerprint of a normalised identifier in
+// workspace ws: hex(version ‖ HMAC-SHA256(key_ws, kind + ":" + normalized)).
+// A monitored account's number and a counterparty's identifier of the same
+// kind and value in the same workspace get the same fingerprint, which is
+// how a payment is linked to one of our own customers without decrypting
+// anything.
 //
 // The kind is part of the input on purpose. An IBAN embeds the domestic
 // account number, but where it sits in the BBAN differs by country, so an
@@ -63,12 +114,12 @@ func (f *Fingerprinter) sum(parts ...string) string {
 // its IBAN matches counterparties paid by IBAN, one known by a domestic
 // number matches payments to that number, and a customer system that has
 // both should send the IBAN.
-func (f *Fingerprinter) Identifier(kind Kind, normalized string) string {
-	return f.sum(string(kind), ":", normalized)
+func (f *Fingerprinter) Identifier(ws event.UUID, kind Kind, normalized string) string {
+	return f.sum(ws, string(kind), ":", normalized)
 }
 
-// Counterparty is the de-duplication fingerprint of a counterparty within a
-// workspace, the natural key the persister upserts counterparties on:
+// Counterparty is the de-duplication fingerprint of a counterparty within
+// workspace ws, the natural key the persister upserts counterparties on:
 //   - with an identifier: derived from its identifier fingerprint only
 //     ("cp:id:" + identifierFP), so one IBAN is one counterparty whatever
 //     name each payment spelled;
@@ -80,12 +131,12 @@ func (f *Fingerprinter) Identifier(kind Kind, normalized string) string {
 // It returns "" when there is neither an identifier nor a name with a letter
 // or digit in it: such a counterparty cannot be de-duplicated and is not
 // recorded. The prefixes keep the two derivations from ever colliding.
-func (f *Fingerprinter) Counterparty(identifierFP, name string) string {
+func (f *Fingerprinter) Counterparty(ws event.UUID, identifierFP, name string) string {
 	if identifierFP != "" {
-		return f.sum("cp:id:", identifierFP)
+		return f.sum(ws, "cp:id:", identifierFP)
 	}
 	if n := NormalizeName(name); n != "" {
-		return f.sum("cp:name:", n)
+		return f.sum(ws, "cp:name:", n)
 	}
 	return ""
 }

@@ -1,9 +1,17 @@
 package identity
 
 import (
+	"encoding/base64"
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/speculapro/speculapro/internal/event"
+)
+
+var (
+	wsA = event.UUID{0xa1, 1}
+	wsB = event.UUID{0xb2, 2}
 )
 
 func TestNormalize(t *testing.T) {
@@ -126,14 +134,14 @@ func TestKeyringRoundTripAndRotation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c1, err := old.Encrypt("DE89370400440532013000")
+	c1, err := old.Encrypt(wsA, FieldAccountNumber, "DE89370400440532013000")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.HasPrefix(c1, "k1:") || strings.Contains(c1, "DE89") {
 		t.Fatalf("ciphertext %q: want k1: prefix and no clear value", c1)
 	}
-	c1again, _ := old.Encrypt("DE89370400440532013000")
+	c1again, _ := old.Encrypt(wsA, FieldAccountNumber, "DE89370400440532013000")
 	if c1again == c1 {
 		t.Error("two encryptions of one value are equal: nonce is not random")
 	}
@@ -143,27 +151,27 @@ func TestKeyringRoundTripAndRotation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, err := rotated.Decrypt(c1); err != nil || got != "DE89370400440532013000" {
+	if got, err := rotated.Decrypt(wsA, FieldAccountNumber, c1); err != nil || got != "DE89370400440532013000" {
 		t.Fatalf("old ciphertext after rotation: %q, %v", got, err)
 	}
-	c2, _ := rotated.Encrypt("+491711234567")
+	c2, _ := rotated.Encrypt(wsA, FieldAccountNumber, "+491711234567")
 	if !strings.HasPrefix(c2, "k2:") {
 		t.Fatalf("rotated ring encrypts with %q, want current key k2", c2[:3])
 	}
-	if _, err := old.Decrypt(c2); !errors.Is(err, ErrUnknownKeyID) {
+	if _, err := old.Decrypt(wsA, FieldAccountNumber, c2); !errors.Is(err, ErrUnknownKeyID) {
 		t.Errorf("ring without k2 decrypting a k2 ciphertext: %v, want ErrUnknownKeyID", err)
 	}
 	// Relabelling a ciphertext with another key id must not open.
-	if _, err := rotated.Decrypt("k1:" + strings.TrimPrefix(c2, "k2:")); !errors.Is(err, ErrCiphertext) {
+	if _, err := rotated.Decrypt(wsA, FieldAccountNumber, "k1:"+strings.TrimPrefix(c2, "k2:")); !errors.Is(err, ErrCiphertext) {
 		t.Errorf("relabelled ciphertext: %v, want ErrCiphertext", err)
 	}
 	tampered := []byte(c1)
 	tampered[len(tampered)-3] ^= 0x01
-	if _, err := rotated.Decrypt(string(tampered)); !errors.Is(err, ErrCiphertext) {
+	if _, err := rotated.Decrypt(wsA, FieldAccountNumber, string(tampered)); !errors.Is(err, ErrCiphertext) {
 		t.Errorf("tampered ciphertext: %v, want ErrCiphertext", err)
 	}
 	for _, bad := range []string{"", "nokeyid", "k1:@@@", "k1:AAAA"} {
-		if _, err := rotated.Decrypt(bad); err == nil {
+		if _, err := rotated.Decrypt(wsA, FieldAccountNumber, bad); err == nil {
 			t.Errorf("Decrypt(%q) succeeded", bad)
 		}
 	}
@@ -203,49 +211,49 @@ func TestFingerprints(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, _ := p.Protect(KindIBAN, "DE89 3704 0044 0532 0130 00")
-	b, _ := p.Protect(KindIBAN, "de89370400440532013000")
-	if a.FP != b.FP || len(a.FP) != 64 {
+	a, _ := p.Protect(wsA, FieldCounterpartyIdentifier, KindIBAN, "DE89 3704 0044 0532 0130 00")
+	b, _ := p.Protect(wsA, FieldCounterpartyIdentifier, KindIBAN, "de89370400440532013000")
+	if a.FP != b.FP || len(a.FP) != 66 {
 		t.Fatalf("same IBAN, two spellings: fingerprints %q and %q", a.FP, b.FP)
 	}
 	if a.Masked != "DE89 **** **** **** 3000" || a.Kind != KindIBAN {
 		t.Errorf("Protect = %+v", a)
 	}
 	// Same characters, different kind: deliberately different fingerprints.
-	acct, _ := p.Protect(KindAccountNumber, "DE89370400440532013000")
+	acct, _ := p.Protect(wsA, FieldCounterpartyIdentifier, KindAccountNumber, "DE89370400440532013000")
 	if acct.FP == a.FP {
 		t.Error("account_number and iban of the same characters share a fingerprint")
 	}
 	// Another fingerprint key gives another fingerprint: it is keyed.
 	other, _ := NewProtector(testKeyA, strings.Repeat("11", 32))
-	c, _ := other.Protect(KindIBAN, "DE89370400440532013000")
+	c, _ := other.Protect(wsA, FieldCounterpartyIdentifier, KindIBAN, "DE89370400440532013000")
 	if c.FP == a.FP {
 		t.Error("fingerprint does not depend on the key")
 	}
 	// Rotating the encryption key must not change fingerprints.
 	rot, _ := NewProtector(testKeyB+","+testKeyA, testFP)
-	d, _ := rot.Protect(KindIBAN, "DE89370400440532013000")
+	d, _ := rot.Protect(wsA, FieldCounterpartyIdentifier, KindIBAN, "DE89370400440532013000")
 	if d.FP != a.FP {
 		t.Error("fingerprint changed with the encryption key")
 	}
-	if got, err := rot.Keys.Decrypt(a.Enc); err != nil || got != "DE89370400440532013000" {
+	if got, err := rot.Keys.Decrypt(wsA, FieldCounterpartyIdentifier, a.Enc); err != nil || got != "DE89370400440532013000" {
 		t.Errorf("Decrypt(Enc) = %q, %v; want the normalised IBAN", got, err)
 	}
 
 	f := p.Fingerprints
-	if f.Counterparty(a.FP, "Alice") != f.Counterparty(a.FP, "Bob") {
+	if f.Counterparty(wsA, a.FP, "Alice") != f.Counterparty(wsA, a.FP, "Bob") {
 		t.Error("counterparty with an identifier: fingerprint depends on the name")
 	}
-	if f.Counterparty("", "ACME Ltd.") != f.Counterparty("", "  acme   LTD ") {
+	if f.Counterparty(wsA, "", "ACME Ltd.") != f.Counterparty(wsA, "", "  acme   LTD ") {
 		t.Error("name-only counterparty: spelling variants differ")
 	}
-	if f.Counterparty("", "ACME Ltd") == f.Counterparty("", "ACME Limited") {
+	if f.Counterparty(wsA, "", "ACME Ltd") == f.Counterparty(wsA, "", "ACME Limited") {
 		t.Error("different names share a fingerprint")
 	}
-	if f.Counterparty("", "acme") == f.Counterparty(f.sum("acme"), "") {
+	if f.Counterparty(wsA, "", "acme") == f.Counterparty(wsA, f.sum(wsA, "acme"), "") {
 		t.Error("name and identifier derivations collide")
 	}
-	if got := f.Counterparty("", " -- "); got != "" {
+	if got := f.Counterparty(wsA, "", " -- "); got != "" {
 		t.Errorf("counterparty with neither identifier nor name: %q, want \"\"", got)
 	}
 }
@@ -289,8 +297,97 @@ func BenchmarkProtect(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := p.Protect(KindIBAN, "DE89 3704 0044 0532 0130 00"); err != nil {
+		if _, err := p.Protect(wsA, FieldCounterpartyIdentifier, KindIBAN, "DE89 3704 0044 0532 0130 00"); err != nil {
 			b.Fatal(err)
 		}
 	}
+}
+
+// A ciphertext opens only for the workspace and field it was made for (item
+// 14): copied into another workspace's row or another field, it fails.
+func TestCiphertextBoundToWorkspaceAndField(t *testing.T) {
+	ring, err := ParseKeyring(testKeyA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := ring.Encrypt(wsA, FieldAccountNumber, "DE89370400440532013000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ring.Decrypt(wsA, FieldAccountNumber, c); err != nil || got != "DE89370400440532013000" {
+		t.Fatalf("Decrypt in place = %q, %v", got, err)
+	}
+	if _, err := ring.Decrypt(wsB, FieldAccountNumber, c); !errors.Is(err, ErrCiphertext) {
+		t.Errorf("ciphertext copied to another workspace: %v, want ErrCiphertext", err)
+	}
+	if _, err := ring.Decrypt(wsA, FieldCounterpartyIdentifier, c); !errors.Is(err, ErrCiphertext) {
+		t.Errorf("ciphertext copied to another field: %v, want ErrCiphertext", err)
+	}
+}
+
+// Every message gets its own derived key and nonce (item 16): the salt
+// prefix of two encryptions of one value differs, and the raw format starts
+// with the format byte and a 24-byte salt.
+func TestPerMessageKeys(t *testing.T) {
+	ring, _ := ParseKeyring(testKeyA)
+	seen := map[string]bool{}
+	for range 1000 {
+		c, err := ring.Encrypt(wsA, FieldAccountNumber, "12345678")
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw := mustB64(t, strings.TrimPrefix(c, "k1:"))
+		if raw[0] != ciphertextFormat || len(raw) != 1+saltSize+len("12345678")+16 {
+			t.Fatalf("raw ciphertext: format %d, %d bytes", raw[0], len(raw))
+		}
+		salt := string(raw[1 : 1+saltSize])
+		if seen[salt] {
+			t.Fatal("a salt repeated")
+		}
+		seen[salt] = true
+	}
+}
+
+// Fingerprints are per workspace and start with the key version (item 15).
+func TestFingerprintsPerWorkspaceAndVersioned(t *testing.T) {
+	f1, err := NewFingerprinter(testFP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := f1.Identifier(wsA, KindIBAN, "DE89370400440532013000")
+	b := f1.Identifier(wsB, KindIBAN, "DE89370400440532013000")
+	if a == b {
+		t.Error("the same IBAN has the same fingerprint in two workspaces: fingerprints link tenants")
+	}
+	if !strings.HasPrefix(a, "01") || len(a) != 66 {
+		t.Errorf("fingerprint %q: want the version byte 01 and 32 bytes of HMAC", a)
+	}
+	if f1.Counterparty(wsA, a, "") == f1.Counterparty(wsB, a, "") || f1.Counterparty(wsA, "", "ACME") == f1.Counterparty(wsB, "", "ACME") {
+		t.Error("counterparty fingerprints are not per workspace")
+	}
+	f2, err := NewFingerprinter("2:" + testFP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := f2.Identifier(wsA, KindIBAN, "DE89370400440532013000")
+	if !strings.HasPrefix(c, "02") || c[2:] == a[2:] {
+		t.Errorf("version 2 fingerprint %q: want prefix 02 and another HMAC than version 1's", c)
+	}
+	for _, bad := range []string{"0:" + testFP, "256:" + testFP, "x:" + testFP} {
+		if _, err := NewFingerprinter(bad); !errors.Is(err, ErrInvalidKey) {
+			t.Errorf("NewFingerprinter(%.6q…) = %v, want ErrInvalidKey", bad, err)
+		}
+	}
+	if f1.Identifier(wsA, KindIBAN, "DE89370400440532013000") != a {
+		t.Error("fingerprint is not stable")
+	}
+}
+
+func mustB64(t *testing.T, s string) []byte {
+	t.Helper()
+	b, err := base64.StdEncoding.DecodeString(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

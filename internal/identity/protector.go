@@ -4,15 +4,17 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+
+	"github.com/speculapro/speculapro/internal/event"
 )
 
 // Protected is an identifier in the only forms that may leave the ingest
 // API: encrypted, masked and fingerprinted. It never holds the clear value.
 type Protected struct {
 	Kind   Kind
-	Enc    string // key id + ":" + base64 AES-256-GCM ciphertext of the normalised value
+	Enc    string // key id + ":" + base64 AES-256-GCM ciphertext of the normalised value, bound to workspace and field
 	Masked string // display form, see Mask
-	FP     string // hex keyed fingerprint, see Fingerprinter.Identifier
+	FP     string // hex keyed fingerprint of the workspace, see Fingerprinter.Identifier
 }
 
 // Protector turns clear identifiers into Protected ones. Safe for concurrent use.
@@ -36,14 +38,15 @@ func NewProtector(encryptionKey, fingerprintKey string) (*Protector, error) {
 	return &Protector{Keys: keys, Fingerprints: fps}, nil
 }
 
-// Protect normalises raw as an identifier of kind and returns its encrypted,
-// masked and fingerprinted forms.
-func (p *Protector) Protect(kind Kind, raw string) (Protected, error) {
+// Protect normalises raw as an identifier of kind, held in field (such as
+// FieldAccountNumber) of workspace ws, and returns its encrypted, masked and
+// fingerprinted forms.
+func (p *Protector) Protect(ws event.UUID, field string, kind Kind, raw string) (Protected, error) {
 	norm, err := Normalize(kind, raw)
 	if err != nil {
 		return Protected{}, err
 	}
-	enc, err := p.Keys.Encrypt(norm)
+	enc, err := p.Keys.Encrypt(ws, field, norm)
 	if err != nil {
 		return Protected{}, err
 	}
@@ -51,7 +54,7 @@ func (p *Protector) Protect(kind Kind, raw string) (Protected, error) {
 		Kind:   kind,
 		Enc:    enc,
 		Masked: Mask(kind, norm),
-		FP:     p.Fingerprints.Identifier(kind, norm),
+		FP:     p.Fingerprints.Identifier(ws, kind, norm),
 	}, nil
 }
 

@@ -189,7 +189,7 @@ func New(cfg Config, p *identity.Protector) (*Generator, error) {
 			iban:               domesticIBAN(rng(cfg.Seed, domainIBAN, uint64(a))),
 		}
 		if acc.Known {
-			prot, err := p.Protect(identity.KindIBAN, acc.iban)
+			prot, err := p.Protect(acc.Workspace, identity.FieldAccountNumber, identity.KindIBAN, acc.iban)
 			if err != nil {
 				return nil, fmt.Errorf("protecting the IBAN of account %s: %w", acc.ExternalID, err)
 			}
@@ -235,13 +235,13 @@ func (g *Generator) muleEntry(p *identity.Protector, w, j int) (poolEntry, error
 	r := rng(g.cfg.Seed, domainMule, uint64(w)<<32|uint64(j))
 	e := poolEntry{linked: -1, typ: "transfer", channel: [2]string{"online", "online"}, clear: foreignOrDomesticIBAN(r)}
 	e.cp.Name = personName(r)
-	prot, err := p.Protect(identity.KindIBAN, e.clear)
+	prot, err := p.Protect(g.workspaces[w], identity.FieldCounterpartyIdentifier, identity.KindIBAN, e.clear)
 	if err != nil {
 		return poolEntry{}, fmt.Errorf("protecting mule %d of workspace %d: %w", j, w, err)
 	}
 	e.cp.IdentifierKind, e.cp.IdentifierEnc = string(prot.Kind), prot.Enc
 	e.cp.IdentifierMasked, e.cp.IdentifierFP = prot.Masked, prot.FP
-	e.cp.Fingerprint = p.Fingerprints.Counterparty(e.cp.IdentifierFP, e.cp.Name)
+	e.cp.Fingerprint = p.Fingerprints.Counterparty(g.workspaces[w], e.cp.IdentifierFP, e.cp.Name)
 	return e, nil
 }
 
@@ -272,14 +272,14 @@ func (g *Generator) poolEntry(p *identity.Protector, w, j int, known []int) (poo
 		e.typ, e.channel = "card", [2]string{"pos", "online"}
 	}
 	if kind != "" {
-		prot, err := p.Protect(kind, e.clear)
+		prot, err := p.Protect(g.workspaces[w], identity.FieldCounterpartyIdentifier, kind, e.clear)
 		if err != nil {
 			return poolEntry{}, fmt.Errorf("protecting counterparty %d of workspace %d: %w", j, w, err)
 		}
 		e.cp.IdentifierKind, e.cp.IdentifierEnc = string(prot.Kind), prot.Enc
 		e.cp.IdentifierMasked, e.cp.IdentifierFP = prot.Masked, prot.FP
 	}
-	e.cp.Fingerprint = p.Fingerprints.Counterparty(e.cp.IdentifierFP, e.cp.Name)
+	e.cp.Fingerprint = p.Fingerprints.Counterparty(g.workspaces[w], e.cp.IdentifierFP, e.cp.Name)
 	return e, nil
 }
 

@@ -94,8 +94,8 @@ func TestSameSeedSameTransactions(t *testing.T) {
 		if x.Counterparty != nil {
 			cx, cy := x.Counterparty.IdentifierEnc, y.Counterparty.IdentifierEnc
 			if cx != "" {
-				dx, err1 := p.Keys.Decrypt(cx)
-				dy, err2 := p.Keys.Decrypt(cy)
+				dx, err1 := p.Keys.Decrypt(x.WorkspaceID, identity.FieldCounterpartyIdentifier, cx)
+				dy, err2 := p.Keys.Decrypt(y.WorkspaceID, identity.FieldCounterpartyIdentifier, cy)
 				if err1 != nil || err2 != nil || dx != dy {
 					t.Fatalf("transaction %d: ciphertexts do not decrypt to the same identifier (%v, %v)", i, err1, err2)
 				}

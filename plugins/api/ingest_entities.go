@@ -120,7 +120,7 @@ func (a *ingestAPI) handleAccount(w http.ResponseWriter, r *http.Request, ws eve
 	var enc, fp []byte
 	var masked *string
 	if number != "" {
-		p, err := a.protector.Protect(identity.Kind(numberKind), number)
+		p, err := a.protector.Protect(ws, identity.FieldAccountNumber, identity.Kind(numberKind), number)
 		if err != nil {
 			// Validated above, so only the key ring can fail here.
 			a.log.Errorf("ingest_api: protecting an account number: %v", err)

@@ -75,9 +75,10 @@ Messages carry metadata `+"`ingest_topic`"+` (`+"`txn.ingested`"+` or `+"`accoun
 				Default(config.IngestAddr.Default).
 				Example("${SP_INGEST_ADDR:127.0.0.1:8080}"),
 			service.NewStringField(iaFieldDBURL).
-				Description("PostgreSQL URL of the speculapro_app role (API keys, customers, accounts, stored-duplicate lookups). Empty means `SP_DB_URL`.").
+				Description("PostgreSQL URL of the speculapro_app role (API keys, customers, accounts, stored-duplicate lookups).").
 				Secret().
-				Default(""),
+				Default(config.DBURL.Default).
+				Example("${SP_DB_URL:"+config.DBURL.Default+"}"),
 			service.NewIntField(iaFieldMaxItems).
 				Description("The most items one request may carry.").
 				Default(maxItemsDefault),
@@ -160,9 +161,6 @@ func newIngestAPIFromParsed(conf *service.ParsedConfig, mgr *service.Resources) 
 	}
 	if a.dbURL, err = conf.FieldString(iaFieldDBURL); err != nil {
 		return nil, err
-	}
-	if a.dbURL == "" {
-		a.dbURL = config.DBURL.Value()
 	}
 	if a.maxItems, err = conf.FieldInt(iaFieldMaxItems); err != nil {
 		return nil, err

@@ -49,6 +49,34 @@ fingerprint_key: %s
 	}
 }
 
+// Settings reach the plugin through its YAML only (item 17): with the keys
+// and SP_DB_URL set in the environment but not in the config, the keys are
+// missing and db_url is the documented default, not the environment's.
+func TestIngestAPIReadsNoEnvironment(t *testing.T) {
+	enc, fp := identity.DevKeys()
+	t.Setenv("SP_ENCRYPTION_KEY", enc)
+	t.Setenv("SP_FINGERPRINT_KEY", fp)
+	t.Setenv("SP_DB_URL", "postgres://from-the-environment/x")
+	conf, err := ingestAPISpec().ParseYAML("address: 127.0.0.1:0\n", nil)
+	if err == nil {
+		_, err = newIngestAPIFromParsed(conf, service.MockResources())
+	}
+	if err == nil {
+		t.Fatal("ingest_api built without encryption_key and fingerprint_key: it read the environment")
+	}
+	conf, err = ingestAPISpec().ParseYAML(fmt.Sprintf("encryption_key: %s\nfingerprint_key: %s\n", enc, fp), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := newIngestAPIFromParsed(conf, service.MockResources())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(a.dbURL, "from-the-environment") {
+		t.Error("db_url came from SP_DB_URL, not from the config")
+	}
+}
+
 // fakePipeline plays the engine: it reads the input's batches and acks
 // them, failing the messages whose content holds a marker.
 type fakePipeline struct {
@@ -383,7 +411,8 @@ func TestIngestAPICustomersAndAccounts(t *testing.T) {
 		event.AccountID(f.wsA, "acc-9")).Scan(&enc, &masked, &fp, &custPlaceholder); err != nil {
 		t.Fatal(err)
 	}
-	if masked != "DE89 **** **** **** 3000" || len(fp) != 32 || bytes.Contains(enc, []byte("0532")) || !bytes.HasPrefix(enc, []byte("dev:")) || !custPlaceholder {
+	// The fingerprint is the key version byte and 32 bytes of HMAC.
+	if masked != "DE89 **** **** **** 3000" || len(fp) != 33 || fp[0] != 1 || bytes.Contains(enc, []byte("0532")) || !bytes.HasPrefix(enc, []byte("dev:")) || !custPlaceholder {
 		t.Errorf("account row: masked=%q fp=%d bytes enc=%.10q customer placeholder=%v", masked, len(fp), enc, custPlaceholder)
 	}
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 
+	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/identity"
 )
 
@@ -35,7 +36,9 @@ For every path in `+"`"+cfpFieldIdentifierPaths+"`"+` whose field F holds a clea
 is normalised (an IBAN's checksum is validated), then F is removed and replaced by siblings
 `+"`F_enc`"+` (AES-256-GCM, prefixed with the key id, e.g. `+"`k1:…`"+`), `+"`F_masked`"+` (e.g.
 `+"`DE89 **** **** **** 3000`"+`) and `+"`F_fp`"+` (hex HMAC-SHA256 of the kind and normalised value), and
-`+"`F_kind`"+` is set to the normalised kind. The kind is read from `+"`F_kind`"+` (iban, account_number
+`+"`F_kind`"+` is set to the normalised kind. The ciphertext is bound to the message's `+"`workspace_id`"+`
+and to the path (decrypting it for another workspace or field fails), and the fingerprint is keyed
+per workspace and starts with the fingerprint key's version byte. The kind is read from `+"`F_kind`"+` (iban, account_number
 or phone); without one, a value that passes the IBAN checks is an IBAN, one starting with + a phone
 number, anything else an account number.
 
@@ -156,11 +159,21 @@ func (p *counterpartyFingerprint) processMessage(msg *service.Message) error {
 		msg.SetBytes(nil)
 		return errNotObject
 	}
+	// Ciphertexts and fingerprints are bound to the message's workspace;
+	// without one, clear values are still removed below.
+	var firstErr error
+	wsText, _ := root["workspace_id"].(string)
+	ws, wsErr := event.ParseUUID(wsText)
+	if wsErr == nil && ws.IsZero() {
+		wsErr = errors.New("the nil UUID")
+	}
+	if wsErr != nil {
+		firstErr = fmt.Errorf("workspace_id: %w (identifiers removed)", wsErr)
+	}
 	// Every path is handled even after a failure, so that no clear value of a
 	// failed message leaves the processor; the first error is reported.
-	var firstErr error
 	for _, ip := range p.paths {
-		if err := p.protectField(root, ip); err != nil && firstErr == nil {
+		if err := p.protectField(root, ip, ws, wsErr != nil); err != nil && firstErr == nil {
 			firstErr = err
 		}
 	}
@@ -169,7 +182,7 @@ func (p *counterpartyFingerprint) processMessage(msg *service.Message) error {
 			fpr := p.protector.Fingerprints
 			idFP, _ := cp["identifier"+suffixFP].(string)
 			name, _ := cp["name"].(string)
-			if fp := fpr.Counterparty(idFP, name); fp != "" {
+			if fp := fpr.Counterparty(ws, idFP, name); fp != "" {
 				cp["fingerprint"] = fp
 			} else {
 				delete(cp, "fingerprint")
@@ -180,9 +193,10 @@ func (p *counterpartyFingerprint) processMessage(msg *service.Message) error {
 	return firstErr
 }
 
-// protectField replaces the clear identifier at ip, if any. On failure the
-// clear value is removed all the same.
-func (p *counterpartyFingerprint) protectField(root map[string]any, ip identifierPath) error {
+// protectField replaces the clear identifier at ip, if any, protected for
+// workspace ws (noWorkspace: only remove it). On failure the clear value is
+// removed all the same.
+func (p *counterpartyFingerprint) protectField(root map[string]any, ip identifierPath, ws event.UUID, noWorkspace bool) error {
 	obj, ok := lookupObject(root, ip.parent)
 	if !ok {
 		return nil
@@ -192,6 +206,9 @@ func (p *counterpartyFingerprint) protectField(root map[string]any, ip identifie
 		return nil
 	}
 	delete(obj, ip.field)
+	if noWorkspace {
+		return nil
+	}
 	var clear string
 	switch x := raw.(type) {
 	case nil:
@@ -221,7 +238,7 @@ func (p *counterpartyFingerprint) protectField(root map[string]any, ip identifie
 	default:
 		return fmt.Errorf("%s%s: want a string, got a JSON %s (identifier removed)", ip.display, suffixKind, jsonType(k))
 	}
-	prot, err := p.protector.Protect(kind, clear)
+	prot, err := p.protector.Protect(ws, ip.display, kind, clear)
 	if err != nil {
 		return fmt.Errorf("%s: %w (identifier removed)", ip.display, err)
 	}

@@ -14,6 +14,7 @@ import (
 	_ "github.com/redpanda-data/benthos/v4/public/components/pure"
 	"github.com/redpanda-data/benthos/v4/public/service"
 
+	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/identity"
 )
 
@@ -41,7 +42,7 @@ func run(t testing.TB, p *counterpartyFingerprint, inputs ...string) ([][]byte, 
 	t.Helper()
 	batch := make(service.MessageBatch, len(inputs))
 	for i, in := range inputs {
-		batch[i] = service.NewMessage([]byte(in))
+		batch[i] = service.NewMessage([]byte(withWorkspace(in)))
 	}
 	out, err := p.ProcessBatch(context.Background(), batch)
 	if err != nil {
@@ -61,6 +62,30 @@ func run(t testing.TB, p *counterpartyFingerprint, inputs ...string) ([][]byte, 
 		errs = append(errs, m.GetError())
 	}
 	return bs, errs
+}
+
+// testWS is the workspace withWorkspace gives an input that names none.
+const testWS = "6f1c2b9e-3d4a-4f5b-9c8d-7e6f5a4b3c2d"
+
+// withWorkspace adds workspace_id to a JSON object input that has none:
+// identifiers are protected for the message's workspace.
+func withWorkspace(in string) string {
+	if strings.HasPrefix(in, "{") && !strings.Contains(in, `"workspace_id"`) {
+		if in == "{}" {
+			return `{"workspace_id":"` + testWS + `"}`
+		}
+		return `{"workspace_id":"` + testWS + `",` + in[1:]
+	}
+	return in
+}
+
+func mustWS(t testing.TB) event.UUID {
+	t.Helper()
+	ws, err := event.ParseUUID(testWS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ws
 }
 
 func decodeJSON(t testing.TB, b []byte) map[string]any {
@@ -336,7 +361,7 @@ func TestKeyRotation(t *testing.T) {
 		t.Fatalf("key ids: old %.3s, new %.3s; want k1, k2", oldEnc, newEnc)
 	}
 	for _, enc := range []string{oldEnc.(string), newEnc.(string)} {
-		if got, err := ring.Decrypt(enc); err != nil || got != "DE89370400440532013000" {
+		if got, err := ring.Decrypt(mustWS(t), identity.FieldCounterpartyIdentifier, enc); err != nil || got != "DE89370400440532013000" {
 			t.Errorf("Decrypt(%.3s…) = %q, %v", enc, got, err)
 		}
 	}
@@ -363,12 +388,23 @@ func TestIdempotent(t *testing.T) {
 }
 
 func TestMissingKeysRefuseToStart(t *testing.T) {
-	t.Setenv("SP_ENCRYPTION_KEY", "")
-	t.Setenv("SP_FINGERPRINT_KEY", "")
+	// The keys come from the config only; the environment is never read
+	// (item 17), so keys set there do not make a config without them work.
+	t.Setenv("SP_ENCRYPTION_KEY", testKey1)
+	t.Setenv("SP_FINGERPRINT_KEY", testFP)
+	for _, yaml := range []string{``, `fingerprint_key: "` + testFP + `"`, `encryption_key: "` + testKey1 + `"`} {
+		conf, err := counterpartyFingerprintSpec().ParseYAML(yaml, nil)
+		if err == nil {
+			_, err = newCounterpartyFingerprintFromParsed(conf)
+		}
+		if err == nil {
+			t.Errorf("config %q without both keys built a processor", yaml)
+		}
+	}
 	for yaml, want := range map[string]error{
-		``:                                  identity.ErrMissingKey,
-		`fingerprint_key: "` + testFP + `"`: identity.ErrMissingKey,
-		`encryption_key: "k1:00"` + "\n" + `fingerprint_key: "` + testFP + `"`: identity.ErrInvalidKey,
+		`encryption_key: ""` + "\n" + `fingerprint_key: "` + testFP + `"`:       identity.ErrMissingKey,
+		`encryption_key: "k1:00"` + "\n" + `fingerprint_key: "` + testFP + `"`:  identity.ErrInvalidKey,
+		`encryption_key: "` + testKey1 + `"` + "\n" + `fingerprint_key: "abcd"`: identity.ErrInvalidKey,
 	} {
 		conf, err := counterpartyFingerprintSpec().ParseYAML(yaml, nil)
 		if err != nil {
@@ -378,13 +414,6 @@ func TestMissingKeysRefuseToStart(t *testing.T) {
 		if !errors.Is(err, want) {
 			t.Errorf("config %q: error %v, want %v", yaml, err, want)
 		}
-	}
-	// Empty fields fall back to the SP_* settings.
-	t.Setenv("SP_ENCRYPTION_KEY", testKey1)
-	t.Setenv("SP_FINGERPRINT_KEY", testFP)
-	conf, _ := counterpartyFingerprintSpec().ParseYAML(``, nil)
-	if _, err := newCounterpartyFingerprintFromParsed(conf); err != nil {
-		t.Errorf("keys from SP_ENCRYPTION_KEY/SP_FINGERPRINT_KEY: %v", err)
 	}
 }
 
@@ -429,8 +458,8 @@ func TestInPipeline(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- stream.Run(ctx) }()
 	if err := produce(ctx, service.MessageBatch{
-		service.NewMessage([]byte(`{"counterparty":{"identifier":"DE89370400440532013000","identifier_kind":"iban"}}`)),
-		service.NewMessage([]byte(`{"counterparty":{"identifier":"DE89370400440532013001","identifier_kind":"iban"}}`)),
+		service.NewMessage([]byte(withWorkspace(`{"counterparty":{"identifier":"DE89370400440532013000","identifier_kind":"iban"}}`))),
+		service.NewMessage([]byte(withWorkspace(`{"counterparty":{"identifier":"DE89370400440532013001","identifier_kind":"iban"}}`))),
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -476,4 +505,33 @@ func BenchmarkCounterpartyFingerprint(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batchSize), "ns/msg")
+}
+
+// Identifiers are protected for the message's workspace: another workspace
+// gets other fingerprints, and a message naming none fails with every clear
+// identifier removed.
+func TestProtectedPerWorkspace(t *testing.T) {
+	p := newTestProcessor(t, testKey1)
+	const body = `"counterparty":{"name":"ACME","identifier":"DE89370400440532013000","identifier_kind":"iban"}}`
+	outs, errs := run(t, p,
+		`{"workspace_id":"`+testWS+`",`+body,
+		`{"workspace_id":"11111111-2222-4333-8444-555555555555",`+body,
+		`{`+strings.Replace(body, `"counterparty"`, `"workspace_id":"nope","counterparty"`, 1))
+	if errs[0] != nil || errs[1] != nil {
+		t.Fatalf("errors %v, %v", errs[0], errs[1])
+	}
+	a, b := decodeJSON(t, outs[0]), decodeJSON(t, outs[1])
+	for _, path := range []string{"counterparty.identifier_fp", "counterparty.fingerprint"} {
+		x, _ := lookup(a, path)
+		y, _ := lookup(b, path)
+		if x == nil || x == y {
+			t.Errorf("%s: %v in both workspaces, want two different fingerprints", path, x)
+		}
+	}
+	if errs[2] == nil || !strings.Contains(errs[2].Error(), "workspace_id") {
+		t.Errorf("message without a workspace: error %v, want one naming workspace_id", errs[2])
+	}
+	if strings.Contains(string(outs[2]), "0532013") {
+		t.Errorf("clear identifier left in a failed message: %s", outs[2])
+	}
 }
