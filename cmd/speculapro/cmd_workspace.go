@@ -47,33 +47,6 @@ func workspaceCommand() *cli.Command {
 	}
 }
 
-// apikeyCommand adds an API key to an existing workspace.
-func apikeyCommand() *cli.Command {
-	return &cli.Command{
-		Name:  "apikey",
-		Usage: "Manage API keys",
-		Subcommands: []*cli.Command{{
-			Name:  "create",
-			Usage: "Create an API key for a workspace; the key is printed once",
-			Description: "Connects as SP_DB_URL and prints api_key=… and key_prefix=…. Only a hash of the key is\n" +
-				"stored: copy it now.",
-			Flags: []cli.Flag{
-				&cli.StringFlag{Name: "workspace", Usage: "the workspace's ID", Required: true},
-				&cli.StringFlag{Name: "name", Usage: "what the key is for, to tell keys apart", Value: "api key"},
-			},
-			Action: func(c *cli.Context) error {
-				ws, err := event.ParseUUID(c.String("workspace"))
-				if err != nil {
-					return fmt.Errorf("apikey create: --workspace: %w", err)
-				}
-				ctx, cancel := context.WithTimeout(c.Context, workspaceTimeout)
-				defer cancel()
-				return runAPIKeyCreate(ctx, c.App.Writer, config.DBURL.Value(), ws, c.String("name"))
-			},
-		}},
-	}
-}
-
 func runWorkspaceCreate(ctx context.Context, stdout io.Writer, dbURL, name string) error {
 	name = strings.TrimSpace(name)
 	if name == "" {
@@ -97,31 +70,6 @@ func runWorkspaceCreate(ctx context.Context, stdout io.Writer, dbURL, name strin
 		return fmt.Errorf("workspace create: %w", err)
 	}
 	fmt.Fprintf(stdout, "workspace_id=%s\napi_key=%s\nkey_prefix=%s\n", ws, key.Secret, key.Display)
-	return nil
-}
-
-func runAPIKeyCreate(ctx context.Context, stdout io.Writer, dbURL string, ws event.UUID, name string) error {
-	key, err := apikey.New()
-	if err != nil {
-		return fmt.Errorf("apikey create: %w", err)
-	}
-	err = inWorkspace(ctx, dbURL, ws, func(tx pgx.Tx) error {
-		var n int
-		// RLS shows the workspace row only to a session naming it; absent
-		// means no such workspace, which the key's foreign key would also
-		// catch, less readably.
-		if err := tx.QueryRow(ctx, `SELECT count(*) FROM speculapro.workspaces WHERE id = $1 AND status = 'active'`, ws).Scan(&n); err != nil {
-			return fmt.Errorf("looking up workspace %s: %w", ws, err)
-		}
-		if n == 0 {
-			return fmt.Errorf("workspace %s: %w", ws, errNoWorkspace)
-		}
-		return insertKey(ctx, tx, ws, name, key)
-	})
-	if err != nil {
-		return fmt.Errorf("apikey create: %w", err)
-	}
-	fmt.Fprintf(stdout, "api_key=%s\nkey_prefix=%s\n", key.Secret, key.Display)
 	return nil
 }
 

@@ -2,7 +2,6 @@ package api
 
 import (
 	"sync"
-	"time"
 
 	"github.com/speculapro/speculapro/internal/event"
 )
@@ -48,43 +47,3 @@ func (c *recentIDs) add(ids ...event.UUID) {
 	}
 }
 
-// keyCache remembers which workspace a key hash belongs to for keyTTL, so a
-// busy client costs one key lookup a minute, not one per request. A revoked
-// key therefore keeps working for up to keyTTL on a process that used it.
-type keyCache struct {
-	mu      sync.Mutex
-	entries map[string]keyEntry
-}
-
-type keyEntry struct {
-	ws      event.UUID
-	expires time.Time
-}
-
-const (
-	keyTTL = time.Minute
-	// keyCacheMax bounds memory whatever keys clients present; only valid
-	// keys are cached, so this is the number of live keys in use.
-	keyCacheMax = 10000
-)
-
-func newKeyCache() *keyCache { return &keyCache{entries: map[string]keyEntry{}} }
-
-func (c *keyCache) get(hash []byte) (event.UUID, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e, ok := c.entries[string(hash)]
-	if !ok || time.Now().After(e.expires) {
-		return event.UUID{}, false
-	}
-	return e.ws, true
-}
-
-func (c *keyCache) put(hash []byte, ws event.UUID) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.entries) >= keyCacheMax {
-		clear(c.entries)
-	}
-	c.entries[string(hash)] = keyEntry{ws: ws, expires: time.Now().Add(keyTTL)}
-}

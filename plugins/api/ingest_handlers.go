@@ -74,7 +74,9 @@ func (a *ingestAPI) routes() http.Handler {
 				case err != nil:
 					// A client that hung up cancelled the lookup itself:
 					// that is no fault of PostgreSQL's.
-					if r.Context().Err() == nil {
+					// A full lookup lane is a flood of unknown keys, answered
+					// 503 per request: not one WARN each.
+					if r.Context().Err() == nil && !errors.Is(err, errLookupBusy) {
 						a.log.Warnf("ingest_api: %v", err)
 					}
 					code = writeError(w, http.StatusServiceUnavailable, errAuthUnavailable)
@@ -101,20 +103,26 @@ func (a *ingestAPI) authenticate(r *http.Request) (event.UUID, error) {
 	if err != nil {
 		return event.UUID{}, errUnauthenticated
 	}
-	if ws, ok := a.keys.get(hash); ok {
-		return ws, nil
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), iaProbeTimeout)
-	defer cancel()
-	var ws *event.UUID
-	if err := a.pool.QueryRow(ctx, `SELECT speculapro.workspace_for_api_key($1)`, hash).Scan(&ws); err != nil {
-		return event.UUID{}, fmt.Errorf("looking up an API key: %w", err)
+	ws, err := a.keys.resolve(r.Context(), hash, a.lookupKey)
+	if err != nil {
+		return event.UUID{}, err
 	}
 	if ws == nil {
 		return event.UUID{}, errUnauthenticated
 	}
-	a.keys.put(hash, *ws)
 	return *ws, nil
+}
+
+// lookupKey asks PostgreSQL which active workspace holds a key hash (nil:
+// none).
+func (a *ingestAPI) lookupKey(ctx context.Context, hash []byte) (*event.UUID, error) {
+	ctx, cancel := context.WithTimeout(ctx, iaProbeTimeout)
+	defer cancel()
+	var ws *event.UUID
+	if err := a.pool.QueryRow(ctx, `SELECT speculapro.workspace_for_api_key($1)`, hash).Scan(&ws); err != nil {
+		return nil, err
+	}
+	return ws, nil
 }
 
 // itemResult is one item's answer.

@@ -1,0 +1,193 @@
+package api
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/speculapro/speculapro/internal/event"
+)
+
+// Key cache sizes and lifetimes.
+const (
+	// keyTTL: a valid key is looked up again after a minute, so a revoked key
+	// keeps working for up to a minute on a process that used it.
+	keyTTL = time.Minute
+	// unknownKeyTTL: a well-formed key no workspace holds costs one lookup
+	// per 30 s, whoever presents it how often; a key created meanwhile works
+	// at the latest 30 s after its first refused try.
+	unknownKeyTTL = 30 * time.Second
+	// keyCacheMax and unknownKeyCacheMax bound memory whatever keys clients
+	// present (about 150 bytes an entry): the least recently used entry goes
+	// first, the others stay.
+	keyCacheMax        = 10000
+	unknownKeyCacheMax = 100000
+	// knownLookups and unknownLookups are the lookups that may run at once
+	// for keys that were valid when last seen and for the rest: a flood of
+	// random keys fills only the second lane, so clients whose entry expired
+	// are still checked at once.
+	knownLookups   = 4
+	unknownLookups = 2
+	// lookupWait is how long a request waits for a free lane before it is
+	// answered 503.
+	lookupWait = time.Second
+)
+
+// errLookupBusy: every lookup lane stayed busy for lookupWait.
+var errLookupBusy = errors.New("too many API key lookups at once")
+
+// lru is a map with a size bound (least recently used evicted) and an
+// expiry per entry. Not safe for concurrent use: keyCache locks.
+type lru[V any] struct {
+	max   int
+	ll    *list.List // front: most recently used
+	items map[string]*list.Element
+}
+
+type lruEntry[V any] struct {
+	key     string
+	val     V
+	expires time.Time
+}
+
+func newLRU[V any](max int) *lru[V] {
+	return &lru[V]{max: max, ll: list.New(), items: map[string]*list.Element{}}
+}
+
+// get returns the value and whether it is still fresh; an expired entry is
+// returned (fresh=false) until replaced or evicted.
+func (c *lru[V]) get(key string, now time.Time) (v V, fresh, ok bool) {
+	el, ok := c.items[key]
+	if !ok {
+		return v, false, false
+	}
+	c.ll.MoveToFront(el)
+	e := el.Value.(*lruEntry[V])
+	return e.val, now.Before(e.expires), true
+}
+
+func (c *lru[V]) put(key string, v V, expires time.Time) {
+	if el, ok := c.items[key]; ok {
+		e := el.Value.(*lruEntry[V])
+		e.val, e.expires = v, expires
+		c.ll.MoveToFront(el)
+		return
+	}
+	c.items[key] = c.ll.PushFront(&lruEntry[V]{key: key, val: v, expires: expires})
+	for c.ll.Len() > c.max {
+		old := c.ll.Back()
+		c.ll.Remove(old)
+		delete(c.items, old.Value.(*lruEntry[V]).key)
+	}
+}
+
+func (c *lru[V]) remove(key string) {
+	if el, ok := c.items[key]; ok {
+		c.ll.Remove(el)
+		delete(c.items, key)
+	}
+}
+
+func (c *lru[V]) len() int { return c.ll.Len() }
+
+// keyCache remembers which workspace a key hash belongs to (an LRU of
+// keyCacheMax with keyTTL) and which hashes no active workspace holds (an
+// LRU of unknownKeyCacheMax with unknownKeyTTL), and runs the lookups of
+// the rest in two bounded lanes. Safe for concurrent use.
+type keyCache struct {
+	mu      sync.Mutex
+	known   *lru[event.UUID]
+	unknown *lru[struct{}]
+	flights map[string]*keyFlight // lookups running, by hash: one per key
+
+	knownLane, unknownLane chan struct{}
+	ttl, unknownTTL        time.Duration
+	lookups                atomic.Int64 // database round trips, for tests and metrics
+}
+
+// keyFlight is one running lookup; its waiters read ws and err after done.
+type keyFlight struct {
+	done chan struct{}
+	ws   *event.UUID
+	err  error
+}
+
+func newKeyCache() *keyCache {
+	return &keyCache{
+		known: newLRU[event.UUID](keyCacheMax), unknown: newLRU[struct{}](unknownKeyCacheMax),
+		flights:   map[string]*keyFlight{},
+		knownLane: make(chan struct{}, knownLookups), unknownLane: make(chan struct{}, unknownLookups),
+		ttl: keyTTL, unknownTTL: unknownKeyTTL,
+	}
+}
+
+// resolve returns the workspace of a key hash: nil for a key no active
+// workspace holds. lookup asks the database; it runs at most once at a time
+// per hash, in the lane the hash's history picks.
+func (c *keyCache) resolve(ctx context.Context, hash []byte, lookup func(context.Context, []byte) (*event.UUID, error)) (*event.UUID, error) {
+	k := string(hash)
+	now := time.Now()
+	c.mu.Lock()
+	ws, fresh, wasKnown := c.known.get(k, now)
+	if fresh {
+		c.mu.Unlock()
+		return &ws, nil
+	}
+	if _, fresh, _ := c.unknown.get(k, now); fresh {
+		c.mu.Unlock()
+		return nil, nil
+	}
+	f, running := c.flights[k]
+	if !running {
+		f = &keyFlight{done: make(chan struct{})}
+		c.flights[k] = f
+	}
+	c.mu.Unlock()
+	if running {
+		select {
+		case <-f.done:
+			return f.ws, f.err
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+
+	lane := c.unknownLane
+	if wasKnown {
+		lane = c.knownLane
+	}
+	timer := time.NewTimer(lookupWait)
+	defer timer.Stop()
+	select {
+	case lane <- struct{}{}:
+		c.lookups.Add(1)
+		// Others may wait on this lookup: a client hanging up must not
+		// fail it for them (lookup has its own timeout).
+		f.ws, f.err = lookup(context.WithoutCancel(ctx), hash)
+		<-lane
+	case <-timer.C:
+		f.err = errLookupBusy
+	case <-ctx.Done():
+		f.err = ctx.Err()
+	}
+	c.mu.Lock()
+	delete(c.flights, k)
+	switch {
+	case f.err != nil:
+	case f.ws == nil:
+		c.known.remove(k)
+		c.unknown.put(k, struct{}{}, time.Now().Add(c.unknownTTL))
+	default:
+		c.known.put(k, *f.ws, time.Now().Add(c.ttl))
+	}
+	c.mu.Unlock()
+	close(f.done)
+	if f.err != nil {
+		return nil, fmt.Errorf("looking up an API key: %w", f.err)
+	}
+	return f.ws, nil
+}

@@ -1,0 +1,118 @@
+package api
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/speculapro/speculapro/internal/apikey"
+	"github.com/speculapro/speculapro/internal/event"
+)
+
+// The key cache is an LRU: over its size the least recently used entry
+// goes, the others stay (it used to be wiped whole at 10,000 entries).
+func TestKeyLRUEvictsLeastRecentlyUsed(t *testing.T) {
+	c := newLRU[event.UUID](3)
+	now := time.Now()
+	exp := now.Add(time.Minute)
+	for i := range 3 {
+		c.put(fmt.Sprint(i), event.UUID{byte(i)}, exp)
+	}
+	c.get("0", now) // 1 is now the least recently used
+	c.put("3", event.UUID{3}, exp)
+	if _, _, ok := c.get("1", now); ok {
+		t.Error("the least recently used entry was kept")
+	}
+	for _, k := range []string{"0", "2", "3"} {
+		if _, fresh, ok := c.get(k, now); !ok || !fresh {
+			t.Errorf("entry %s was dropped", k)
+		}
+	}
+	if _, fresh, ok := c.get("0", exp.Add(time.Second)); !ok || fresh {
+		t.Errorf("entry past its expiry: ok=%v fresh=%v, want kept but stale", ok, fresh)
+	}
+	if c.len() != 3 {
+		t.Errorf("%d entries, want 3", c.len())
+	}
+}
+
+// An unknown key costs one database round trip, however often it is sent
+// (item 12), and a malformed one none.
+func TestUnknownKeyIsLookedUpOnce(t *testing.T) {
+	f := newAPIFixture(t)
+	unknown, err := apikey.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := f.a.keys.lookups.Load()
+	for range 20 {
+		if code, _ := f.call(t, "PUT", "/v1/customers/c-1", unknown.Secret, `{}`); code != 401 {
+			t.Fatalf("unknown key answered %d, want 401", code)
+		}
+		if code, _ := f.call(t, "PUT", "/v1/customers/c-1", "spk_not-a-key", `{}`); code != 401 {
+			t.Fatalf("malformed key answered %d, want 401", code)
+		}
+	}
+	if n := f.a.keys.lookups.Load() - before; n != 1 {
+		t.Errorf("20 requests with one unknown key and 20 with a malformed one made %d key lookups, want 1", n)
+	}
+}
+
+// A flood of distinct unknown keys fills only its own lookup lane: a real
+// client whose cache entry expired is still checked and served (item 12).
+func TestKeyFloodDoesNotStarveRealClients(t *testing.T) {
+	f := newAPIFixture(t)
+	if code, _ := f.call(t, "PUT", "/v1/customers/c-1", f.keyA, `{}`); code != 201 && code != 200 {
+		t.Fatalf("real client: %d", code)
+	}
+	f.a.keys.mu.Lock()
+	f.a.keys.ttl = time.Millisecond // every request of the real client looks its key up again
+	f.a.keys.mu.Unlock()
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var floodMu sync.Mutex
+	floodCodes := map[int]int{}
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			client := &http.Client{Timeout: 10 * time.Second}
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				k, _ := apikey.New()
+				req, _ := http.NewRequest("PUT", f.base+"/v1/customers/x", strings.NewReader(`{}`))
+				req.Header.Set("Authorization", "Bearer "+k.Secret)
+				req.Header.Set("Content-Type", "application/json")
+				resp, err := client.Do(req)
+				if err != nil {
+					continue
+				}
+				resp.Body.Close()
+				floodMu.Lock()
+				floodCodes[resp.StatusCode]++
+				floodMu.Unlock()
+			}
+		}()
+	}
+	time.Sleep(200 * time.Millisecond) // the flood is under way
+	for i := range 20 {
+		time.Sleep(5 * time.Millisecond)
+		if code, out := f.call(t, "PUT", "/v1/customers/c-1", f.keyA, `{}`); code != 200 {
+			t.Errorf("real client request %d during the flood: %d %v", i, code, out)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	t.Logf("flood answers by status: %v", floodCodes)
+	if floodCodes[401] == 0 {
+		t.Error("the flood was never answered 401: the test did not exercise lookups")
+	}
+}
