@@ -101,6 +101,22 @@ ensure_packages() {
     die "apt-get install ${need[*]} failed"
 }
 
+# A second message locale, so tests can prove that nothing classifies PostgreSQL's errors by their
+# (translated) text: TestClassifyInGerman sets lc_messages to it. localedef needs no network; the
+# locales package is installed only when missing. --no-archive writes /usr/lib/locale/de_DE.utf8/,
+# which a PostgreSQL already running finds at once (a locale added to the archive is not seen by a
+# postmaster that looked there before).
+ensure_test_locale() {
+  [[ -d /usr/lib/locale/de_DE.utf8 ]] && return 0
+  if ! have localedef || [[ ! -d /usr/share/i18n/locales ]]; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq || die "apt-get update failed"
+    apt-get install -y -qq --no-install-recommends locales >/dev/null || die "apt-get install locales failed"
+  fi
+  log "generating the de_DE.UTF-8 locale (for PostgreSQL's translated messages)"
+  localedef --no-archive -i de_DE -f UTF-8 de_DE.UTF-8 || die "localedef de_DE.UTF-8 failed"
+}
+
 # ---------------------------------------------------------------------------------------------
 # PostgreSQL 15, through Debian's cluster tooling (pg_ctlcluster works as root without systemd).
 
@@ -480,6 +496,7 @@ main() {
       [[ $EUID -eq 0 ]] || die "run as root (apt-get, pg_ctlcluster)"
       lock
       ensure_packages
+      ensure_test_locale
       pg_up
       redis_up
       redis_cluster_up

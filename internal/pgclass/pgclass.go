@@ -2,7 +2,6 @@ package pgclass
 
 import (
 	"errors"
-	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -31,22 +30,37 @@ func (c Class) String() string {
 // SQLSTATE codes and classes this package distinguishes.
 const (
 	classConnection           = "08"
-	classTransactionRollback  = "40"
-	classResources            = "53"
-	classOperatorIntervention = "57"
 	classDataException        = "22"
 	classIntegrityViolation   = "23"
+	classTransactionRollback  = "40"
+	classResources            = "53"
+	classProgramLimit         = "54"
+	classOperatorIntervention = "57"
+	classPLpgSQL              = "P0"
 	codeInsufficientPrivilege = "42501"
 	codeCheckViolation        = "23514"
 )
 
-// Classify says whether err, typically wrapped, is retryable or a row's
-// fault. A missing partition (`no partition of relation … found for row`)
-// is raised as a check violation (23514) but is the operator's to fix, so it
-// is retryable; so are connection (08), transaction rollback such as
-// deadlock or serialization failure (40), resources (53), operator
-// intervention (57) and permission (42501) failures, and every error that
-// does not come from the server at all (a refused connection, a timeout).
+// Classify says whether err, typically wrapped, is retryable or one row's
+// fault.
+//
+// A row's fault is every SQLSTATE the values of one row cause, so that
+// writing the row alone fails the same way and the rest of its batch does
+// not: data exceptions (class 22: a value out of range, a NUL in text,
+// invalid JSON for jsonb), integrity violations (class 23: a check, foreign
+// key or unique constraint), program limits (class 54: 54000, an index row
+// larger than a B-tree page allows, or a value nested too deep), and errors
+// raised by a trigger or function on the row (class P0, PL/pgSQL).
+//
+// Everything else waits: connection (08), transaction rollback such as a
+// deadlock or serialization failure (40), resources (53: disk full, too
+// many connections), operator intervention (57: shutdown, a cancelled
+// statement), permission (42501), every error that does not come from the
+// server at all (a refused connection, a timeout), and a missing partition.
+// A missing partition is raised as a check violation (23514) but is the
+// operator's (or the worker's) to fix; it is told apart by the error's
+// structured fields, never its text, which PostgreSQL translates into the
+// session's lc_messages.
 func Classify(err error) Class {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) {
@@ -56,7 +70,7 @@ func Classify(err error) Class {
 		return Retryable
 	}
 	switch class(pgErr.Code) {
-	case classDataException, classIntegrityViolation:
+	case classDataException, classIntegrityViolation, classProgramLimit, classPLpgSQL:
 		return RowFault
 	}
 	return Retryable
@@ -66,16 +80,19 @@ func Classify(err error) Class {
 func IsRowFault(err error) bool { return Classify(err) == RowFault }
 
 // IsMissingPartition reports a row whose month has no partition (and the
-// table no default partition).
+// table no default partition): SQLSTATE 23514 naming the table (the
+// partitioned parent) but no constraint. Every constraint's own check
+// violation names its constraint; routing a row to a partition has none to
+// name. The message is never read: it is in the server's lc_messages.
 func IsMissingPartition(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == codeCheckViolation &&
-		strings.HasPrefix(pgErr.Message, "no partition of relation")
+		pgErr.ConstraintName == "" && pgErr.TableName != ""
 }
 
 // Reason names the kind of failure for logs and metrics: connection,
 // transaction conflict, resources, operator intervention, permission,
-// missing partition, data, integrity, or other.
+// missing partition, data, integrity, limit, trigger, or other.
 func Reason(err error) string {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) {
@@ -100,6 +117,10 @@ func Reason(err error) string {
 		return "data"
 	case classIntegrityViolation:
 		return "integrity"
+	case classProgramLimit:
+		return "limit"
+	case classPLpgSQL:
+		return "trigger"
 	}
 	return "other"
 }
