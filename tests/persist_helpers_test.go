@@ -2,6 +2,7 @@ package tests
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"regexp"
 	"strings"
@@ -97,6 +98,23 @@ func persistTxn(t testing.TB, ws event.UUID, n int, tweak func(*event.Envelope))
 		t.Fatal(err)
 	}
 	return ws.String() + ":" + e.AccountExternalID, b, e.ID
+}
+
+// persistRawTxn is persistTxn's envelope changed by tweak as JSON, bypassing
+// event.Encode's checks, as a foreign producer would write it.
+func persistRawTxn(t testing.TB, ws event.UUID, n int, tweak func(map[string]any)) []byte {
+	t.Helper()
+	_, b, _ := persistTxn(t, ws, n, nil)
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	tweak(m)
+	out, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // persistWorkspace creates a workspace through a superuser connection.

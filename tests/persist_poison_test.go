@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"context"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -32,13 +33,31 @@ func TestPersistDeadLettersPoisonRecords(t *testing.T) {
 		{value: []byte(`{"v":1,"kind":"transaction","workspace_id":"` + ws.String() + `"}`)},
 		{value: []byte(`{"v":1,"kind":"transaction","id":"0193f5a2-7c00-7abc-8def-0123456789ab"}`)},
 	}
-	// Valid envelopes the table refuses: a negative amount (CHECK, 23514)
-	// and one beyond numeric(20,4) (22003).
-	_, negative, _ := persistTxn(t, ws, 900001, func(e *event.Envelope) { e.Amount = "-5.00" })
-	_, huge, _ := persistTxn(t, ws, 900002, func(e *event.Envelope) { e.Amount = "1234567890123456789012345" })
-	poisons = append(poisons, poison{value: negative, code: "23514"}, poison{value: huge, code: "22003"})
+	// Envelopes outside the limits the table holds, written by a producer
+	// that skips our checks: undecodable, never a batch PostgreSQL refuses.
+	negative := persistRawTxn(t, ws, 900001, func(m map[string]any) { m["amount"] = "-5.00" })
+	huge := persistRawTxn(t, ws, 900002, func(m map[string]any) { m["amount"] = "1234567890123456789012345" })
+	poisons = append(poisons, poison{value: negative}, poison{value: huge})
+	// Valid envelopes the database refuses, by a rule Decode does not know
+	// (a customer's own constraint and trigger): 23514 and 22023.
+	for _, q := range []string{
+		`ALTER TABLE speculapro.transactions ADD CONSTRAINT test_refused CHECK (reference IS DISTINCT FROM 'refused-by-check')`,
+		`CREATE FUNCTION speculapro.test_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF NEW.reference = 'refused-by-trigger' THEN RAISE EXCEPTION 'test: refused' USING ERRCODE = '22023'; END IF;
+  RETURN NEW;
+END $$`,
+		`CREATE TRIGGER test_refuse BEFORE INSERT ON speculapro.transactions FOR EACH ROW EXECUTE FUNCTION speculapro.test_refuse()`,
+	} {
+		if _, err := conn.Exec(context.Background(), q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, checked, _ := persistTxn(t, ws, 900003, func(e *event.Envelope) { e.Reference = "refused-by-check" })
+	_, triggered, _ := persistTxn(t, ws, 900004, func(e *event.Envelope) { e.Reference = "refused-by-trigger" })
+	poisons = append(poisons, poison{value: checked, code: "23514"}, poison{value: triggered, code: "22023"})
 
-	const good = 120
+	const good = 160
 	var recs []*kgo.Record
 	poisonAt := map[string]poison{} // by key
 	for n := range good {
@@ -115,8 +134,8 @@ func TestPersistDeadLettersPoisonRecords(t *testing.T) {
 		c, _ := strconv.Atoi(m[1])
 		total += c
 	}
-	if total != 4 {
-		t.Errorf("WARN lines count %d undecodable records, want 4:\n%s", total, p.stdout)
+	if total != 6 {
+		t.Errorf("WARN lines count %d undecodable records, want 6:\n%s", total, p.stdout)
 	}
 
 	if code := p.stop(t); code != 0 {
