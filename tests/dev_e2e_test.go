@@ -40,6 +40,14 @@ func TestDevRunsWholePipelineWithEmbeddedBroker(t *testing.T) {
 		}
 		return err
 	})
+	// The worker runs too: its partition check reports the months covered.
+	waitUntil(t, 30*time.Second, "dev's worker to report its partition check", func() error {
+		body, err := dev.scrape()
+		if err == nil && !strings.Contains(body, "speculapro_worker_partitions_covered_until_seconds") {
+			err = errors.New("no speculapro_worker_partitions_covered_until_seconds metric yet")
+		}
+		return err
+	})
 	for _, want := range []string{"created sp.txn.ingested", "created sp.account.events.dlq", "embedded Kafka broker on " + kafkaAddr} {
 		if !strings.Contains(dev.stdout.String(), want) {
 			t.Errorf("dev output lacks %q:\n%s", want, dev.stdout)

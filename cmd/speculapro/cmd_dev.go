@@ -51,7 +51,9 @@ func devCommand() *cli.Command {
 It prints the addresses it serves and stops cleanly on Ctrl-C. SP_DB_SYSTEM_URL
 defaults to the local stack's speculapro_system role, and publicly known
 dev-only identity keys are used when SP_ENCRYPTION_KEY / SP_FINGERPRINT_KEY are
-unset (never in production: anyone can decrypt what they protect).`,
+unset (never in production: anyone can decrypt what they protect). The worker
+(pipelines/worker.yaml) runs too, with SP_WEBHOOK_ALLOW_INSECURE defaulting to
+true so webhooks may go to http:// and loopback receivers on this machine.`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "pipelines", Value: "pipelines", Usage: "folder whose *.yaml pipelines are run (files ending _benthos_test.yaml are skipped)"},
 			&cli.StringFlag{Name: "observability", Value: devObservabilityF, Usage: "root config with http, logger, metrics and tracer"},
@@ -120,6 +122,8 @@ func setDevDefaults() {
 	}
 	setDefault(config.KafkaPartitions, devPartitions)
 	setDefault(config.DBSystemURL, devSystemDBURL)
+	// The worker may deliver to a receiver on this machine (http://localhost).
+	setDefault(config.WebhookAllowInsecure, "true")
 	if !config.EncryptionKey.IsSet() || !config.FingerprintKey.IsSet() {
 		enc, fp := identity.DevKeys()
 		setDefault(config.EncryptionKey, enc)

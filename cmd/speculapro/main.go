@@ -47,6 +47,7 @@ func main() {
 		service.CLIOptAddCommand(workspaceCommand()),
 		service.CLIOptAddCommand(apikeyCommand()),
 		service.CLIOptAddCommand(rulesCommand()),
+		service.CLIOptAddCommand(webhookCommand()),
 	)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, cliError(err))

@@ -59,6 +59,18 @@ var (
 	StreamGroup     = Setting{"SP_STREAM_GROUP", "speculapro-stream", "Consumer group of the stream evaluator (its account-event twin adds -events); renaming it replays the whole topic and inflates the running totals beyond SP_STREAM_REPLAY_TTL"}
 	StreamReplayTTL = Setting{"SP_STREAM_REPLAY_TTL", "30m", "How long the stream remembers it has counted an event, so a replay inside it changes no running total; beyond it a replayed event counts again"}
 
+	WorkerPartitionsAhead = Setting{"SP_WORKER_PARTITIONS_AHEAD", "3", "Months after the current one whose transactions and account_events partitions the worker keeps created (checked at start and hourly)"}
+	WorkerSenders         = Setting{"SP_WORKER_SENDERS", "4", "Batches of outbox rows one worker sends at once (each batch's rows are sent in parallel); add workers to share the load further"}
+	WorkerLease           = Setting{"SP_WORKER_LEASE", "2m", "How long a claimed outbox row is held by its worker; a row of a worker that died is sent again once it runs out. Must exceed SP_WEBHOOK_TIMEOUT"}
+	WebhookTimeout        = Setting{"SP_WEBHOOK_TIMEOUT", "10s", "Longest one webhook, notification or email attempt may take, connecting included"}
+	WebhookMaxAttempts    = Setting{"SP_WEBHOOK_MAX_ATTEMPTS", "12", "Attempts per webhook delivery or notification before it is marked failed (12 with the default backoff: about 20 hours)"}
+	WebhookBackoffInitial = Setting{"SP_WEBHOOK_BACKOFF_INITIAL", "1m", "Wait before a delivery's second attempt; it doubles per attempt (with 20 % jitter) up to SP_WEBHOOK_BACKOFF_MAX"}
+	WebhookBackoffMax     = Setting{"SP_WEBHOOK_BACKOFF_MAX", "6h", "Longest wait between two attempts at a delivery"}
+	WebhookSuspendAfter   = Setting{"SP_WEBHOOK_SUSPEND_AFTER", "20", "Deliveries failed in a row (every attempt used) after which an endpoint is suspended (disabled, with the reason); 0 never suspends"}
+	WebhookSecretGrace    = Setting{"SP_WEBHOOK_SECRET_GRACE", "24h", "How long `speculapro webhook rotate-secret` keeps the old secret signing beside the new one"}
+	WebhookAllowInsecure  = Setting{"SP_WEBHOOK_ALLOW_INSECURE", "false", "true allows http:// and loopback or private-network webhook URLs: local stacks and tests only; production accepts only https:// to public addresses"}
+	SMTPURL               = Setting{"SP_SMTP_URL", "", "Mail server for email notifications: smtp://[user:pass@]host[:587]?from=alerts@example.com (STARTTLS required; &ca_file=/path.pem for a private CA); empty: email notifications fail with that reason"}
+
 	EncryptionKey  = Setting{"SP_ENCRYPTION_KEY", "", "AES-256 key ring for identifiers: <key-id>:<64 hex chars>, comma-separated, first encrypts, all decrypt (rotation); required outside `speculapro dev`"}
 	FingerprintKey = Setting{"SP_FINGERPRINT_KEY", "", "Fingerprint key: [<version>:]<64+ hex chars> (version 1 when omitted); each workspace fingerprints under a key derived from it; rotate only as the README's Rotating the keys says"}
 
@@ -76,6 +88,9 @@ func All() []Setting {
 		KafkaReplicationFactor, DBURL, DBSystemURL, DBOwnerURL, DBSuperuserURL, RedisURL, RedisKeyPrefix, PersistGroup,
 		PersistWorkers, PersistBatchMax, StreamGroup, StreamReplayTTL, EncryptionKey, FingerprintKey,
 		HTTPAddr, DataDir, LogLevel, IngestAddr,
+		WorkerPartitionsAhead, WorkerSenders, WorkerLease, WebhookTimeout, WebhookMaxAttempts,
+		WebhookBackoffInitial, WebhookBackoffMax, WebhookSuspendAfter, WebhookSecretGrace,
+		WebhookAllowInsecure, SMTPURL,
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i].Name < all[j].Name })
 	return all

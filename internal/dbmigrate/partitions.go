@@ -30,9 +30,13 @@ type Querier interface {
 // PartitionWindow returns the first month (UTC) of the window around now and
 // how many months it spans.
 func PartitionWindow(now time.Time) (first time.Time, months int) {
+	return partitionWindow(now, PartitionMonthsAhead)
+}
+
+func partitionWindow(now time.Time, ahead int) (first time.Time, months int) {
 	u := now.UTC()
 	first = time.Date(u.Year(), u.Month()-PartitionMonthsBehind, 1, 0, 0, 0, 0, time.UTC)
-	return first, PartitionMonthsBehind + 1 + PartitionMonthsAhead
+	return first, PartitionMonthsBehind + 1 + ahead
 }
 
 // EnsurePartitions makes sure the monthly partitions of transactions and
@@ -41,7 +45,17 @@ func PartitionWindow(now time.Time) (first time.Time, months int) {
 // speculapro.ensure_partitions, a SECURITY DEFINER function, so it works as
 // speculapro_owner or speculapro_system; concurrent callers are safe.
 func EnsurePartitions(ctx context.Context, db Querier, now time.Time) ([]string, error) {
-	first, months := PartitionWindow(now)
+	return EnsurePartitionsAhead(ctx, db, now, PartitionMonthsAhead)
+}
+
+// EnsurePartitionsAhead is EnsurePartitions with ahead months after now's
+// month instead of three (the worker's SP_WORKER_PARTITIONS_AHEAD); ahead
+// must be 0 to 100.
+func EnsurePartitionsAhead(ctx context.Context, db Querier, now time.Time, ahead int) ([]string, error) {
+	if ahead < 0 || ahead > 100 {
+		return nil, fmt.Errorf("creating partitions: %d months ahead is outside 0 to 100", ahead)
+	}
+	first, months := partitionWindow(now, ahead)
 	rows, err := db.Query(ctx, "SELECT speculapro.ensure_partitions($1::date, $2)", first.Format(time.DateOnly), months)
 	if err != nil {
 		return nil, fmt.Errorf("creating partitions for %d months from %s: %w", months, first.Format("2006-01"), err)

@@ -58,6 +58,12 @@ func (p Policy) Backoff(attempt int) time.Duration {
 	return d
 }
 
+// Delay is the backoff to wait after the given failed attempt (counting
+// from 1) with the policy's jitter applied: what Do waits, for a caller that
+// schedules its retries elsewhere (the worker stores the next attempt's time
+// in PostgreSQL instead of sleeping).
+func (p Policy) Delay(attempt int) time.Duration { return p.jittered(attempt) }
+
 func (p Policy) jittered(attempt int) time.Duration {
 	d := p.Backoff(attempt)
 	j := min(max(p.Jitter, 0), 1)

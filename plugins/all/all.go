@@ -10,6 +10,7 @@ import (
 	_ "github.com/speculapro/speculapro/plugins/identity"
 	_ "github.com/speculapro/speculapro/plugins/kafka"
 	_ "github.com/speculapro/speculapro/plugins/observe"
+	_ "github.com/speculapro/speculapro/plugins/outbox"
 	_ "github.com/speculapro/speculapro/plugins/postgres"
 	_ "github.com/speculapro/speculapro/plugins/redis"
 	_ "github.com/speculapro/speculapro/plugins/rules"

@@ -1,0 +1,381 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redpanda-data/benthos/v4/public/service"
+
+	"github.com/speculapro/speculapro/internal/event"
+)
+
+const (
+	ocFieldOutboxes      = "outboxes"
+	ocFieldBatchSize     = "batch_size"
+	ocFieldPollInterval  = "poll_interval"
+	ocFieldLease         = "lease"
+	ocFieldStatsInterval = "stats_interval"
+)
+
+// Metadata of every message outbox_claim emits; outbox_send reads it.
+const (
+	metaOutbox    = "outbox"       // webhook or notification
+	metaID        = "outbox_id"    // the row's id
+	metaWorkspace = "workspace_id" //
+	metaAttempt   = "attempt"      // this attempt's number, counting from 1
+	metaEventType = "event_type"   // webhook: event_type; notification: kind
+	metaEventID   = "event_id"     // webhook only: the idempotency key
+	metaEndpoint  = "endpoint_id"  // webhook only
+	metaChannel   = "channel"      // notification only: email or webhook
+	metaRecipient = "recipient"    // notification only: an address or a URL
+)
+
+// workerID names this process in claimed_by: host and process id, so an
+// operator sees who holds a lease, and a test knows which rows a killed
+// process held.
+var workerID = sync.OnceValue(func() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown-host"
+	}
+	return host + "/" + strconv.Itoa(os.Getpid())
+})
+
+func outboxClaimSpec() *service.ConfigSpec {
+	return service.NewConfigSpec().
+		Beta().
+		Categories("Services").
+		Summary("Claims due rows of the PostgreSQL outbox (webhook_deliveries, notifications) with `FOR UPDATE SKIP LOCKED` and a lease, and emits one message per row for `outbox_send`.").
+		Description(`
+Each claim is one short statement (its own transaction): it picks up to `+"`batch_size`"+` pending rows whose
+`+"`next_attempt_at`"+` has come, skipping rows another worker has locked, and in the same statement moves their
+`+"`next_attempt_at`"+` one `+"`lease`"+` ahead, counts the attempt and sets `+"`claimed_by`"+` to this process
+(`+"`<host>/<pid>`"+`). So several workers share the queue without sending a row twice at once, and the rows of a
+worker that was killed come due again when the lease runs out: delivery is at least once, and the only duplicates
+are the rows a dead worker had in flight. Webhook deliveries of a disabled (or suspended) endpoint stay pending and
+are not claimed until it is enabled again. The outboxes are claimed in turn, so a backlog in one does not starve
+the other; when nothing is due the input waits `+"`poll_interval`"+`.
+
+The message body is the row's payload (the event's JSON, sent as is); its metadata: `+"`outbox`"+` (webhook or
+notification), `+"`outbox_id`"+`, `+"`workspace_id`"+`, `+"`attempt`"+`, `+"`event_type`"+`, and for webhooks
+`+"`event_id`"+` and `+"`endpoint_id`"+`, for notifications `+"`channel`"+` and `+"`recipient`"+`. A batch that the
+output fails to record (nack) is handed back at once (its lease cleared).
+
+Every `+"`stats_interval`"+` it sets the gauges `+"`speculapro_worker_queue_depth{outbox}`"+` (pending rows; webhook
+rows of enabled endpoints only), `+"`speculapro_worker_oldest_pending_seconds{outbox}`"+` (age of the oldest pending
+row: the keep-up signal) and `+"`speculapro_worker_endpoints_suspended`"+`.`).
+		Fields(
+			urlField(),
+			service.NewStringListField(ocFieldOutboxes).
+				Description("Which outboxes to claim from: `webhook` (webhook_deliveries), `notification` (notifications).").
+				Default([]string{outboxWebhook, outboxNotification}),
+			service.NewIntField(ocFieldBatchSize).
+				Description("Most rows claimed at once, sent as one batch.").
+				Default(100),
+			service.NewDurationField(ocFieldPollInterval).
+				Description("Wait before looking again when nothing is due.").
+				Default("500ms"),
+			service.NewDurationField(ocFieldLease).
+				Description("How long a claimed row is held: it must outlast a batch's sending (the output's `timeout`) and recording.").
+				Default("2m"),
+			service.NewDurationField(ocFieldStatsInterval).
+				Description("How often the queue gauges are measured.").
+				Default("10s").
+				Advanced(),
+			startupTimeoutField(),
+		).
+		Example("Both outboxes", "", `
+input:
+  outbox_claim:
+    lease: 2m
+`)
+}
+
+func init() {
+	service.MustRegisterBatchInput("outbox_claim", outboxClaimSpec(),
+		func(conf *service.ParsedConfig, mgr *service.Resources) (service.BatchInput, error) {
+			return newOutboxClaim(conf, mgr)
+		})
+}
+
+type outboxClaim struct {
+	pool          *pgxpool.Pool
+	outboxes      []string
+	batchSize     int
+	poll          time.Duration
+	lease         time.Duration
+	statsInterval time.Duration
+	log           *service.Logger
+
+	next int // the outbox to claim from first, in turn
+
+	depth     *service.MetricGauge
+	oldest    *service.MetricGauge
+	suspended *service.MetricGauge
+
+	statsOnce sync.Once
+	stop      chan struct{}
+	stopped   chan struct{}
+}
+
+func newOutboxClaim(conf *service.ParsedConfig, mgr *service.Resources) (*outboxClaim, error) {
+	in := &outboxClaim{log: mgr.Logger(), stop: make(chan struct{}), stopped: make(chan struct{})}
+	var err error
+	if in.outboxes, err = conf.FieldStringList(ocFieldOutboxes); err != nil {
+		return nil, err
+	}
+	if len(in.outboxes) == 0 {
+		return nil, fmt.Errorf("outbox_claim: %s is empty", ocFieldOutboxes)
+	}
+	for _, o := range in.outboxes {
+		if o != outboxWebhook && o != outboxNotification {
+			return nil, fmt.Errorf("outbox_claim: %s: unknown outbox %q (want %s or %s)", ocFieldOutboxes, o, outboxWebhook, outboxNotification)
+		}
+	}
+	if in.batchSize, err = conf.FieldInt(ocFieldBatchSize); err != nil {
+		return nil, err
+	}
+	if in.batchSize < 1 || in.batchSize > 10000 {
+		return nil, fmt.Errorf("outbox_claim: %s must be 1 to 10000, got %d", ocFieldBatchSize, in.batchSize)
+	}
+	if in.poll, err = conf.FieldDuration(ocFieldPollInterval); err != nil {
+		return nil, err
+	}
+	if in.lease, err = conf.FieldDuration(ocFieldLease); err != nil {
+		return nil, err
+	}
+	if in.lease < time.Second {
+		return nil, fmt.Errorf("outbox_claim: %s must be at least 1s, got %s", ocFieldLease, in.lease)
+	}
+	if in.statsInterval, err = conf.FieldDuration(ocFieldStatsInterval); err != nil {
+		return nil, err
+	}
+	m := mgr.Metrics()
+	in.depth = m.NewGauge(metricQueueDepth, "outbox")
+	in.oldest = m.NewGauge(metricOldestPending, "outbox")
+	in.suspended = m.NewGauge(metricSuspended)
+	if in.pool, err = openPool(context.Background(), conf, "outbox_claim", 3); err != nil {
+		return nil, err
+	}
+	return in, nil
+}
+
+// Connect starts the queue gauges; the pool is already open.
+func (in *outboxClaim) Connect(context.Context) error {
+	in.statsOnce.Do(func() { go in.statsLoop() })
+	return nil
+}
+
+// The claims. One statement each: the SELECT … FOR UPDATE SKIP LOCKED and
+// the UPDATE that takes the lease commit together, so a row is locked only
+// for the statement, and held afterwards by its lease alone.
+const (
+	claimWebhooks = `
+WITH due AS (
+    SELECT d.id
+      FROM speculapro.webhook_deliveries d
+      JOIN speculapro.webhook_endpoints e ON e.id = d.endpoint_id AND e.enabled
+     WHERE d.status = 'pending' AND d.next_attempt_at <= now()
+     ORDER BY d.next_attempt_at
+     LIMIT $1
+       FOR UPDATE OF d SKIP LOCKED
+)
+UPDATE speculapro.webhook_deliveries d
+   SET next_attempt_at = now() + make_interval(secs => $2), attempts = d.attempts + 1, claimed_by = $3
+  FROM due
+ WHERE d.id = due.id
+RETURNING d.id, d.workspace_id, d.attempts, d.event_type, d.event_id, d.endpoint_id, d.payload::text`
+
+	claimNotifications = `
+WITH due AS (
+    SELECT n.id
+      FROM speculapro.notifications n
+     WHERE n.status = 'pending' AND n.next_attempt_at <= now()
+     ORDER BY n.next_attempt_at
+     LIMIT $1
+       FOR UPDATE SKIP LOCKED
+)
+UPDATE speculapro.notifications n
+   SET next_attempt_at = now() + make_interval(secs => $2), attempts = n.attempts + 1, claimed_by = $3
+  FROM due
+ WHERE n.id = due.id
+RETURNING n.id, n.workspace_id, n.attempts, n.kind, n.channel, n.recipient, n.payload::text`
+)
+
+// ReadBatch claims the next due rows, from each outbox in turn, waiting
+// poll_interval while none is due.
+func (in *outboxClaim) ReadBatch(ctx context.Context) (service.MessageBatch, service.AckFunc, error) {
+	for {
+		for range in.outboxes {
+			outbox := in.outboxes[in.next%len(in.outboxes)]
+			in.next++
+			batch, ids, err := in.claim(ctx, outbox)
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil, nil, ctx.Err()
+				}
+				in.log.Errorf("worker: claiming due %s rows failed: %v", outbox, err)
+				break
+			}
+			if len(batch) > 0 {
+				return batch, in.ackFunc(outbox, ids), nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		case <-time.After(in.poll):
+		}
+	}
+}
+
+func (in *outboxClaim) claim(ctx context.Context, outbox string) (service.MessageBatch, []event.UUID, error) {
+	query := claimWebhooks
+	if outbox == outboxNotification {
+		query = claimNotifications
+	}
+	qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	rows, err := in.pool.Query(qctx, query, in.batchSize, in.lease.Seconds(), workerID())
+	if err != nil {
+		return nil, nil, fmt.Errorf("claiming %s rows: %w", outbox, err)
+	}
+	var batch service.MessageBatch
+	var ids []event.UUID
+	for rows.Next() {
+		var (
+			id, ws        event.UUID
+			attempt       int32
+			kind, payload string
+			a, b          string // webhook: event id, endpoint id; notification: channel, recipient
+			ea, eb        event.UUID
+		)
+		if outbox == outboxWebhook {
+			err = rows.Scan(&id, &ws, &attempt, &kind, &ea, &eb, &payload)
+			a, b = ea.String(), eb.String()
+		} else {
+			err = rows.Scan(&id, &ws, &attempt, &kind, &a, &b, &payload)
+		}
+		if err != nil {
+			rows.Close()
+			return nil, nil, fmt.Errorf("reading claimed %s rows: %w", outbox, err)
+		}
+		msg := service.NewMessage([]byte(payload))
+		msg.MetaSetMut(metaOutbox, outbox)
+		msg.MetaSetMut(metaID, id.String())
+		msg.MetaSetMut(metaWorkspace, ws.String())
+		msg.MetaSetMut(metaAttempt, int64(attempt))
+		msg.MetaSetMut(metaEventType, kind)
+		if outbox == outboxWebhook {
+			msg.MetaSetMut(metaEventID, a)
+			msg.MetaSetMut(metaEndpoint, b)
+		} else {
+			msg.MetaSetMut(metaChannel, a)
+			msg.MetaSetMut(metaRecipient, b)
+		}
+		batch = append(batch, msg)
+		ids = append(ids, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("claiming %s rows: %w", outbox, err)
+	}
+	return batch, ids, nil
+}
+
+// ackFunc hands a batch the output could not record back at once instead
+// of waiting out its lease; a recorded batch needs nothing more. Only rows
+// still claimed by this worker are touched.
+func (in *outboxClaim) ackFunc(outbox string, ids []event.UUID) service.AckFunc {
+	return func(ctx context.Context, err error) error {
+		if err == nil {
+			return nil
+		}
+		table := "webhook_deliveries"
+		if outbox == outboxNotification {
+			table = "notifications"
+		}
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_, rerr := in.pool.Exec(rctx, `UPDATE speculapro.`+table+` SET next_attempt_at = now(), claimed_by = NULL
+ WHERE id = ANY($1) AND status = 'pending' AND claimed_by = $2`, ids, workerID())
+		if rerr != nil {
+			in.log.Warnf("worker: handing back %d unrecorded %s rows failed (they come due when their lease runs out): %v", len(ids), outbox, rerr)
+		}
+		return nil
+	}
+}
+
+const queueStats = `
+SELECT 'webhook', count(*), coalesce(extract(epoch FROM now() - min(d.created_at)), 0)::bigint
+  FROM speculapro.webhook_deliveries d
+  JOIN speculapro.webhook_endpoints e ON e.id = d.endpoint_id AND e.enabled
+ WHERE d.status = 'pending'
+UNION ALL
+SELECT 'notification', count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0)::bigint
+  FROM speculapro.notifications WHERE status = 'pending'
+UNION ALL
+SELECT 'suspended', count(*), 0
+  FROM speculapro.webhook_endpoints WHERE NOT enabled AND disabled_reason LIKE 'suspended%'`
+
+func (in *outboxClaim) statsLoop() {
+	defer close(in.stopped)
+	t := time.NewTicker(in.statsInterval)
+	defer t.Stop()
+	for {
+		in.measure()
+		select {
+		case <-in.stop:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (in *outboxClaim) measure() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rows, err := in.pool.Query(ctx, queueStats)
+	if err != nil {
+		in.log.Debugf("worker: measuring the outbox queue failed: %v", err)
+		return
+	}
+	var (
+		what         string
+		count, older int64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&what, &count, &older}, func() error {
+		if what == "suspended" {
+			in.suspended.Set(count)
+			return nil
+		}
+		in.depth.Set(count, what)
+		in.oldest.Set(older, what)
+		return nil
+	})
+	if err != nil {
+		in.log.Debugf("worker: measuring the outbox queue failed: %v", err)
+	}
+}
+
+// Close stops the gauges and closes the pool.
+func (in *outboxClaim) Close(context.Context) error {
+	select {
+	case <-in.stop:
+	default:
+		close(in.stop)
+	}
+	// A loop never started has nothing to wait for.
+	in.statsOnce.Do(func() { close(in.stopped) })
+	select {
+	case <-in.stopped:
+	case <-time.After(15 * time.Second):
+	}
+	in.pool.Close()
+	return nil
+}

@@ -1,0 +1,708 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redpanda-data/benthos/v4/public/service"
+
+	"github.com/speculapro/speculapro/internal/event"
+	"github.com/speculapro/speculapro/internal/identity"
+	"github.com/speculapro/speculapro/internal/retry"
+	"github.com/speculapro/speculapro/internal/webhook"
+)
+
+const (
+	osFieldTimeout        = "timeout"
+	osFieldMaxAttempts    = "max_attempts"
+	osFieldInitialBackoff = "initial_backoff"
+	osFieldMaxBackoff     = "max_backoff"
+	osFieldSuspendAfter   = "suspend_after"
+	osFieldAllowInsecure  = "allow_insecure"
+	osFieldSMTPURL        = "smtp_url"
+	osFieldParallel       = "parallel"
+	osFieldEncryptionKey  = identity.FieldEncryptionKey
+)
+
+// backoffJitter: a retry waits 80 to 100 % of its nominal backoff, so
+// deliveries that failed together do not come back together.
+const backoffJitter = 0.2
+
+// maxErrorText bounds last_error.
+const maxErrorText = 1000
+
+// errPermanent marks a failure no retry can fix (a malformed recipient, an
+// unknown channel): the row is failed at once.
+var errPermanent = errors.New("cannot be sent")
+
+func outboxSendSpec() *service.ConfigSpec {
+	return service.NewConfigSpec().
+		Beta().
+		Categories("Services").
+		Summary("Sends the outbox rows `outbox_claim` claimed (signed webhooks, webhook and email notifications) and records each outcome in PostgreSQL.").
+		Description(`
+A batch's rows are sent in parallel (at most `+"`parallel`"+` at once), each attempt bounded by `+"`timeout`"+`; then every
+outcome is recorded in one database transaction, and only for rows this worker still holds (same `+"`claimed_by`"+` and
+attempt number: a row whose lease ran out and was taken over is left to its new holder).
+
+### Webhooks
+
+A POST of the event's JSON (the row's payload, byte for byte the signed body) with the headers
+`+"`Content-Type: application/json`"+`, `+"`X-SpeculaPro-Event`"+` (e.g. alert.created), `+"`Idempotency-Key`"+` (the
+event's ID, the same on every attempt and for every endpoint), `+"`X-SpeculaPro-Delivery`"+` (the delivery's ID) and
+`+"`X-SpeculaPro-Signature: t=<unix seconds>,v1=<hex>[,v1=<hex>]`"+`: each v1 is HMAC-SHA256 over `+"`<t>.<body>`"+` with a
+secret valid now, the endpoint's current one and, during the grace period after a rotation, its previous one.
+Redirects are not followed and fail the delivery; at most 512 bytes of an answer are kept (in `+"`last_error`"+`) and
+64 KiB read. Unless `+"`allow_insecure`"+`, only https:// URLs are sent to and every connection's resolved address
+must be public (not loopback, private, link-local, CGNAT, multicast or unspecified).
+
+### Notifications
+
+Channel `+"`webhook`"+`: a plain POST of `+"`{\"text\": …}`"+` (what a chat incoming webhook expects) plus the kind, the
+notification's ID and, for an alert, its ID and severity, to the recipient URL, under the same URL rules. Channel
+`+"`email`"+`: a plain-text mail over SMTP (`+"`smtp_url`"+`) after STARTTLS (a server that does not offer it is refused),
+saying what happened (severity, title, alert ID, time) and no customer or account identifier.
+
+### Outcomes
+
+A 2xx (an accepted mail) is delivered (`+"`sent`"+` for notifications). Any other answer or failure is tried again after
+`+"`initial_backoff`"+` doubling per attempt up to `+"`max_backoff`"+`, 20 % jitter (internal/retry's policy), until
+`+"`max_attempts`"+` attempts, then `+"`failed`"+` with the last error and status. A redirect, a refused address, a
+malformed recipient fail at once. A 410 Gone fails the delivery and disables the endpoint; an endpoint with
+`+"`suspend_after`"+` deliveries failed in a row is suspended (disabled, `+"`disabled_reason`"+` says why), logged as
+`+"`level=WARN msg=\"worker: endpoint suspended\"`"+` and counted in `+"`speculapro_worker_endpoint_suspensions_total`"+`;
+its pending deliveries wait until `+"`speculapro webhook enable`"+`.
+
+### Metrics
+
+`+"`speculapro_worker_deliveries_total{outbox,event_type,outcome}`"+` (delivered, retry, failed, released),
+`+"`speculapro_worker_attempt_duration_ns{outbox}`"+`, `+"`speculapro_worker_endpoint_suspensions_total`"+`,
+`+"`speculapro_worker_record_retries_total`"+`.`).
+		Fields(
+			urlField(),
+			service.NewDurationField(osFieldTimeout).
+				Description("Longest one attempt may take, connecting and the answer's head included.").
+				Default("10s"),
+			service.NewIntField(osFieldMaxAttempts).
+				Description("Attempts per row before it is failed.").
+				Default(12),
+			service.NewDurationField(osFieldInitialBackoff).
+				Description("Wait before a row's second attempt; it doubles per attempt.").
+				Default("1m"),
+			service.NewDurationField(osFieldMaxBackoff).
+				Description("Longest wait between two attempts at a row.").
+				Default("6h"),
+			service.NewIntField(osFieldSuspendAfter).
+				Description("Deliveries failed in a row after which an endpoint is suspended; 0 never suspends.").
+				Default(20),
+			service.NewBoolField(osFieldAllowInsecure).
+				Description("Allow http:// and loopback or private addresses: local stacks and tests only.").
+				Default(false),
+			service.NewStringField(osFieldSMTPURL).
+				Description("Mail server for email notifications: `smtp://[user:pass@]host[:587]?from=alerts@example.com[&ca_file=/ca.pem]`. Empty: email notifications fail (and are retried) with that reason.").
+				Secret().
+				Default(""),
+			service.NewStringField(osFieldEncryptionKey).
+				Description("Key ring that decrypts the endpoints' signing secrets (`SP_ENCRYPTION_KEY`'s format; the key `speculapro webhook` encrypted them with).").
+				Secret().
+				Example("${SP_ENCRYPTION_KEY}"),
+			service.NewIntField(osFieldParallel).
+				Description("Most rows of one batch sent at once.").
+				Default(100).
+				Advanced(),
+			service.NewOutputMaxInFlightField().
+				Description("Batches sent at once.").
+				Default(4),
+			startupTimeoutField(),
+		).
+		Example("Defaults from the environment", "", `
+output:
+  outbox_send:
+    timeout: ${SP_WEBHOOK_TIMEOUT:10s}
+    max_attempts: ${SP_WEBHOOK_MAX_ATTEMPTS:12}
+`)
+}
+
+func init() {
+	service.MustRegisterBatchOutput("outbox_send", outboxSendSpec(),
+		func(conf *service.ParsedConfig, mgr *service.Resources) (service.BatchOutput, service.BatchPolicy, int, error) {
+			maxInFlight, err := conf.FieldMaxInFlight()
+			if err != nil {
+				return nil, service.BatchPolicy{}, 0, err
+			}
+			out, err := newOutboxSend(conf, mgr, maxInFlight)
+			if err != nil {
+				return nil, service.BatchPolicy{}, 0, err
+			}
+			return out, service.BatchPolicy{}, maxInFlight, nil
+		})
+}
+
+type outboxSend struct {
+	pool          *pgxpool.Pool
+	client        *http.Client
+	timeout       time.Duration
+	maxAttempts   int
+	policy        retry.Policy
+	suspendAfter  int
+	allowInsecure bool
+	smtp          *smtpConfig // nil: not configured
+	keys          *identity.Keyring
+	parallel      int
+	log           *service.Logger
+
+	deliveries  *service.MetricCounter
+	duration    *service.MetricTimer
+	suspensions *service.MetricCounter
+	recRetries  *service.MetricCounter
+}
+
+func newOutboxSend(conf *service.ParsedConfig, mgr *service.Resources, maxInFlight int) (*outboxSend, error) {
+	o := &outboxSend{log: mgr.Logger()}
+	var err error
+	if o.timeout, err = conf.FieldDuration(osFieldTimeout); err != nil {
+		return nil, err
+	}
+	if o.timeout <= 0 {
+		return nil, fmt.Errorf("outbox_send: %s must be positive, got %s", osFieldTimeout, o.timeout)
+	}
+	if o.maxAttempts, err = conf.FieldInt(osFieldMaxAttempts); err != nil {
+		return nil, err
+	}
+	if o.maxAttempts < 1 {
+		return nil, fmt.Errorf("outbox_send: %s must be at least 1, got %d", osFieldMaxAttempts, o.maxAttempts)
+	}
+	initial, err := conf.FieldDuration(osFieldInitialBackoff)
+	if err != nil {
+		return nil, err
+	}
+	maxBackoff, err := conf.FieldDuration(osFieldMaxBackoff)
+	if err != nil {
+		return nil, err
+	}
+	if initial <= 0 || maxBackoff < initial {
+		return nil, fmt.Errorf("outbox_send: %s (%s) must be positive and not longer than %s (%s)", osFieldInitialBackoff, initial, osFieldMaxBackoff, maxBackoff)
+	}
+	o.policy = retry.Policy{MaxAttempts: o.maxAttempts, Initial: initial, Max: maxBackoff, Jitter: backoffJitter}
+	if o.suspendAfter, err = conf.FieldInt(osFieldSuspendAfter); err != nil {
+		return nil, err
+	}
+	if o.allowInsecure, err = conf.FieldBool(osFieldAllowInsecure); err != nil {
+		return nil, err
+	}
+	rawSMTP, err := conf.FieldString(osFieldSMTPURL)
+	if err != nil {
+		return nil, err
+	}
+	if rawSMTP != "" {
+		if o.smtp, err = parseSMTPURL(rawSMTP); err != nil {
+			return nil, fmt.Errorf("outbox_send: %s: %w", osFieldSMTPURL, err)
+		}
+	}
+	rawKeys, err := conf.FieldString(osFieldEncryptionKey)
+	if err != nil {
+		return nil, err
+	}
+	if o.keys, err = identity.ParseKeyring(rawKeys); err != nil {
+		return nil, fmt.Errorf("outbox_send: the webhook secrets' key ring: %w", err)
+	}
+	if o.parallel, err = conf.FieldInt(osFieldParallel); err != nil {
+		return nil, err
+	}
+	o.parallel = max(o.parallel, 1)
+	o.client = webhook.NewClient(o.timeout, o.allowInsecure)
+	m := mgr.Metrics()
+	o.deliveries = m.NewCounter(metricDeliveries, "outbox", "event_type", "outcome")
+	o.duration = m.NewTimer(metricAttemptDuration, "outbox")
+	o.suspensions = m.NewCounter(metricSuspensions)
+	o.recRetries = m.NewCounter(metricRecordRetries)
+	if o.pool, err = openPool(context.Background(), conf, "outbox_send", maxInFlight+1); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// Connect has nothing to do: the pool is open and checked.
+func (o *outboxSend) Connect(context.Context) error { return nil }
+
+// job is one claimed row and, once sent, its outcome.
+type job struct {
+	outbox    string
+	id, ws    event.UUID
+	attempt   int32
+	eventType string
+	eventID   string
+	endpoint  event.UUID
+	channel   string
+	recipient string
+	body      []byte
+	outcome   string
+	status    int
+	errText   string
+	delay     time.Duration
+	gone      bool
+	recorded  bool
+}
+
+func jobOf(msg *service.Message) (*job, error) {
+	j := &job{}
+	get := func(k string) string { v, _ := msg.MetaGet(k); return v }
+	j.outbox = get(metaOutbox)
+	if j.outbox != outboxWebhook && j.outbox != outboxNotification {
+		return nil, fmt.Errorf("a message without outbox_claim's metadata (outbox %q): outbox_send sends what outbox_claim claimed", j.outbox)
+	}
+	var err error
+	if j.id, err = event.ParseUUID(get(metaID)); err != nil {
+		return nil, fmt.Errorf("outbox_id: %w", err)
+	}
+	if j.ws, err = event.ParseUUID(get(metaWorkspace)); err != nil {
+		return nil, fmt.Errorf("workspace_id: %w", err)
+	}
+	n, err := strconv.ParseInt(get(metaAttempt), 10, 32)
+	if err != nil || n < 1 {
+		return nil, fmt.Errorf("attempt %q is not a positive number", get(metaAttempt))
+	}
+	j.attempt = int32(n)
+	j.eventType = get(metaEventType)
+	if j.outbox == outboxWebhook {
+		j.eventID = get(metaEventID)
+		if j.endpoint, err = event.ParseUUID(get(metaEndpoint)); err != nil {
+			return nil, fmt.Errorf("endpoint_id: %w", err)
+		}
+	} else {
+		j.channel, j.recipient = get(metaChannel), get(metaRecipient)
+	}
+	if j.body, err = msg.AsBytes(); err != nil {
+		return nil, fmt.Errorf("reading the payload: %w", err)
+	}
+	return j, nil
+}
+
+// endpoint is what sending to a webhook endpoint needs.
+type endpoint struct {
+	url     string
+	enabled bool
+	secrets []string // the current one first
+	err     error    // a secret that cannot be decrypted
+}
+
+const loadEndpoints = `
+SELECT id, workspace_id, url, enabled, secret_encrypted,
+       CASE WHEN previous_secret_expires_at > now() THEN previous_secret_encrypted END
+  FROM speculapro.webhook_endpoints WHERE id = ANY($1)`
+
+// endpoints reads, fresh for every batch (a rotation or a disable takes
+// effect on the next batch), the endpoints the batch's webhooks go to.
+func (o *outboxSend) endpoints(ctx context.Context, jobs []*job) (map[event.UUID]*endpoint, error) {
+	var ids []event.UUID
+	for _, j := range jobs {
+		if j.outbox == outboxWebhook && !slices.Contains(ids, j.endpoint) {
+			ids = append(ids, j.endpoint)
+		}
+	}
+	out := map[event.UUID]*endpoint{}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	rows, err := o.pool.Query(ctx, loadEndpoints, ids)
+	if err != nil {
+		return nil, fmt.Errorf("reading %d webhook endpoints: %w", len(ids), err)
+	}
+	var (
+		id, ws    event.UUID
+		u         string
+		enabled   bool
+		cur, prev []byte
+	)
+	_, err = pgx.ForEachRow(rows, []any{&id, &ws, &u, &enabled, &cur, &prev}, func() error {
+		ep := &endpoint{url: u, enabled: enabled}
+		for _, sealed := range [][]byte{cur, prev} {
+			if sealed == nil {
+				continue
+			}
+			s, err := webhook.OpenSecret(o.keys, ws, sealed)
+			if err != nil {
+				ep.err = err
+				break
+			}
+			ep.secrets = append(ep.secrets, s)
+		}
+		out[id] = ep
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading %d webhook endpoints: %w", len(ids), err)
+	}
+	return out, nil
+}
+
+// WriteBatch sends the batch's rows in parallel and records the outcomes.
+// An error (the outcomes could not be recorded) makes the input hand the
+// rows back.
+func (o *outboxSend) WriteBatch(ctx context.Context, batch service.MessageBatch) error {
+	jobs := make([]*job, 0, len(batch))
+	for _, msg := range batch {
+		j, err := jobOf(msg)
+		if err != nil {
+			o.log.Errorf("worker: skipped a message: %v", err)
+			continue
+		}
+		jobs = append(jobs, j)
+	}
+	if len(jobs) == 0 {
+		return nil
+	}
+	eps, err := o.endpoints(ctx, jobs)
+	if err != nil {
+		return err
+	}
+	sem := make(chan struct{}, o.parallel)
+	var wg sync.WaitGroup
+	for _, j := range jobs {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			o.send(ctx, j, eps)
+		}()
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		// Shutdown mid-send: what was sent may not be recorded; the rows
+		// come back (at least once).
+		return ctx.Err()
+	}
+	if err := o.record(ctx, jobs); err != nil {
+		return err
+	}
+	for _, j := range jobs {
+		o.deliveries.Incr(1, j.outbox, j.eventType, j.outcome)
+		if j.outcome == outcomeFailed && j.recorded {
+			o.log.With("outbox", j.outbox, "id", j.id.String(), "attempts", j.attempt, "status", j.status, "err", j.errText).
+				Warn("worker: delivery failed for good")
+		}
+	}
+	return nil
+}
+
+// send makes one attempt at j and settles its outcome.
+func (o *outboxSend) send(ctx context.Context, j *job, eps map[event.UUID]*endpoint) {
+	start := time.Now()
+	defer func() { o.duration.Timing(time.Since(start).Nanoseconds(), j.outbox) }()
+	actx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	if j.outbox == outboxWebhook {
+		ep := eps[j.endpoint]
+		if ep == nil || !ep.enabled {
+			j.outcome = outcomeReleased
+			return
+		}
+		if ep.err != nil {
+			o.settle(j, 0, ep.err)
+			return
+		}
+		if err := webhook.CheckURL(ep.url, o.allowInsecure); err != nil {
+			o.settle(j, 0, err)
+			return
+		}
+		h := http.Header{}
+		h.Set("Content-Type", "application/json")
+		h.Set("User-Agent", "SpeculaPro-Webhook/1")
+		h.Set(webhook.HeaderEvent, j.eventType)
+		h.Set(webhook.HeaderIdempotency, j.eventID)
+		h.Set(webhook.HeaderDelivery, j.id.String())
+		h.Set(webhook.HeaderSignature, webhook.Sign(time.Now(), j.body, ep.secrets...))
+		res, err := webhook.Post(actx, o.client, ep.url, h, j.body)
+		o.settleHTTP(j, res, err)
+		return
+	}
+	switch j.channel {
+	case "webhook":
+		if err := webhook.CheckURL(j.recipient, o.allowInsecure); err != nil {
+			o.settle(j, 0, err)
+			return
+		}
+		body, err := chatBody(j)
+		if err != nil {
+			o.settle(j, 0, err)
+			return
+		}
+		h := http.Header{}
+		h.Set("Content-Type", "application/json")
+		h.Set("User-Agent", "SpeculaPro-Webhook/1")
+		h.Set(webhook.HeaderEvent, j.eventType)
+		h.Set(webhook.HeaderIdempotency, j.id.String())
+		res, err := webhook.Post(actx, o.client, j.recipient, h, body)
+		o.settleHTTP(j, res, err)
+	case "email":
+		if o.smtp == nil {
+			o.settle(j, 0, errors.New("email notifications need a mail server: set SP_SMTP_URL"))
+			return
+		}
+		o.settle(j, 0, o.smtp.send(actx, j))
+	default:
+		o.settle(j, 0, fmt.Errorf("channel %q: %w (want email or webhook)", j.channel, errPermanent))
+	}
+}
+
+func (o *outboxSend) settleHTTP(j *job, res webhook.Result, err error) {
+	if err != nil && res.Snippet != "" {
+		err = fmt.Errorf("%w: %s", err, res.Snippet)
+	}
+	o.settle(j, res.Status, err)
+}
+
+// settle decides a sent row's outcome from the attempt's status and error.
+func (o *outboxSend) settle(j *job, status int, err error) {
+	j.status = status
+	if err == nil {
+		j.outcome = outcomeDelivered
+		return
+	}
+	j.errText = err.Error()
+	if len(j.errText) > maxErrorText {
+		j.errText = strings.ToValidUTF8(j.errText[:maxErrorText], "")
+	}
+	switch {
+	case status == http.StatusGone:
+		j.outcome, j.gone = outcomeFailed, true
+	case errors.Is(err, webhook.ErrRedirect), errors.Is(err, webhook.ErrBlockedAddress),
+		errors.Is(err, webhook.ErrNotAURL), errors.Is(err, webhook.ErrInsecureURL), errors.Is(err, errPermanent):
+		j.outcome = outcomeFailed
+	case int(j.attempt) >= o.maxAttempts:
+		j.outcome = outcomeFailed
+	default:
+		j.outcome, j.delay = outcomeRetry, o.policy.Delay(int(j.attempt))
+	}
+}
+
+// The outcome statements: one per outbox and batch, fenced by the claim.
+const (
+	recordWebhooks = `
+UPDATE speculapro.webhook_deliveries d
+   SET status = CASE u.outcome WHEN 'delivered' THEN 'delivered' WHEN 'failed' THEN 'failed' ELSE 'pending' END,
+       attempts = CASE WHEN u.outcome = 'released' THEN d.attempts - 1 ELSE d.attempts END,
+       next_attempt_at = now() + make_interval(secs => u.delay),
+       last_error = CASE WHEN u.outcome = 'released' THEN d.last_error ELSE NULLIF(u.err, '') END,
+       response_status = CASE WHEN u.outcome = 'released' THEN d.response_status ELSE NULLIF(u.code, 0) END,
+       delivered_at = CASE WHEN u.outcome = 'delivered' THEN now() END,
+       claimed_by = NULL
+  FROM unnest($1::uuid[], $2::int[], $3::text[], $4::float8[], $5::text[], $6::int[]) AS u(id, attempt, outcome, delay, err, code)
+ WHERE d.id = u.id AND d.status = 'pending' AND d.claimed_by = $7 AND d.attempts = u.attempt
+RETURNING d.id`
+
+	recordNotifications = `
+UPDATE speculapro.notifications n
+   SET status = CASE u.outcome WHEN 'delivered' THEN 'sent' WHEN 'failed' THEN 'failed' ELSE 'pending' END,
+       attempts = CASE WHEN u.outcome = 'released' THEN n.attempts - 1 ELSE n.attempts END,
+       next_attempt_at = now() + make_interval(secs => u.delay),
+       last_error = CASE WHEN u.outcome = 'released' THEN n.last_error ELSE NULLIF(u.err, '') END,
+       sent_at = CASE WHEN u.outcome = 'delivered' THEN now() END,
+       claimed_by = NULL
+  FROM unnest($1::uuid[], $2::int[], $3::text[], $4::float8[], $5::text[], $6::int[]) AS u(id, attempt, outcome, delay, err, code)
+ WHERE n.id = u.id AND n.status = 'pending' AND n.claimed_by = $7 AND n.attempts = u.attempt
+RETURNING n.id`
+
+	// Deliveries failed in a row per endpoint; a delivered one resets the
+	// count. Endpoints with nothing to change are not touched (not locked).
+	countFailures = `
+UPDATE speculapro.webhook_endpoints e
+   SET consecutive_failures = CASE WHEN u.delivered > 0 THEN u.failed ELSE e.consecutive_failures + u.failed END
+  FROM unnest($1::uuid[], $2::int[], $3::int[]) AS u(id, delivered, failed)
+ WHERE e.id = u.id AND (u.failed > 0 OR e.consecutive_failures <> 0)
+RETURNING e.id, e.consecutive_failures`
+
+	disableEndpoint = `
+UPDATE speculapro.webhook_endpoints SET enabled = false, disabled_reason = $2, updated_at = now()
+ WHERE id = $1 AND enabled
+RETURNING workspace_id`
+)
+
+// record stores every outcome in one transaction, retried through the
+// retry policy while the database fails.
+func (o *outboxSend) record(ctx context.Context, jobs []*job) error {
+	var suspended, gone []event.UUID
+	err := retry.Do(ctx, retry.Policy{
+		MaxAttempts: 8, Initial: 100 * time.Millisecond, Max: 5 * time.Second, Jitter: backoffJitter,
+		OnRetry: func(attempt int, err error, backoff time.Duration) {
+			o.recRetries.Incr(1)
+			o.log.With("err", err.Error(), "backoff", backoff.String()).Warn("worker: recording outcomes failed, retrying")
+		},
+	}, func(ctx context.Context, _ int) error {
+		suspended, gone = nil, nil
+		for _, j := range jobs {
+			j.recorded = false
+		}
+		return pgx.BeginFunc(ctx, o.pool, func(tx pgx.Tx) error {
+			for _, outbox := range []string{outboxWebhook, outboxNotification} {
+				if err := o.recordOutbox(ctx, tx, outbox, jobs); err != nil {
+					return err
+				}
+			}
+			var err error
+			suspended, gone, err = o.endpointHealth(ctx, tx, jobs)
+			return err
+		})
+	})
+	if err != nil {
+		return fmt.Errorf("recording the outcomes of %d outbox rows: %w", len(jobs), err)
+	}
+	for _, id := range suspended {
+		o.suspensions.Incr(1)
+		o.log.With("endpoint", id.String(), "failed_in_a_row", o.suspendAfter).
+			Warn("worker: endpoint suspended")
+	}
+	for _, id := range gone {
+		o.log.With("endpoint", id.String()).Warn("worker: endpoint disabled: it answered 410 Gone")
+	}
+	return nil
+}
+
+func (o *outboxSend) recordOutbox(ctx context.Context, tx pgx.Tx, outbox string, jobs []*job) error {
+	var (
+		ids      []event.UUID
+		attempts []int32
+		outcomes []string
+		delays   []float64
+		errs     []string
+		codes    []int32
+		byID     = map[event.UUID]*job{}
+	)
+	for _, j := range jobs {
+		if j.outbox != outbox {
+			continue
+		}
+		ids, attempts, outcomes = append(ids, j.id), append(attempts, j.attempt), append(outcomes, j.outcome)
+		delays, errs, codes = append(delays, j.delay.Seconds()), append(errs, j.errText), append(codes, int32(j.status))
+		byID[j.id] = j
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	query := recordWebhooks
+	if outbox == outboxNotification {
+		query = recordNotifications
+	}
+	rows, err := tx.Query(ctx, query, ids, attempts, outcomes, delays, errs, codes, workerID())
+	if err != nil {
+		return fmt.Errorf("recording %d %s outcomes: %w", len(ids), outbox, err)
+	}
+	var id event.UUID
+	_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
+		if j := byID[id]; j != nil {
+			j.recorded = true
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("recording %d %s outcomes: %w", len(ids), outbox, err)
+	}
+	return nil
+}
+
+// endpointHealth counts the failures in a row of the batch's endpoints and
+// disables those that answered 410 or reached suspend_after. It returns
+// the endpoints this batch disabled.
+func (o *outboxSend) endpointHealth(ctx context.Context, tx pgx.Tx, jobs []*job) (suspended, gone []event.UUID, err error) {
+	type tally struct{ delivered, failed int32 }
+	per := map[event.UUID]*tally{}
+	goneSet := map[event.UUID]bool{}
+	for _, j := range jobs {
+		if j.outbox != outboxWebhook || !j.recorded {
+			continue
+		}
+		t := per[j.endpoint]
+		if t == nil {
+			t = &tally{}
+			per[j.endpoint] = t
+		}
+		switch j.outcome {
+		case outcomeDelivered:
+			t.delivered++
+		case outcomeFailed:
+			t.failed++
+		}
+		if j.gone {
+			goneSet[j.endpoint] = true
+		}
+	}
+	if len(per) == 0 {
+		return nil, nil, nil
+	}
+	ids := make([]event.UUID, 0, len(per))
+	for id := range per {
+		ids = append(ids, id)
+	}
+	// One lock order for every worker.
+	slices.SortFunc(ids, func(a, b event.UUID) int { return strings.Compare(a.String(), b.String()) })
+	delivered, failed := make([]int32, len(ids)), make([]int32, len(ids))
+	for i, id := range ids {
+		delivered[i], failed[i] = per[id].delivered, per[id].failed
+	}
+	rows, err := tx.Query(ctx, countFailures, ids, delivered, failed)
+	if err != nil {
+		return nil, nil, fmt.Errorf("counting endpoint failures: %w", err)
+	}
+	var (
+		id     event.UUID
+		inARow int32
+		over   []event.UUID
+	)
+	if _, err = pgx.ForEachRow(rows, []any{&id, &inARow}, func() error {
+		if o.suspendAfter > 0 && int(inARow) >= o.suspendAfter && !goneSet[id] {
+			over = append(over, id)
+		}
+		return nil
+	}); err != nil {
+		return nil, nil, fmt.Errorf("counting endpoint failures: %w", err)
+	}
+	disable := func(id event.UUID, reason string) (bool, error) {
+		var ws event.UUID
+		err := tx.QueryRow(ctx, disableEndpoint, id, reason).Scan(&ws)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return false, nil // already disabled
+		}
+		if err != nil {
+			return false, fmt.Errorf("disabling endpoint %s: %w", id, err)
+		}
+		return true, nil
+	}
+	for _, id := range ids {
+		if !goneSet[id] {
+			continue
+		}
+		ok, err := disable(id, "gone: the endpoint answered 410 Gone")
+		if err != nil {
+			return nil, nil, err
+		}
+		if ok {
+			gone = append(gone, id)
+		}
+	}
+	for _, id := range over {
+		ok, err := disable(id, fmt.Sprintf("suspended: %d deliveries failed in a row", o.suspendAfter))
+		if err != nil {
+			return nil, nil, err
+		}
+		if ok {
+			suspended = append(suspended, id)
+		}
+	}
+	return suspended, gone, nil
+}
+
+// Close closes the pool and the client's idle connections.
+func (o *outboxSend) Close(context.Context) error {
+	o.client.CloseIdleConnections()
+	o.pool.Close()
+	return nil
+}
