@@ -51,7 +51,7 @@ var (
 
 	RedisURL = Setting{"SP_REDIS_URL", "redis://127.0.0.1:6379/0", "Redis for the stream's running totals (and later the decision spool): redis://[user:pass@]host:port/db, or a Redis Cluster's seed nodes as comma-separated URLs (or one URL with ?cluster=true)"}
 
-	RedisKeyPrefix = Setting{"SP_REDIS_KEY_PREFIX", "sp:", "Prefix of every Redis key the stream's running totals use; give each environment (or test) sharing one Redis its own"}
+	RedisKeyPrefix = Setting{"SP_REDIS_KEY_PREFIX", "sp:", "Prefix of every Redis key (the running totals, the ingest API's resend check); give each environment (or test) sharing one Redis its own"}
 
 	PersistGroup    = Setting{"SP_PERSIST_GROUP", "speculapro-persist", "Consumer group of the persister; renaming it replays the whole topic"}
 	PersistWorkers  = Setting{"SP_PERSIST_WORKERS", "4", "Concurrent writers per persist process; raise when consumer lag keeps growing"}
@@ -74,6 +74,8 @@ var (
 	EncryptionKey  = Setting{"SP_ENCRYPTION_KEY", "", "AES-256 key ring for identifiers: <key-id>:<64 hex chars>, comma-separated, first encrypts, all decrypt (rotation); required outside `speculapro dev`"}
 	FingerprintKey = Setting{"SP_FINGERPRINT_KEY", "", "Fingerprint key: [<version>:]<64+ hex chars> (version 1 when omitted); each workspace fingerprints under a key derived from it; rotate only as the README's Rotating the keys says"}
 
+	IngestIdempotencyTTL = Setting{"SP_INGEST_IDEMPOTENCY_TTL", "24h", "How long Redis keeps each accepted external_id's first ID for the ingest API (about 120 bytes each); at least the ingest topics' retention (Kafka's default is 168h)"}
+
 	IngestAddr = Setting{"SP_INGEST_ADDR", "127.0.0.1:8080", "Address the ingest API (pipelines/ingest.yaml) listens on"}
 	HTTPAddr   = Setting{"SP_HTTP_ADDR", "127.0.0.1:4195", "Address of the engine's HTTP server (/metrics, /ping, /ready)"}
 	DataDir    = Setting{"SP_DATA_DIR", "./.speculapro", "Where `speculapro dev` keeps its embedded broker's data"}
@@ -87,7 +89,7 @@ func All() []Setting {
 		KafkaSASLMechanism, KafkaUsername, KafkaPassword, KafkaTopicPrefix, KafkaPartitions,
 		KafkaReplicationFactor, DBURL, DBSystemURL, DBOwnerURL, DBSuperuserURL, RedisURL, RedisKeyPrefix, PersistGroup,
 		PersistWorkers, PersistBatchMax, StreamGroup, StreamReplayTTL, EncryptionKey, FingerprintKey,
-		HTTPAddr, DataDir, LogLevel, IngestAddr,
+		HTTPAddr, DataDir, LogLevel, IngestAddr, IngestIdempotencyTTL,
 		WorkerPartitionsAhead, WorkerSenders, WorkerLease, WebhookTimeout, WebhookMaxAttempts,
 		WebhookBackoffInitial, WebhookBackoffMax, WebhookSuspendAfter, WebhookSecretGrace,
 		WebhookAllowInsecure, SMTPURL,

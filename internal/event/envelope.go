@@ -410,8 +410,11 @@ func (c *Counterparty) check() error {
 	return nil
 }
 
-// canonicalTime returns t in UTC. Years outside 1970..9999 are refused: the
-// ID's time prefix starts at 1970 and RFC 3339 ends at 9999.
+// canonicalTime returns t in UTC, truncated to the microsecond: the
+// precision PostgreSQL's timestamptz stores (pgx truncates too), and the one
+// a TransactionID fixes, so an envelope's time, its ID and its stored row
+// always agree. Years outside 1970..9999 are refused: the ID's time prefix
+// starts at 1970 and RFC 3339 ends at 9999.
 func canonicalTime(t time.Time, required bool) (time.Time, error) {
 	if t.IsZero() {
 		if required {
@@ -419,7 +422,7 @@ func canonicalTime(t time.Time, required bool) (time.Time, error) {
 		}
 		return time.Time{}, nil
 	}
-	t = t.UTC()
+	t = t.UTC().Truncate(time.Microsecond)
 	if y := t.Year(); y < 1970 || y > 9999 {
 		return t, errors.New("year outside 1970..9999")
 	}

@@ -106,14 +106,24 @@ func (u *UUID) UnmarshalText(b []byte) error {
 // could even try to collide its own keys, and a collision would at worst
 // merge two of its own rows in its own workspace.
 
-// TransactionID is the fixed ID of a transaction: the first 48 bits are
-// occurredAt in Unix milliseconds (big-endian, as UUIDv7), then version 7
-// and the RFC 9562 variant, and the remaining 74 bits are SHA-256 of
-// "transaction:" ‖ workspace ‖ externalID. So one transaction always gets
-// one ID, and the ID sorts by time. The persister's table is partitioned by
-// month of occurred_at and unique on (id, occurred_at); since the time
-// prefix comes from occurred_at, a transaction cannot change month without
-// changing ID. Times before 1970 are clamped to 0 (Decode refuses them).
+// TransactionID is the ID of a transaction first accepted with occurredAt,
+// laid out as a UUIDv7 with sub-millisecond precision (RFC 9562 §6.2,
+// method 3): the first 48 bits are occurredAt in Unix milliseconds
+// (big-endian), then version 7, then 12 bits holding the microseconds
+// within that millisecond (0..999), then the RFC 9562 variant, and the
+// remaining 62 bits are SHA-256 of "transaction:" ‖ workspace ‖ externalID.
+// So the ID sorts by time and fixes occurred_at to the microsecond, the
+// precision PostgreSQL stores (Encode and Decode truncate occurred_at to
+// it): the persister's key (id, occurred_at) can never hold two rows under
+// one ID, and OccurredAtOfID gives the time back.
+//
+// The ID is assigned once, by the ingest API, when it first accepts the
+// external_id: a resend answers with the first ID whatever occurred_at it
+// carries (the API remembers the first ID in Redis and finds it in the
+// database's (workspace_id, external_id) index), so recomputing this
+// function from a resend's time is not how an ID is found. The persister's
+// table is partitioned by month of occurred_at and unique on (id,
+// occurred_at). Times before 1970 are clamped to 0 (Decode refuses them).
 func TransactionID(workspace UUID, externalID string, occurredAt time.Time) UUID {
 	return timeOrderedID("transaction:", workspace, externalID, occurredAt)
 }
@@ -122,6 +132,23 @@ func TransactionID(workspace UUID, externalID string, occurredAt time.Time) UUID
 // own hash domain so the two kinds can never share an ID.
 func AccountEventID(workspace UUID, externalID string, occurredAt time.Time) UUID {
 	return timeOrderedID("account_event:", workspace, externalID, occurredAt)
+}
+
+// OccurredAtOfID returns the occurred_at a TransactionID or AccountEventID
+// was built from, to the microsecond; ok is false for a UUID of another
+// layout (not version 7, or a sub-millisecond field above 999).
+func OccurredAtOfID(id UUID) (t time.Time, ok bool) {
+	if id[6]>>4 != 7 {
+		return time.Time{}, false
+	}
+	var ts [8]byte
+	copy(ts[2:], id[0:6])
+	ms := int64(binary.BigEndian.Uint64(ts[:]))
+	us := int64(id[6]&0x0f)<<8 | int64(id[7])
+	if us > 999 {
+		return time.Time{}, false
+	}
+	return time.UnixMicro(ms*1000 + us).UTC(), true
 }
 
 func timeOrderedID(domain string, workspace UUID, externalID string, occurredAt time.Time) UUID {
@@ -133,12 +160,14 @@ func timeOrderedID(domain string, workspace UUID, externalID string, occurredAt 
 	h.Sum(sum[:0])
 
 	var u UUID
-	ms := max(occurredAt.UnixMilli(), 0)
+	us := max(occurredAt.UnixMicro(), 0)
+	ms, sub := us/1000, us%1000
 	var ts [8]byte
 	binary.BigEndian.PutUint64(ts[:], uint64(ms))
 	copy(u[0:6], ts[2:8])
-	copy(u[6:], sum[:10])
-	u[6] = 0x70 | u[6]&0x0f // version 7
+	u[6] = 0x70 | byte(sub>>8) // version 7, then the top 4 of the 12 sub-ms bits
+	u[7] = byte(sub)
+	copy(u[8:], sum[:8])
 	u[8] = 0x80 | u[8]&0x3f // RFC 9562 variant
 	return u
 }

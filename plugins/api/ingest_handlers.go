@@ -16,6 +16,7 @@ import (
 
 	"github.com/speculapro/speculapro/internal/apikey"
 	"github.com/speculapro/speculapro/internal/event"
+	"github.com/speculapro/speculapro/internal/identity"
 )
 
 // Item outcomes, as answered and as counted.
@@ -24,6 +25,7 @@ const (
 	statusDuplicate = "duplicate"
 	statusRejected  = "rejected"
 	statusRetry     = "retry"
+	statusConflict  = "conflict"
 )
 
 // Sentinel errors of authentication.
@@ -141,6 +143,7 @@ type batchResponse struct {
 	Duplicate int          `json:"duplicate"`
 	Rejected  int          `json:"rejected"`
 	Retry     int          `json:"retry"`
+	Conflict  int          `json:"conflict"`
 	Results   []itemResult `json:"results"`
 }
 
@@ -173,6 +176,8 @@ func (a *ingestAPI) handleBatch(kind event.Kind) func(http.ResponseWriter, *http
 				resp.Rejected++
 			case statusRetry:
 				resp.Retry++
+			case statusConflict:
+				resp.Conflict++
 			}
 			a.items.Incr(1, endpoint, res.Status)
 		}
@@ -184,11 +189,13 @@ func (a *ingestAPI) handleBatch(kind event.Kind) func(http.ResponseWriter, *http
 }
 
 // answerBatch decides every item: rejected ones by their errors, repeats
-// within the request, recent and stored duplicates, and the rest by the
-// pipeline's acknowledgement.
+// within the request like their first copy, resends by the ID the
+// external_id was first accepted under (Redis, then the database), and the
+// rest by the pipeline's acknowledgement.
 func (a *ingestAPI) answerBatch(ctx context.Context, ws event.UUID, kind event.Kind, topic string, parsed []parsedItem) []itemResult {
 	results := make([]itemResult, len(parsed))
-	first := make(map[event.UUID]int, len(parsed)) // ID → index of its first valid item
+	first := make(map[string]int, len(parsed)) // external_id → index of its first valid item
+	hashes := make([][8]byte, len(parsed))
 	var candidates []item
 	for i, p := range parsed {
 		results[i] = itemResult{Index: i, ExternalID: p.item.externalID}
@@ -196,59 +203,183 @@ func (a *ingestAPI) answerBatch(ctx context.Context, ws event.UUID, kind event.K
 			results[i].Status, results[i].Errors = statusRejected, p.errors
 			continue
 		}
+		hashes[i] = a.contentHash(ws, &parsed[i].item)
 		results[i].ID = p.item.id.String()
-		if _, seen := first[p.item.id]; seen {
+		if _, seen := first[p.item.externalID]; seen {
 			continue // answered like its first copy, below
 		}
-		first[p.item.id] = i
-		if a.recent.has(p.item.id) {
-			results[i].Status = statusDuplicate
-			continue
-		}
+		first[p.item.externalID] = i
 		candidates = append(candidates, p.item)
 	}
-
 	if len(candidates) > 0 {
-		stored, err := a.storedIDs(ctx, ws, kind, candidates)
-		if err != nil {
-			// Kafka, not PostgreSQL, is where an item must be safe: without
-			// the lookup a stored item is sent again, and the persister
-			// skips it.
-			a.log.Warnf("ingest_api: looking up %d already stored items, sending them anyway: %v", len(candidates), err)
-		}
-		send := candidates[:0]
-		for _, it := range candidates {
-			if stored[it.id] {
-				results[it.index].Status = statusDuplicate
-				a.recent.add(it.id)
-				continue
-			}
-			send = append(send, it)
-		}
-		if len(send) > 0 {
-			a.deliver(topic, send, results)
-		}
+		a.decide(ctx, ws, kind, topic, candidates, hashes, results)
 	}
-
 	for i, p := range parsed {
 		if results[i].Status != "" {
 			continue
 		}
-		f := results[first[p.item.id]]
-		switch f.Status {
-		case statusAccepted, statusDuplicate:
-			results[i].Status = statusDuplicate
-		default:
+		fi := first[p.item.externalID]
+		f := results[fi]
+		results[i].ID = f.ID
+		switch {
+		case f.Status == statusRejected || f.Status == statusRetry:
 			results[i].Status, results[i].Message = f.Status, f.Message
+		case hashes[i] != hashes[fi]:
+			results[i].Status, results[i].Message = statusConflict, msgConflict
+		default:
+			results[i].Status = statusDuplicate
 		}
 	}
 	return results
 }
 
+// msgConflict answers a resend whose content differs from the first.
+const msgConflict = "this external_id was accepted with other content; the first is kept (send a new external_id for a new transaction)"
+
+// contentHash is the hash a resend is compared by (see contentHash).
+func (a *ingestAPI) contentHash(ws event.UUID, it *item) [8]byte {
+	fp := ""
+	if cp := it.cp; cp != nil && cp.normalized != "" {
+		fp = a.protector.Fingerprints.Identifier(ws, identity.Kind(cp.IdentifierKind), cp.normalized)
+	}
+	return contentHash(&it.env, it.cp, fp)
+}
+
+// decide answers the first copy of each external_id of a request:
+//   - Redis first (a claim per external_id, SET NX): an entry another
+//     request wrote answers the resend with the first ID, duplicate or
+//     conflict by content; a pending one (its request is sending it, or
+//     died doing so) is sent again under the first ID and time, which the
+//     persister stores once;
+//   - a new claim is looked up in the database by (workspace_id,
+//     external_id): stored already (its Redis entry expired or was lost)
+//     answers duplicate with the stored ID;
+//   - the rest go to the pipeline; what Kafka took is marked accepted, what
+//     it did not is released.
+//
+// Redis unreachable: every item is answered retry. Sending without the
+// check could store a resend whose occurred_at differs as a second row,
+// and the client can always send again; a bad item is still answered
+// rejected on its own.
+func (a *ingestAPI) decide(ctx context.Context, ws event.UUID, kind event.Kind, topic string, candidates []item, hashes [][8]byte, results []itemResult) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), iaProbeTimeout)
+	defer cancel()
+	keys := make([]string, len(candidates))
+	mine := make([]idemEntry, len(candidates))
+	for i, it := range candidates {
+		keys[i] = a.idem.key(kind, ws, it.externalID)
+		mine[i] = idemEntry{state: idemPending, id: it.id, hash: hashes[it.index]}
+	}
+	prev, err := a.idem.claim(rctx, keys, mine)
+	if err != nil {
+		a.logRedis(err)
+		for _, it := range candidates {
+			results[it.index].Status, results[it.index].Message = statusRetry, "cannot check for an earlier copy now; send it again"
+		}
+		return
+	}
+	var fresh, send []int // indexes into candidates
+	for i := range candidates {
+		it := &candidates[i]
+		res := &results[it.index]
+		p := prev[i]
+		switch {
+		case p == nil:
+			fresh = append(fresh, i)
+		case p.state == idemStored:
+			res.Status, res.ID = statusDuplicate, p.id.String()
+		case p.hash != hashes[it.index]:
+			res.Status, res.ID, res.Message = statusConflict, p.id.String(), msgConflict
+		case p.state == idemAccepted:
+			res.Status, res.ID = statusDuplicate, p.id.String()
+		default: // pending: maybe in Kafka, maybe not; the same record again is safe
+			if err := it.withID(p.id); err != nil {
+				res.Status, res.Message = statusRetry, "cannot resend under the first ID; send it again"
+				continue
+			}
+			mine[i].id = p.id
+			res.ID = p.id.String()
+			send = append(send, i)
+		}
+	}
+
+	if len(fresh) > 0 {
+		exts := make([]string, len(fresh))
+		for j, i := range fresh {
+			exts[j] = candidates[i].externalID
+		}
+		stored, err := a.storedIDs(ctx, ws, kind, exts)
+		if err != nil {
+			// The claim was new, so within the TTL nobody accepted this
+			// external_id: the lookup only covers entries Redis lost or
+			// expired, and Kafka, not PostgreSQL, is where an item must be
+			// safe. Sending keeps ingest up while PostgreSQL is down.
+			a.log.Warnf("ingest_api: looking up %d external IDs in the database, sending them anyway: %v", len(exts), err)
+		}
+		var upKeys []string
+		var upEntries []idemEntry
+		for _, i := range fresh {
+			it := &candidates[i]
+			if id, ok := stored[it.externalID]; ok {
+				results[it.index].Status, results[it.index].ID = statusDuplicate, id.String()
+				upKeys = append(upKeys, keys[i])
+				upEntries = append(upEntries, idemEntry{state: idemStored, id: id, hash: hashes[it.index]})
+				continue
+			}
+			send = append(send, i)
+		}
+		if err := a.idem.update(rctx, upKeys, upEntries); err != nil {
+			a.logRedis(err)
+		}
+	}
+	if len(send) == 0 {
+		return
+	}
+	items := make([]item, len(send))
+	for j, i := range send {
+		items[j] = candidates[i]
+	}
+	a.deliver(topic, items, results)
+
+	var accKeys, relKeys []string
+	var accEntries, relEntries []idemEntry
+	for _, i := range send {
+		it := &candidates[i]
+		switch results[it.index].Status {
+		case statusAccepted:
+			e := mine[i]
+			e.state = idemAccepted
+			accKeys, accEntries = append(accKeys, keys[i]), append(accEntries, e)
+		default:
+			if prev[i] == nil { // only this request's own claims
+				relKeys, relEntries = append(relKeys, keys[i]), append(relEntries, mine[i])
+			}
+		}
+	}
+	uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), iaProbeTimeout)
+	defer ucancel()
+	if err := a.idem.update(uctx, accKeys, accEntries); err != nil {
+		a.logRedis(err)
+	}
+	if err := a.idem.release(uctx, relKeys, relEntries); err != nil {
+		a.logRedis(err)
+	}
+}
+
+// logRedis logs a Redis failure at most once every 10 s.
+func (a *ingestAPI) logRedis(err error) {
+	now := time.Now().UnixNano()
+	last := a.redisLogged.Load()
+	if now-last < int64(10*time.Second) || !a.redisLogged.CompareAndSwap(last, now) {
+		return
+	}
+	a.log.Warnf("ingest_api: Redis (resend check): %v", err)
+}
+
 // deliver hands items to the pipeline as one batch and sets each one's
 // result from the acknowledgement. It waits at most ackTimeout, whatever
 // the client does: an answer must not be given before the ack, and an ack
-// must be recorded in the recent IDs even if nobody reads the answer.
+// must be recorded even if nobody reads the answer.
 func (a *ingestAPI) deliver(topic string, items []item, results []itemResult) {
 	batch := make(service.MessageBatch, len(items))
 	for i, it := range items {
@@ -297,58 +428,51 @@ func (a *ingestAPI) deliver(topic string, items []item, results []itemResult) {
 			failed[i] = ackErr
 		}
 	}
-	accepted := make([]event.UUID, 0, len(items))
 	for i, it := range items {
 		res := &results[it.index]
 		err, bad := failed[i]
 		switch {
 		case !bad:
 			res.Status = statusAccepted
-			accepted = append(accepted, it.id)
 		case strings.HasPrefix(err.Error(), iaRejectPrefix):
 			res.Status = statusRejected
 			res.Errors = []FieldError{{Field: fmt.Sprintf("items[%d]", it.index), Message: strings.TrimPrefix(err.Error(), iaRejectPrefix)}}
 			res.ID = ""
 		default:
-			res.Status, res.Message = statusRetry, "not in Kafka: "+err.Error()+"; send it again"
+			a.log.Debugf("ingest_api: an item was not taken by Kafka: %v", err)
+			res.Status, res.Message = statusRetry, "not in Kafka; send it again"
 		}
 	}
-	a.recent.add(accepted...)
 }
 
-// storedIDs returns which items the persister already stored, looked up by
-// (id, occurred_at) so each probe hits one partition's primary key.
-func (a *ingestAPI) storedIDs(ctx context.Context, ws event.UUID, kind event.Kind, items []item) (map[event.UUID]bool, error) {
+// storedIDs returns the IDs the persister stored the external IDs under,
+// looked up by the (workspace_id, external_id) index of every partition.
+func (a *ingestAPI) storedIDs(ctx context.Context, ws event.UUID, kind event.Kind, exts []string) (map[string]event.UUID, error) {
 	table := "speculapro.transactions"
 	if kind == event.KindAccountEvent {
 		table = "speculapro.account_events"
 	}
-	ids := make([]event.UUID, len(items))
-	ats := make([]time.Time, len(items))
-	for i, it := range items {
-		ids[i], ats[i] = it.id, it.occurredAt
-	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), iaProbeTimeout)
 	defer cancel()
-	stored := make(map[event.UUID]bool)
+	stored := make(map[string]event.UUID)
 	err := a.inWorkspace(ctx, ws, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT t.id FROM `+table+` t
-			JOIN unnest($1::uuid[], $2::timestamptz[]) AS k(id, at) ON t.id = k.id AND t.occurred_at = k.at`, ids, ats)
+		rows, err := tx.Query(ctx, `SELECT external_id, id FROM `+table+` WHERE workspace_id = $1 AND external_id = ANY($2)`, ws, exts)
 		if err != nil {
 			return err
 		}
 		defer rows.Close()
 		for rows.Next() {
+			var ext string
 			var id event.UUID
-			if err := rows.Scan(&id); err != nil {
+			if err := rows.Scan(&ext, &id); err != nil {
 				return err
 			}
-			stored[id] = true
+			stored[ext] = id
 		}
 		return rows.Err()
 	})
 	if err != nil {
-		return nil, fmt.Errorf("querying %s for %d IDs: %w", table, len(items), err)
+		return nil, fmt.Errorf("querying %s for %d external IDs: %w", table, len(exts), err)
 	}
 	return stored, nil
 }
@@ -403,8 +527,9 @@ func handleHealth(w http.ResponseWriter, _ *http.Request, _ event.UUID) int {
 	return writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
-// handleReady is ready only while both Kafka and PostgreSQL answer: without
-// either, items cannot be accepted (Kafka) or authenticated (PostgreSQL).
+// handleReady is ready only while Kafka, PostgreSQL and Redis answer:
+// without them items cannot be accepted (Kafka), authenticated (PostgreSQL)
+// or checked for an earlier copy (Redis).
 func (a *ingestAPI) handleReady(w http.ResponseWriter, r *http.Request, _ event.UUID) int {
 	ctx, cancel := context.WithTimeout(r.Context(), iaProbeTimeout)
 	defer cancel()
@@ -415,6 +540,10 @@ func (a *ingestAPI) handleReady(w http.ResponseWriter, r *http.Request, _ event.
 	}
 	if err := a.pool.Ping(ctx); err != nil {
 		status["postgres"], status["status"], code = "unreachable", "not ready", http.StatusServiceUnavailable
+	}
+	status["redis"] = "ok"
+	if err := a.idem.client.Ping(ctx).Err(); err != nil {
+		status["redis"], status["status"], code = "unreachable", "not ready", http.StatusServiceUnavailable
 	}
 	return writeJSON(w, code, status)
 }

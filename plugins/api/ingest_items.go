@@ -64,6 +64,40 @@ type item struct {
 	occurredAt time.Time
 	key        string // Kafka key: workspace:account or workspace:customer
 	value      []byte // the envelope, plus a clear counterparty identifier for counterparty_fingerprint
+	env        event.Envelope
+	cp         *wireCounterparty // nil: none
+}
+
+// encode builds the item's message: the envelope (event.Encode, the
+// schema's own checks) and the clear counterparty for the pipeline to
+// protect.
+func (it *item) encode() error {
+	b, err := event.Encode(it.env)
+	if err != nil {
+		return err
+	}
+	if cp := it.cp; cp != nil && (cp.Name != "" || cp.Identifier != "") {
+		cpJSON, err := json.Marshal(cp)
+		if err != nil {
+			return fmt.Errorf("encoding the counterparty: %w", err)
+		}
+		b = append(append(append(b[:len(b)-1:len(b)-1], `,"counterparty":`...), cpJSON...), '}')
+	}
+	it.value = b
+	return nil
+}
+
+// withID gives the item the ID it was first accepted under, and that
+// ID's occurred_at, so a resend of an item that may already be in Kafka is
+// the same record (id, occurred_at) the persister stores once.
+func (it *item) withID(id event.UUID) error {
+	at, ok := event.OccurredAtOfID(id)
+	if !ok {
+		return errors.New("the first ID carries no time")
+	}
+	it.id, it.occurredAt = id, at
+	it.env.ID, it.env.OccurredAt = id, at
+	return it.encode()
 }
 
 // parsedItem is what decoding one item gives: either an item or its errors.
@@ -404,23 +438,30 @@ func (r *fieldReader) sub(field string) *fieldReader {
 // way counterparty_fingerprint infers it) without keeping it normalised: the
 // pipeline's processor protects it. The message never quotes the value.
 func (r *fieldReader) identifier(field, kindField string) (value, kind string) {
+	value, kind, _ = r.identifierNormalized(field, kindField)
+	return value, kind
+}
+
+// identifierNormalized is identifier, also returning the normalised form.
+func (r *fieldReader) identifierNormalized(field, kindField string) (value, kind, normalized string) {
 	value = r.str(field, false, maxIdentifierLen)
 	kind = r.enum(kindField, false, string(identity.KindIBAN), string(identity.KindAccountNumber), string(identity.KindPhone))
 	if value == "" {
 		if kind != "" {
 			r.fail(field, "required when "+kindField+" is given")
 		}
-		return "", ""
+		return "", "", ""
 	}
 	k := identity.Kind(kind)
 	if k == "" {
 		k = identity.InferKind(value)
 	}
-	if _, err := identity.Normalize(k, value); err != nil {
+	norm, err := identity.Normalize(k, value)
+	if err != nil {
 		r.fail(field, strings.TrimPrefix(err.Error(), identity.ErrInvalidIdentifier.Error()+": "))
-		return "", ""
+		return "", "", ""
 	}
-	return value, string(k)
+	return value, string(k), norm
 }
 
 // unknownFields lists the paths of fields nobody read, nested ones included.
@@ -446,6 +487,7 @@ type wireCounterparty struct {
 	Name           string `json:"name,omitempty"`
 	Identifier     string `json:"identifier,omitempty"`
 	IdentifierKind string `json:"identifier_kind,omitempty"`
+	normalized     string // the identifier's normalised form, for the content hash's fingerprint
 }
 
 func (r *fieldReader) transaction(ws event.UUID, now time.Time) parsedItem {
@@ -468,13 +510,17 @@ func (r *fieldReader) transaction(ws event.UUID, now time.Time) parsedItem {
 	var cp wireCounterparty
 	if cpr.present {
 		cp.Name = cpr.str("name", false, maxNameLen)
-		cp.Identifier, cp.IdentifierKind = cpr.identifier("identifier", "identifier_kind")
+		cp.Identifier, cp.IdentifierKind, cp.normalized = cpr.identifierNormalized("identifier", "identifier_kind")
 	}
 	if len(*r.errs) > 0 {
 		return parsedItem{item: item{externalID: e.ExternalID}, errors: *r.errs}
 	}
 	e.ID = event.TransactionID(ws, e.ExternalID, e.OccurredAt)
-	return r.finish(e, &cp, ws.String()+":"+e.AccountExternalID)
+	var cpp *wireCounterparty
+	if cp.Name != "" || cp.Identifier != "" {
+		cpp = &cp
+	}
+	return r.finish(e, cpp, ws.String()+":"+e.AccountExternalID)
 }
 
 func (r *fieldReader) accountEvent(ws event.UUID, now time.Time) parsedItem {
@@ -497,22 +543,14 @@ func (r *fieldReader) accountEvent(ws event.UUID, now time.Time) parsedItem {
 // finish encodes the envelope through event.Encode (the schema's own
 // checks) and appends the clear counterparty for the pipeline to protect.
 func (r *fieldReader) finish(e event.Envelope, cp *wireCounterparty, key string) parsedItem {
-	b, err := event.Encode(e)
-	if err != nil {
+	it := item{externalID: e.ExternalID, id: e.ID, occurredAt: e.OccurredAt, key: key, env: e, cp: cp}
+	if err := it.encode(); err != nil {
 		// Our own checks are stricter than Encode's, so this is a bug; the
 		// error names the field, never a value.
 		r.fail("", err.Error())
 		return parsedItem{item: item{externalID: e.ExternalID}, errors: *r.errs}
 	}
-	if cp != nil && (cp.Name != "" || cp.Identifier != "") {
-		cpJSON, err := json.Marshal(cp)
-		if err != nil {
-			r.fail("counterparty", "cannot encode")
-			return parsedItem{item: item{externalID: e.ExternalID}, errors: *r.errs}
-		}
-		b = append(append(append(b[:len(b)-1:len(b)-1], `,"counterparty":`...), cpJSON...), '}')
-	}
-	return parsedItem{item: item{externalID: e.ExternalID, id: e.ID, occurredAt: e.OccurredAt, key: key, value: b}}
+	return parsedItem{item: it}
 }
 
 // iso4217 holds the active ISO 4217 codes, funds and precious metals

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -16,6 +17,7 @@ import (
 	"github.com/speculapro/speculapro/internal/config"
 	"github.com/speculapro/speculapro/internal/identity"
 	"github.com/speculapro/speculapro/internal/kafkaconf"
+	"github.com/speculapro/speculapro/internal/redisconn"
 )
 
 const (
@@ -24,7 +26,9 @@ const (
 	iaFieldMaxItems     = "max_items"
 	iaFieldMaxBodyBytes = "max_body_bytes"
 	iaFieldAckTimeout   = "ack_timeout"
-	iaFieldRecentIDs    = "recent_ids"
+	iaFieldRedisURL     = "redis_url"
+	iaFieldRedisPrefix  = "redis_key_prefix"
+	iaFieldIdemTTL      = "idempotency_ttl"
 
 	// iaRejectPrefix starts the error of an item the pipeline refused for
 	// its content (see pipelines/ingest.yaml, whose reject output writes
@@ -54,17 +58,19 @@ server, so the pipeline also runs under `+"`speculapro streams`"+`):
 - `+"`PUT /v1/customers/{external_id}`"+`, `+"`PUT /v1/accounts/{external_id}`"+`: written straight to
   PostgreSQL as `+"`db_url`"+` (the app role, bound to the caller's workspace by row-level security),
   replacing a placeholder the persister created.
-- `+"`GET /healthz`"+` (the process is up) and `+"`GET /readyz`"+` (Kafka and PostgreSQL answer).
+- `+"`GET /healthz`"+` (the process is up) and `+"`GET /readyz`"+` (Kafka, PostgreSQL and Redis answer).
 
 Every request but the health checks and the OpenAPI document needs `+"`Authorization: Bearer <API key>`"+`;
 the key names the workspace, and nothing in a body can name another.
 
-Each item's ID is fixed (the event package's TransactionID / AccountEventID of workspace, external_id
-and occurred_at), so a resend gets the same ID. A resend is answered `+"`duplicate`"+` when this process
-accepted the ID recently (a bounded in-memory set of `+"`recent_ids`"+` IDs, lost on restart and not
-shared between processes) or when the persister already stored it (looked up by `+"`(id, occurred_at)`"+`).
-A resend of an item that is accepted but not yet stored, sent to another process or after a restart,
-is accepted again; the persister stores it once all the same.
+Each item's ID is assigned once, when its `+"`external_id`"+` is first accepted (the event package's
+TransactionID / AccountEventID of workspace, external_id and occurred_at, to the microsecond). A resend
+is answered with that first ID, whatever its occurred_at, by every process and after restarts: the first
+ID is kept in Redis (`+"`redis_url`"+`, keys `+"`<redis_key_prefix>idem:{…}`"+`) for `+"`idempotency_ttl`"+`,
+and found in the database's (workspace_id, external_id) index after that. A resend with the same content
+(every field but occurred_at) is `+"`duplicate`"+`, one with other content `+"`conflict`"+` (the first is
+kept). With Redis unreachable, items are answered `+"`retry`"+`: accepting them unchecked could store a
+resend twice.
 
 Messages carry metadata `+"`ingest_topic`"+` (`+"`txn.ingested`"+` or `+"`account.events`"+`) and
 `+"`ingest_key`"+` (`+"`<workspace>:<account>`"+` or `+"`<workspace>:<customer>`"+`) for the output.`).
@@ -88,10 +94,19 @@ Messages carry metadata `+"`ingest_topic`"+` (`+"`txn.ingested`"+` or `+"`accoun
 			service.NewDurationField(iaFieldAckTimeout).
 				Description("How long a request waits for the pipeline to take and acknowledge its items before they are answered `retry`. Keep it above the output's own timeout (10 s), which normally answers first.").
 				Default("15s"),
-			service.NewIntField(iaFieldRecentIDs).
-				Description("How many recently accepted IDs are remembered to answer a resend `duplicate` before the persister stored it.").
-				Default(200000).
-				Advanced(),
+			service.NewStringField(iaFieldRedisURL).
+				Description("Redis (or a Redis Cluster's seed nodes) keeping the first ID of every accepted external_id.").
+				Secret().
+				Default(config.RedisURL.Default).
+				Example("${SP_REDIS_URL:"+config.RedisURL.Default+"}"),
+			service.NewStringField(iaFieldRedisPrefix).
+				Description("Prefix of the Redis keys; give each environment sharing one Redis its own.").
+				Default(config.RedisKeyPrefix.Default).
+				Example("${SP_REDIS_KEY_PREFIX:"+config.RedisKeyPrefix.Default+"}"),
+			service.NewDurationField(iaFieldIdemTTL).
+				Description("How long Redis keeps an accepted external_id's first ID. At least the retention of the ingest topics: an item the persister has not stored by then is gone from Kafka anyway, and a stored one is found in the database.").
+				Default(config.IngestIdempotencyTTL.Default).
+				Example("${SP_INGEST_IDEMPOTENCY_TTL:"+config.IngestIdempotencyTTL.Default+"}"),
 		).
 		Fields(identity.KeyFields()...)
 }
@@ -126,8 +141,10 @@ type ingestAPI struct {
 	requests *service.MetricCounter // by endpoint and status code
 	latency  *service.MetricTimer   // by endpoint
 
-	recent *recentIDs
-	keys   *keyCache
+	keys        *keyCache
+	idem        *idemStore
+	redisURL    string
+	redisLogged atomic.Int64 // UnixNano of the last Redis WARN
 
 	// jobs hands batches from handlers to ReadBatch; unbuffered so a batch
 	// is only ever in the pipeline's hands or its handler's, never parked.
@@ -173,15 +190,20 @@ func newIngestAPIFromParsed(conf *service.ParsedConfig, mgr *service.Resources) 
 	if a.ackTimeout, err = conf.FieldDuration(iaFieldAckTimeout); err != nil {
 		return nil, err
 	}
-	recent, err := conf.FieldInt(iaFieldRecentIDs)
-	if err != nil {
+	a.idem = &idemStore{}
+	if a.redisURL, err = conf.FieldString(iaFieldRedisURL); err != nil {
 		return nil, err
 	}
-	if a.maxItems < 1 || a.maxBody < 1024 || a.ackTimeout <= 0 || recent < 0 {
-		return nil, fmt.Errorf("ingest_api: %s, %s, %s and %s must be positive (body at least 1 KiB)",
-			iaFieldMaxItems, iaFieldMaxBodyBytes, iaFieldAckTimeout, iaFieldRecentIDs)
+	if a.idem.prefix, err = conf.FieldString(iaFieldRedisPrefix); err != nil {
+		return nil, err
 	}
-	a.recent = newRecentIDs(recent)
+	if a.idem.ttl, err = conf.FieldDuration(iaFieldIdemTTL); err != nil {
+		return nil, err
+	}
+	if a.maxItems < 1 || a.maxBody < 1024 || a.ackTimeout <= 0 || a.idem.ttl < time.Minute {
+		return nil, fmt.Errorf("ingest_api: %s, %s and %s must be positive (body at least 1 KiB), %s at least 1m",
+			iaFieldMaxItems, iaFieldMaxBodyBytes, iaFieldAckTimeout, iaFieldIdemTTL)
+	}
 	if a.protector, err = identity.ProtectorFromParsed(conf); err != nil {
 		return nil, fmt.Errorf("ingest_api: %w", err)
 	}
@@ -215,13 +237,20 @@ func (a *ingestAPI) Connect(ctx context.Context) error {
 		pool.Close()
 		return fmt.Errorf("ingest_api: creating the Kafka probe client: %w", err)
 	}
+	rdb, err := redisconn.Open(a.redisURL)
+	if err != nil {
+		pool.Close()
+		probe.Close()
+		return fmt.Errorf("ingest_api: %s: %w", iaFieldRedisURL, err)
+	}
 	ln, err := net.Listen("tcp", a.addr)
 	if err != nil {
 		pool.Close()
 		probe.Close()
+		_ = rdb.Close()
 		return fmt.Errorf("ingest_api: listening on %s: %w", a.addr, err)
 	}
-	a.pool, a.probe = pool, probe
+	a.pool, a.probe, a.idem.client = pool, probe, rdb
 	a.srv = &http.Server{
 		Handler:           a.routes(),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -270,6 +299,7 @@ func (a *ingestAPI) Close(ctx context.Context) error {
 	}
 	a.pool.Close()
 	a.probe.Close()
+	_ = a.idem.client.Close()
 	a.srv = nil
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return nil

@@ -1,0 +1,198 @@
+package api
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/speculapro/speculapro/internal/event"
+)
+
+// States of an idempotency entry.
+const (
+	// idemPending: a request claimed the external_id and is handing it to
+	// Kafka; whether Kafka took it is unknown until the entry turns
+	// accepted (or is deleted when Kafka refused it).
+	idemPending byte = 'P'
+	// idemAccepted: Kafka acknowledged the item under the entry's ID.
+	idemAccepted byte = 'A'
+	// idemStored: the database holds the external_id under the entry's ID
+	// (found by a request whose claim was new, e.g. after the entry
+	// expired); its first content is unknown, so no conflict is answered.
+	idemStored byte = 'S'
+)
+
+// idemValueLen is the stored value: state, ID (16) and content hash (8).
+const idemValueLen = 1 + 16 + 8
+
+// idemEntry is what a claim found: the first request's state, ID and
+// content hash.
+type idemEntry struct {
+	state byte
+	id    event.UUID
+	hash  [8]byte
+}
+
+func (e idemEntry) value() string {
+	var b [idemValueLen]byte
+	b[0] = e.state
+	copy(b[1:17], e.id[:])
+	copy(b[17:], e.hash[:])
+	return string(b[:])
+}
+
+func parseIdemEntry(s string) (idemEntry, bool) {
+	if len(s) != idemValueLen || (s[0] != idemPending && s[0] != idemAccepted && s[0] != idemStored) {
+		return idemEntry{}, false
+	}
+	var e idemEntry
+	e.state = s[0]
+	copy(e.id[:], s[1:17])
+	copy(e.hash[:], s[17:])
+	return e, true
+}
+
+// idemStore remembers, per workspace, kind and external_id, the ID the
+// item was first accepted under, in Redis with a TTL, so a resend is
+// answered with that ID by every ingest process, across restarts, whatever
+// occurred_at it carries. Keys are <prefix>idem:{<hash>}: the hash (SHA-256
+// of kind, workspace and external_id, 16 bytes, base64url) keeps the
+// external_id out of Redis and bounds the key's size, and the braces make
+// it the key's Redis Cluster hash tag, so keys spread over the slots and
+// each command of a pipeline goes to one node.
+//
+// The TTL must outlive the persister's lag: within it the entry answers
+// (the database's (workspace_id, external_id) index answers once the entry
+// expired, and the item is stored by then). An accepted item that is not
+// stored within the topic's retention is lost anyway, so the TTL is set to
+// that retention (idempotency_ttl, SP_INGEST_IDEMPOTENCY_TTL, default 24h,
+// the local stack's retention; Kafka's default is 168h). Each entry costs
+// about 120 bytes of Redis memory with the default prefix
+// (TestIdempotencyEntrySize): 1,000 items/s for 24 h is 86 M entries,
+// about 10 GB; size Redis for it, or shorten the TTL to the persister's
+// worst lag.
+type idemStore struct {
+	client redis.UniversalClient
+	prefix string
+	ttl    time.Duration
+}
+
+// releaseScript deletes a pending entry only while it is still the one
+// this request wrote: a request whose items Kafka refused gives the
+// external_id back, never someone else's claim.
+// EVAL, not EVALSHA: a pipeline cannot fall back on NOSCRIPT.
+const releaseScript = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`
+
+func (s *idemStore) key(kind event.Kind, ws event.UUID, externalID string) string {
+	h := sha256.New()
+	h.Write([]byte(kind))
+	h.Write([]byte{0})
+	h.Write(ws[:])
+	h.Write([]byte(externalID))
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	return s.prefix + "idem:{" + base64.RawURLEncoding.EncodeToString(sum[:16]) + "}"
+}
+
+// claim writes each entry where none exists (SET NX GET, with the TTL) and
+// returns, per key, the entry that was there (nil: this request claimed
+// it). One pipeline; an error means nothing is known about any key.
+func (s *idemStore) claim(ctx context.Context, keys []string, entries []idemEntry) ([]*idemEntry, error) {
+	cmds := make([]*redis.StatusCmd, len(keys))
+	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, k := range keys {
+			cmds[i] = p.SetArgs(ctx, k, entries[i].value(), redis.SetArgs{Mode: "NX", Get: true, TTL: s.ttl})
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("claiming %d external IDs in Redis: %w", len(keys), err)
+	}
+	out := make([]*idemEntry, len(keys))
+	for i, c := range cmds {
+		v, err := c.Result()
+		switch {
+		case errors.Is(err, redis.Nil):
+		case err != nil:
+			return nil, fmt.Errorf("claiming %d external IDs in Redis: %w", len(keys), err)
+		default:
+			e, ok := parseIdemEntry(v)
+			if !ok {
+				// Not ours to read: take it as claimed by nobody, and the
+				// database lookup decides.
+				continue
+			}
+			out[i] = &e
+		}
+	}
+	return out, nil
+}
+
+// update overwrites existing entries (SET XX KEEPTTL): pending to accepted
+// or stored. Best effort: a failure leaves them pending, which a resend
+// treats as "maybe in Kafka" and sends again under the same ID.
+func (s *idemStore) update(ctx context.Context, keys []string, entries []idemEntry) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, k := range keys {
+			p.SetArgs(ctx, k, entries[i].value(), redis.SetArgs{Mode: "XX", KeepTTL: true})
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("marking %d external IDs accepted in Redis: %w", len(keys), err)
+	}
+	return nil
+}
+
+// release deletes this request's pending entries of items Kafka did not
+// take, so a resend is not mistaken for one that may be in Kafka.
+func (s *idemStore) release(ctx context.Context, keys []string, entries []idemEntry) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, k := range keys {
+			p.Eval(ctx, releaseScript, []string{k}, entries[i].value())
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("releasing %d external IDs in Redis: %w", len(keys), err)
+	}
+	return nil
+}
+
+// contentHash is what decides a resend is the same item: every field the
+// client sent except occurred_at (a resend answers with the first ID
+// whatever its time, see TransactionID) and the counterparty identifier by
+// its fingerprint, so no clear identifier is hashed into Redis.
+func contentHash(e *event.Envelope, cp *wireCounterparty, identifierFP string) [8]byte {
+	h := sha256.New()
+	var n [4]byte
+	write := func(s string) {
+		binary.BigEndian.PutUint32(n[:], uint32(len(s)))
+		h.Write(n[:])
+		h.Write([]byte(s))
+	}
+	for _, s := range []string{string(e.Kind), e.ExternalID, e.AccountExternalID, e.CustomerExternalID, e.Amount, e.Currency,
+		string(e.Direction), e.Type, e.Status, e.Reference, e.Channel, string(e.Metadata), string(e.Attributes)} {
+		write(s)
+	}
+	if cp != nil {
+		write(cp.Name)
+		write(cp.IdentifierKind)
+		write(identifierFP)
+	}
+	var out [8]byte
+	copy(out[:], h.Sum(nil))
+	return out
+}

@@ -1,0 +1,135 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/speculapro/speculapro/internal/event"
+	"github.com/speculapro/speculapro/internal/testenv"
+)
+
+// txnAt is transaction ext at occurred_at at, with amount.
+func (f *apiFixture) txnAt(ext string, at time.Time, amount string) string {
+	return fmt.Sprintf(`{"external_id":%q,"occurred_at":%q,"account_external_id":"acc-1","amount":%q,"currency":"EUR","direction":"in"}`,
+		ext, at.Format(time.RFC3339Nano), amount)
+}
+
+// A resend answers duplicate with the FIRST ID whatever its occurred_at
+// (item 10), a resend with other content answers conflict with the first ID
+// (item 5), and neither reaches the pipeline.
+func TestResendAnswersTheFirstID(t *testing.T) {
+	f := newAPIFixture(t)
+	at := f.txTime.Add(123456 * time.Nanosecond) // sub-millisecond digits
+	_, out := f.call(t, "POST", "/v1/transactions", f.keyA, string(batchOf(f.txnAt("idem-1", at, "10.00"))))
+	st, ids := results(t, out)
+	if st[0] != statusAccepted {
+		t.Fatalf("first send: %v", out)
+	}
+	first := ids[0]
+	if got, ok := event.OccurredAtOfID(event.UUID(mustUUID(t, first))); !ok || !got.Equal(at.Truncate(time.Microsecond)) {
+		t.Errorf("the ID's time is %v, want occurred_at to the microsecond %v", got, at.Truncate(time.Microsecond))
+	}
+	sent := f.pipe.count()
+	for _, shift := range []time.Duration{0, time.Microsecond, 500 * time.Microsecond, time.Millisecond, time.Hour} {
+		_, out := f.call(t, "POST", "/v1/transactions", f.keyA, string(batchOf(f.txnAt("idem-1", at.Add(shift), "10.00"))))
+		if st, ids := results(t, out); st[0] != statusDuplicate || ids[0] != first {
+			t.Errorf("resend with occurred_at %+v: %v %v, want duplicate %s", shift, st, ids, first)
+		}
+	}
+	_, out = f.call(t, "POST", "/v1/transactions", f.keyA, string(batchOf(f.txnAt("idem-1", at, "99999.00"))))
+	if st, ids := results(t, out); st[0] != statusConflict || ids[0] != first || out["conflict"] != float64(1) {
+		t.Errorf("resend with another amount: %v", out)
+	}
+	// Two copies in one request: the second like the first, or conflict.
+	_, out = f.call(t, "POST", "/v1/transactions", f.keyA, string(batchOf(
+		f.txnAt("idem-2", at, "5.00"), f.txnAt("idem-2", at.Add(time.Millisecond), "5.00"), f.txnAt("idem-2", at, "6.00"))))
+	if st, ids := results(t, out); strings.Join(st, ",") != "accepted,duplicate,conflict" || ids[1] != ids[0] || ids[2] != ids[0] {
+		t.Errorf("copies in one request: %v %v", st, ids)
+	}
+	if n := f.pipe.count() - sent; n != 1 {
+		t.Errorf("%d messages reached the pipeline for the resends, want 1 (idem-2's first copy)", n)
+	}
+}
+
+// An external_id whose claim is pending (the request that claimed it died
+// before Kafka answered, or is still waiting) is sent again under the first
+// ID and time, which the persister stores once; a Kafka refusal gives the
+// claim back, so the next resend is sent.
+func TestPendingClaimResendsUnderTheFirstID(t *testing.T) {
+	f := newAPIFixture(t)
+	at := f.txTime
+	firstID := event.TransactionID(f.wsA, "pend-1", at.Add(-time.Minute))
+	it := item{externalID: "pend-1", env: event.Envelope{Kind: event.KindTransaction, ExternalID: "pend-1", AccountExternalID: "acc-1", Amount: "10.00", Currency: "EUR", Direction: "in"}}
+	key := f.a.idem.key(event.KindTransaction, f.wsA, "pend-1")
+	entry := idemEntry{state: idemPending, id: firstID, hash: f.a.contentHash(f.wsA, &it)}
+	if err := f.a.idem.client.Set(context.Background(), key, entry.value(), time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, out := f.call(t, "POST", "/v1/transactions", f.keyA, string(batchOf(f.txnAt("pend-1", at, "10.00"))))
+	if st, ids := results(t, out); st[0] != statusAccepted || ids[0] != firstID.String() {
+		t.Fatalf("resend of a pending item: %v %v, want accepted under %s", st, ids, firstID)
+	}
+	last := f.pipe.delivered[len(f.pipe.delivered)-1]
+	if !strings.Contains(string(last), firstID.String()) || !strings.Contains(string(last), at.Add(-time.Minute).Format(time.RFC3339Nano)) {
+		t.Errorf("sent %s, want the first ID and its occurred_at", last)
+	}
+
+	// Kafka refuses: answered retry and the claim is released, so a resend
+	// is sent (not answered duplicate for something Kafka never took).
+	_, out = f.call(t, "POST", "/v1/transactions", f.keyA, string(batchOf(f.txnAt("kafka-down", at, "10.00"))))
+	if st, _ := results(t, out); st[0] != statusRetry {
+		t.Fatalf("kafka-down: %v", out)
+	}
+	n, err := f.a.idem.client.Exists(context.Background(), f.a.idem.key(event.KindTransaction, f.wsA, "kafka-down")).Result()
+	if err != nil || n != 0 {
+		t.Errorf("the claim of an item Kafka refused is still there (%d, %v)", n, err)
+	}
+}
+
+// With Redis unreachable every valid item is answered retry (never
+// accepted unchecked, which could store a resend twice); a bad item is
+// still answered rejected.
+func TestRedisDownAnswersRetry(t *testing.T) {
+	f := newAPIFixtureWith(t, "redis://"+testenv.FreeAddr(t)+"/0")
+	_, out := f.call(t, "POST", "/v1/transactions", f.keyA, string(batchOf(f.txn("r-1", ""), f.txn("r-2", `,"amount":"-1"`))))
+	if st, _ := results(t, out); strings.Join(st, ",") != "retry,rejected" {
+		t.Errorf("Redis down: %v", out)
+	}
+	if f.pipe.count() != 0 {
+		t.Errorf("%d items reached the pipeline with Redis down", f.pipe.count())
+	}
+	if code, out := f.call(t, "GET", "/readyz", "", ""); code != 503 || out["redis"] != "unreachable" {
+		t.Errorf("/readyz with Redis down: %d %v", code, out)
+	}
+}
+
+// An entry's Redis memory, as the idempotency_ttl documentation states.
+func TestIdempotencyEntrySize(t *testing.T) {
+	f := newAPIFixture(t)
+	ctx := context.Background()
+	key := f.a.idem.key(event.KindTransaction, f.wsA, strings.Repeat("x", 36))
+	if err := f.a.idem.client.Set(ctx, key, idemEntry{state: idemAccepted}.value(), time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	n, err := f.a.idem.client.MemoryUsage(ctx, key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("one idempotency entry: %d bytes of Redis memory (key %d bytes)", n, len(key))
+	// The test's prefix is 21 bytes longer than the default "sp:".
+	if n-int64(len(key)-len("sp:idem:{}")-22) > 140 {
+		t.Errorf("an entry takes %d bytes, more than the 120 or so documented", n)
+	}
+}
+
+func mustUUID(t *testing.T, s string) event.UUID {
+	t.Helper()
+	u, err := event.ParseUUID(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
