@@ -174,7 +174,7 @@ type received struct {
 // The path decides how it answers: /flaky/… answers 500 to a key's first
 // two requests, /slow/… waits two seconds, /delay/… waits the receiver's
 // delay, /redirect/… answers 302, /huge/… streams a body of hugeBytes,
-// /gone/… answers 410, anything else 200.
+// /gone/… answers 410, /error/… 500 always, anything else 200.
 type receiver struct {
 	addr      string
 	delay     time.Duration
@@ -225,6 +225,9 @@ func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	case "gone":
 		http.Error(w, "gone", http.StatusGone)
+		return
+	case "error":
+		http.Error(w, "always broken", http.StatusInternalServerError)
 		return
 	case "huge":
 		w.WriteHeader(http.StatusOK)

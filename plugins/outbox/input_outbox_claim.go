@@ -86,7 +86,7 @@ row: the keep-up signal) and `+"`speculapro_worker_endpoints_suspended`"+`.`).
 				Default("2m"),
 			service.NewDurationField(ocFieldStatsInterval).
 				Description("How often the queue gauges are measured.").
-				Default("10s").
+				Default("5s").
 				Advanced(),
 			startupTimeoutField(),
 		).
