@@ -18,12 +18,12 @@ func TestCLIListsOurCommandsAndPlugins(t *testing.T) {
 	}
 
 	help := run("--help")
-	for _, cmd := range []string{"migrate", "topics", "dev", "loadgen", "workspace", "apikey", "rules", "run", "streams", "lint", "test", "list", "blobl", "echo"} {
+	for _, cmd := range []string{"migrate", "topics", "dev", "loadgen", "workspace", "apikey", "rules", "webhook", "run", "streams", "lint", "test", "list", "blobl", "echo"} {
 		if !strings.Contains(help, "\n   "+cmd+" ") {
 			t.Errorf("speculapro --help does not list the %s command:\n%s", cmd, help)
 		}
 	}
-	for _, cmd := range []string{"migrate", "topics", "dev", "loadgen", "rules"} {
+	for _, cmd := range []string{"migrate", "topics", "dev", "loadgen", "rules", "webhook"} {
 		if out := run(cmd, "--help"); !strings.Contains(out, "USAGE:") || len(out) < 200 {
 			t.Errorf("speculapro %s --help is not useful:\n%s", cmd, out)
 		}
@@ -33,7 +33,7 @@ func TestCLIListsOurCommandsAndPlugins(t *testing.T) {
 	}
 
 	list := run("list", "inputs", "outputs", "processors", "metrics", "tracers")
-	for _, plugin := range []string{"kafka_franz", "ingest_api", "pg_copy_upsert", "counterparty_fingerprint", "event_decode", "feature_update", "rule_eval", "pg_rule_hits", "prometheus", "open_telemetry_collector"} {
+	for _, plugin := range []string{"kafka_franz", "ingest_api", "pg_copy_upsert", "counterparty_fingerprint", "event_decode", "feature_update", "rule_eval", "pg_rule_hits", "outbox_claim", "outbox_send", "pg_partitions", "prometheus", "open_telemetry_collector"} {
 		if !strings.Contains(list, "  - "+plugin+"\n") {
 			t.Errorf("speculapro list does not name %s:\n%s", plugin, list)
 		}
