@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -35,9 +36,12 @@ type rejectedResponse struct {
 // readEntity validates the path's external_id and decodes the body into a
 // fieldReader; a non-zero code means the answer was written.
 func (a *ingestAPI) readEntity(w http.ResponseWriter, r *http.Request) (string, *fieldReader, int) {
+	// Our own words: the database's would describe its encoding (a NUL or
+	// invalid UTF-8 it refuses), not the client's fault.
 	ext := r.PathValue("external_id")
-	if ext == "" || len(ext) > maxIDLen {
-		return "", nil, writeError(w, http.StatusBadRequest, fmt.Errorf("external_id in the path: 1 to %d bytes", maxIDLen))
+	if err := event.CheckExternalID(ext); err != nil {
+		a.log.Debugf("ingest_api: external_id in the path refused: %v", err)
+		return "", nil, writeError(w, http.StatusBadRequest, fmt.Errorf("external_id in the path: want 1 to %d bytes of UTF-8 text without control characters, not only whitespace", maxIDLen))
 	}
 	body, code, err := a.readBody(w, r)
 	if err != nil {
@@ -46,6 +50,9 @@ func (a *ingestAPI) readEntity(w http.ResponseWriter, r *http.Request) (string, 
 	var probe map[string]json.RawMessage
 	if err := strictUnmarshal(body, &probe); err != nil {
 		return "", nil, writeError(w, http.StatusBadRequest, err)
+	}
+	if err := event.CheckJSON(body); err != nil {
+		return "", nil, writeError(w, http.StatusBadRequest, fmt.Errorf("%w: %s", errMalformed, strings.TrimPrefix(err.Error(), event.ErrJSONB.Error()+": ")))
 	}
 	fr, err := newFieldReader(body, "")
 	if err != nil {
@@ -105,7 +112,7 @@ func (a *ingestAPI) handleAccount(w http.ResponseWriter, r *http.Request, ws eve
 	if code != 0 {
 		return code
 	}
-	customer := fr.str("customer_external_id", true, maxIDLen)
+	customer := fr.externalID("customer_external_id", true)
 	kind := fr.str("kind", false, maxLabelLen)
 	currency := fr.currency("currency", false)
 	status := fr.str("status", false, maxLabelLen)
@@ -113,6 +120,9 @@ func (a *ingestAPI) handleAccount(w http.ResponseWriter, r *http.Request, ws eve
 	now := time.Now().UTC()
 	opened := fr.time("opened_at", false, now)
 	closed := fr.time("closed_at", false, now)
+	if !opened.IsZero() && !closed.IsZero() && closed.Before(opened) {
+		fr.fail("closed_at", "before opened_at")
+	}
 	attrs := fr.object("attributes")
 	if code := finishEntity(w, fr); code != 0 {
 		return code
@@ -168,8 +178,11 @@ func (a *ingestAPI) writeEntity(ctx context.Context, ws event.UUID, fn func(cont
 func (a *ingestAPI) answerEntity(w http.ResponseWriter, what string, id event.UUID, ext string, created bool, err error) int {
 	if err != nil {
 		if pgclass.IsRowFault(err) {
-			_, msg := pgclass.Code(err)
-			return writeError(w, http.StatusUnprocessableEntity, fmt.Errorf("the database refused the %s (%s): %s", what, pgclass.Reason(err), msg))
+			// The database's own text stays in the log: it can quote
+			// values and describes the schema, not the request.
+			code, _ := pgclass.Code(err)
+			a.log.Warnf("ingest_api: the database refused a %s: %v", what, err)
+			return writeError(w, http.StatusUnprocessableEntity, fmt.Errorf("the database refused the %s (SQLSTATE %s, %s); check its fields against the API's limits", what, code, pgclass.Reason(err)))
 		}
 		a.log.Warnf("ingest_api: writing a %s: %v", what, err)
 		return writeError(w, http.StatusServiceUnavailable, fmt.Errorf("cannot write the %s now; send it again", what))

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -494,11 +495,18 @@ func (a *ingestAPI) readBody(w http.ResponseWriter, r *http.Request) ([]byte, in
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.maxBody))
 	var tooBig *http.MaxBytesError
+	var netErr net.Error
 	switch {
 	case errors.As(err, &tooBig):
 		return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("request body larger than %d bytes", a.maxBody)
+	case errors.As(err, &netErr) && netErr.Timeout():
+		// The error names both sockets' addresses: log it, answer in our
+		// own words.
+		a.log.Debugf("ingest_api: reading a request body: %v", err)
+		return nil, http.StatusRequestTimeout, fmt.Errorf("the request body did not arrive within %v", bodyReadTimeout)
 	case err != nil:
-		return nil, http.StatusBadRequest, fmt.Errorf("reading the request body: %w", err)
+		a.log.Debugf("ingest_api: reading a request body: %v", err)
+		return nil, http.StatusBadRequest, errors.New("cannot read the request body (the connection broke or the body is not what Content-Length says)")
 	}
 	return body, 0, nil
 }

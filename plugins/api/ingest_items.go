@@ -5,13 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/speculapro/speculapro/internal/dbmigrate"
 	"io"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	gojson "github.com/goccy/go-json"
 
@@ -19,20 +17,17 @@ import (
 	"github.com/speculapro/speculapro/internal/identity"
 )
 
-// Limits of one request, documented in openapi.json.
+// Limits of one request, documented in openapi.json. The limits of the
+// fields are internal/event's (limits.go), the one definition the decoder
+// and the load generator use too.
 const (
 	maxItemsDefault     = 1000
 	maxBodyBytesDefault = 5 << 20
-	maxIDLen            = 128
-	maxNameLen          = 256
-	maxReferenceLen     = 512
-	maxLabelLen         = 64
-	maxIdentifierLen    = 64
-	maxObjectBytes      = 16 << 10
-	// futureSkew is how far ahead of our clock an occurred_at may be: clocks
-	// differ, but a transaction dated next year is a client bug, and one
-	// dated past the partitions the worker created would stall the persister.
-	futureSkew = 24 * time.Hour
+	maxIDLen            = event.MaxExternalIDBytes
+	maxNameLen          = event.MaxNameBytes
+	maxReferenceLen     = event.MaxReferenceBytes
+	maxLabelLen         = event.MaxLabelBytes
+	maxIdentifierLen    = event.MaxIdentifierBytes
 )
 
 // Sentinel errors of a request that is refused as a whole (HTTP 4xx).
@@ -141,10 +136,26 @@ func decodeBatch(body []byte, kind event.Kind, ws event.UUID, now time.Time, max
 	if len(raws) > maxItems {
 		return nil, fmt.Errorf("%w: %d items, at most %d per request", errTooManyItems, len(raws), maxItems)
 	}
+	// Duplicate keys, \u0000, numbers numeric cannot hold (event.CheckJSON):
+	// one pass over the body; only when it fails is each item checked, so
+	// the fault is answered on its item, or refuses the request when it is
+	// outside every item.
+	itemJSONErr := make([]error, len(raws))
+	if err := event.CheckJSON(body); err != nil {
+		found := false
+		for i, raw := range raws {
+			if itemJSONErr[i] = event.CheckJSON(raw); itemJSONErr[i] != nil {
+				found = true
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("%w: %s", errMalformed, strings.TrimPrefix(err.Error(), event.ErrJSONB.Error()+": "))
+		}
+	}
 	out := make([]parsedItem, len(raws))
-	var unknownPaths []string
 	for i, raw := range raws {
-		r, err := newFieldReader(raw, fmt.Sprintf("items[%d]", i))
+		path := fmt.Sprintf("items[%d]", i)
+		r, err := newFieldReader(raw, path)
 		if err != nil {
 			return nil, err
 		}
@@ -154,10 +165,18 @@ func decodeBatch(body []byte, kind event.Kind, ws event.UUID, now time.Time, max
 			out[i] = r.accountEvent(ws, now)
 		}
 		out[i].item.index = i
-		unknownPaths = append(unknownPaths, r.unknownFields()...)
-	}
-	if len(unknownPaths) > 0 {
-		return nil, fmt.Errorf("%w %s", errUnknownField, quoteAll(unknownPaths))
+		// An unknown field (a typo must not silently drop data) or a JSON
+		// fault rejects its item alone, like any other validation error.
+		var extra []FieldError
+		if itemJSONErr[i] != nil {
+			extra = append(extra, FieldError{Field: path, Message: strings.TrimPrefix(itemJSONErr[i].Error(), event.ErrJSONB.Error()+": ")})
+		}
+		for _, u := range r.unknownFields() {
+			extra = append(extra, FieldError{Field: u, Message: "unknown field"})
+		}
+		if len(extra) > 0 {
+			out[i] = parsedItem{item: item{index: i, externalID: out[i].item.externalID}, errors: append(out[i].errors, extra...)}
+		}
 	}
 	return out, nil
 }
@@ -261,17 +280,29 @@ func (r *fieldReader) str(field string, required bool, max int) string {
 			return ""
 		}
 	}
-	switch {
-	case s == "" && required:
+	if s == "" && required {
 		r.fail(field, "required, must not be empty")
-	case len(s) > max:
-		r.fail(field, fmt.Sprintf("%d bytes, at most %d", len(s), max))
-	case !utf8.ValidString(s) || strings.ContainsFunc(s, func(c rune) bool { return c < 0x20 || c == 0x7f }):
-		r.fail(field, "contains control characters")
-	default:
-		return s
+		return ""
 	}
-	return ""
+	if err := event.CheckText(s, max); err != nil {
+		r.fail(field, err.Error())
+		return ""
+	}
+	return s
+}
+
+// externalID reads an external ID: a string, not empty or only whitespace
+// (event.CheckExternalID).
+func (r *fieldReader) externalID(field string, required bool) string {
+	s := r.str(field, required, maxIDLen)
+	if s == "" {
+		return ""
+	}
+	if err := event.CheckExternalID(s); err != nil {
+		r.fail(field, err.Error())
+		return ""
+	}
+	return s
 }
 
 // plainString reads a JSON string without escapes straight from its bytes,
@@ -298,20 +329,21 @@ func (r *fieldReader) enum(field string, required bool, allowed ...string) strin
 	return ""
 }
 
-// time reads an RFC 3339 time between 1970 and now + futureSkew.
+// time reads an RFC 3339 time between 1970 and now + event.FutureSkew.
 func (r *fieldReader) time(field string, required bool, now time.Time) time.Time {
 	s := r.str(field, required, maxLabelLen)
 	if s == "" {
 		return time.Time{}
 	}
 	t, err := time.Parse(time.RFC3339Nano, s)
+	_, until := event.AcceptWindow(now)
 	switch {
 	case err != nil:
 		r.fail(field, `want an RFC 3339 time such as "2026-11-30T07:41:12.345Z"`)
 	case t.Year() < 1970:
 		r.fail(field, "before 1970")
-	case t.After(now.Add(futureSkew)):
-		r.fail(field, "more than 24 hours in the future")
+	case t.After(until):
+		r.fail(field, fmt.Sprintf("more than %v in the future", event.FutureSkew))
 	default:
 		return t.UTC()
 	}
@@ -319,12 +351,11 @@ func (r *fieldReader) time(field string, required bool, now time.Time) time.Time
 }
 
 // occurredAt reads an event's occurred_at, which decides its monthly
-// partition: a time before the oldest partition the worker keeps (the start
-// of last month) is refused here, because the persister could never store it
-// and would retry its partition forever instead.
+// partition: a time outside event.AcceptWindow is refused here, because the
+// persister could never store it.
 func (r *fieldReader) occurredAt(now time.Time) time.Time {
 	t := r.time("occurred_at", true, now)
-	if oldest, _ := dbmigrate.PartitionWindow(now); !t.IsZero() && t.Before(oldest) {
+	if oldest, _ := event.AcceptWindow(now); !t.IsZero() && t.Before(oldest) {
 		r.fail("occurred_at", "before "+oldest.Format(time.DateOnly)+", the oldest month stored; older transactions cannot be ingested")
 		return time.Time{}
 	}
@@ -345,32 +376,11 @@ func (r *fieldReader) amount(field string) string {
 		r.fail(field, `want a decimal string such as "1249.90", not a JSON number`)
 		return ""
 	}
-	intPart, frac, hasDot := strings.Cut(s, ".")
-	switch {
-	case strings.HasPrefix(s, "-"):
-		r.fail(field, "must not be negative (direction says which way money moved)")
-	case !allDigits(intPart) || (hasDot && !allDigits(frac)):
-		r.fail(field, `want a decimal string such as "1249.90"`)
-	case len(intPart) > 16:
-		r.fail(field, "more than 16 digits before the decimal point")
-	case len(frac) > 4:
-		r.fail(field, "more than 4 decimal places")
-	default:
-		return s
+	if err := event.CheckAmount(s); err != nil {
+		r.fail(field, err.Error())
+		return ""
 	}
-	return ""
-}
-
-func allDigits(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return true
+	return s
 }
 
 func (r *fieldReader) currency(field string, required bool) string {
@@ -378,7 +388,7 @@ func (r *fieldReader) currency(field string, required bool) string {
 	if s == "" {
 		return ""
 	}
-	if !iso4217[s] {
+	if !event.IsCurrency(s) {
 		r.fail(field, `want an ISO 4217 currency code such as "EUR"`)
 		return ""
 	}
@@ -397,19 +407,16 @@ func (r *fieldReader) country(field string) string {
 	return s
 }
 
-// object reads a JSON object of at most maxObjectBytes, compacted.
+// object reads a JSON object that jsonb stores as sent (event.CheckJSONB:
+// at most event.MaxObjectBytes, no \u0000, numbers numeric holds, no
+// duplicate key), compacted.
 func (r *fieldReader) object(field string) json.RawMessage {
 	v := r.raw(field)
 	if v == nil {
 		return nil
 	}
-	if len(v) > maxObjectBytes {
-		r.fail(field, fmt.Sprintf("%d bytes, at most %d", len(v), maxObjectBytes))
-		return nil
-	}
-	var m map[string]json.RawMessage
-	if err := gojson.Unmarshal(v, &m); err != nil {
-		r.fail(field, "want a JSON object")
+	if err := event.CheckJSONB(v); err != nil {
+		r.fail(field, strings.TrimPrefix(err.Error(), event.ErrJSONB.Error()+": "))
 		return nil
 	}
 	var buf bytes.Buffer
@@ -493,10 +500,10 @@ type wireCounterparty struct {
 func (r *fieldReader) transaction(ws event.UUID, now time.Time) parsedItem {
 	e := event.Envelope{
 		V: event.Version, Kind: event.KindTransaction, WorkspaceID: ws, ReceivedAt: now,
-		ExternalID:         r.str("external_id", true, maxIDLen),
+		ExternalID:         r.externalID("external_id", true),
 		OccurredAt:         r.occurredAt(now),
-		AccountExternalID:  r.str("account_external_id", true, maxIDLen),
-		CustomerExternalID: r.str("customer_external_id", false, maxIDLen),
+		AccountExternalID:  r.externalID("account_external_id", true),
+		CustomerExternalID: r.externalID("customer_external_id", false),
 		Amount:             r.amount("amount"),
 		Currency:           r.currency("currency", true),
 		Direction:          event.Direction(r.enum("direction", true, string(event.DirectionIn), string(event.DirectionOut))),
@@ -526,10 +533,10 @@ func (r *fieldReader) transaction(ws event.UUID, now time.Time) parsedItem {
 func (r *fieldReader) accountEvent(ws event.UUID, now time.Time) parsedItem {
 	e := event.Envelope{
 		V: event.Version, Kind: event.KindAccountEvent, WorkspaceID: ws, ReceivedAt: now,
-		ExternalID:         r.str("external_id", true, maxIDLen),
+		ExternalID:         r.externalID("external_id", true),
 		OccurredAt:         r.occurredAt(now),
-		CustomerExternalID: r.str("customer_external_id", true, maxIDLen),
-		AccountExternalID:  r.str("account_external_id", false, maxIDLen),
+		CustomerExternalID: r.externalID("customer_external_id", true),
+		AccountExternalID:  r.externalID("account_external_id", false),
 		Type:               r.str("type", true, maxLabelLen),
 		Attributes:         r.object("attributes"),
 	}
@@ -552,20 +559,3 @@ func (r *fieldReader) finish(e event.Envelope, cp *wireCounterparty, key string)
 	}
 	return parsedItem{item: it}
 }
-
-// iso4217 holds the active ISO 4217 codes, funds and precious metals
-// included; XTS (testing) and XXX (no currency) are left out.
-var iso4217 = func() map[string]bool {
-	m := map[string]bool{}
-	for _, c := range strings.Fields(`AED AFN ALL AMD ANG AOA ARS AUD AWG AZN BAM BBD BDT BGN BHD BIF BMD BND BOB
-		BOV BRL BSD BTN BWP BYN BZD CAD CDF CHE CHF CHW CLF CLP CNY COP COU CRC CUC CUP CVE CZK DJF DKK DOP
-		DZD EGP ERN ETB EUR FJD FKP GBP GEL GHS GIP GMD GNF GTQ GYD HKD HNL HRK HTG HUF IDR ILS INR IQD IRR
-		ISK JMD JOD JPY KES KGS KHR KMF KPW KRW KWD KYD KZT LAK LBP LKR LRD LSL LYD MAD MDL MGA MKD MMK MNT
-		MOP MRU MUR MVR MWK MXN MXV MYR MZN NAD NGN NIO NOK NPR NZD OMR PAB PEN PGK PHP PKR PLN PYG QAR RON
-		RSD RUB RWF SAR SBD SCR SDG SEK SGD SHP SLE SLL SOS SRD SSP STN SVC SYP SZL THB TJS TMT TND TOP TRY
-		TTD TWD TZS UAH UGX USD USN UYI UYU UYW UZS VED VES VND VUV WST XAF XAG XAU XBA XBB XBC XBD XCD XCG
-		XDR XOF XPD XPF XPT XSU XUA YER ZAR ZMW ZWG ZWL`) {
-		m[c] = true
-	}
-	return m
-}()

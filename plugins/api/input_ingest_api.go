@@ -39,6 +39,10 @@ const (
 	iaProbeTimeout = 2 * time.Second
 )
 
+// bodyReadTimeout bounds the reading of a request, body included (a
+// variable so a test can shorten it).
+var bodyReadTimeout = 60 * time.Second
+
 func ingestAPISpec() *service.ConfigSpec {
 	return service.NewConfigSpec().
 		Beta().
@@ -256,7 +260,7 @@ func (a *ingestAPI) Connect(ctx context.Context) error {
 		ReadHeaderTimeout: 10 * time.Second,
 		// A whole body must arrive in time: a client trickling 5 MiB must
 		// not hold a connection for ever.
-		ReadTimeout: 60 * time.Second,
+		ReadTimeout: bodyReadTimeout,
 		IdleTimeout: 120 * time.Second,
 	}
 	a.serve = make(chan error, 1)
