@@ -76,10 +76,17 @@ var (
 
 	IngestIdempotencyTTL = Setting{"SP_INGEST_IDEMPOTENCY_TTL", "24h", "How long Redis keeps each accepted external_id's first ID for the ingest API (about 120 bytes each); at least the ingest topics' retention (Kafka's default is 168h)"}
 
-	IngestAddr = Setting{"SP_INGEST_ADDR", "127.0.0.1:8080", "Address the ingest API (pipelines/ingest.yaml) listens on"}
-	HTTPAddr   = Setting{"SP_HTTP_ADDR", "127.0.0.1:4195", "Address of the engine's HTTP server (/metrics, /ping, /ready)"}
-	DataDir    = Setting{"SP_DATA_DIR", "./.speculapro", "Where `speculapro dev` keeps its embedded broker's data"}
-	LogLevel   = Setting{"SP_LOG_LEVEL", "INFO", "Log level: ERROR, WARN, INFO, DEBUG, TRACE or NONE; DEBUG when chasing a problem"}
+	IngestAddr          = Setting{"SP_INGEST_ADDR", "127.0.0.1:8080", "Address the ingest API (pipelines/ingest.yaml) listens on"}
+	HTTPAddr            = Setting{"SP_HTTP_ADDR", "127.0.0.1:4195", "Address of the engine's HTTP server (/metrics, /ping, /ready)"}
+	DataDir             = Setting{"SP_DATA_DIR", "./.speculapro", "Where `speculapro dev` keeps its embedded broker's data"}
+	LogLevel            = Setting{"SP_LOG_LEVEL", "INFO", "Log level: ERROR, WARN, INFO, DEBUG, TRACE or NONE; DEBUG when chasing a problem"}
+	DecisionAddr        = Setting{"SP_DECISION_ADDR", "127.0.0.1:8082", "Address the decision API (pipelines/decision.yaml) listens on"}
+	DecisionTimeout     = Setting{"SP_DECISION_TIMEOUT", "250ms", "Every decision is answered within this of the request's arrival; when the rules or Redis cannot finish in time the answer is SP_DECISION_FALLBACK, marked degraded"}
+	DecisionFallback    = Setting{"SP_DECISION_FALLBACK", "review", "Outcome answered (degraded: true) when a decision cannot finish in time: approve, review or decline"}
+	DecisionRemember    = Setting{"SP_DECISION_REMEMBER", "24h", "How long Redis remembers a decision, so the same external_id again gets the same answer"}
+	DecisionBufferCount = Setting{"SP_DECISION_BUFFER_COUNT", "100000", "Most decided transactions waiting in memory (up to 30 s) for Kafka before more go straight to the Redis spool"}
+	DecisionBufferBytes = Setting{"SP_DECISION_BUFFER_BYTES", "268435456", "Most bytes of decided transactions waiting in memory for Kafka (256 MiB)"}
+	DecisionSpoolPrefix = Setting{"SP_DECISION_SPOOL_PREFIX", "", "Prefix of the spool list spool:{decisions}; give each environment sharing one Redis its own"}
 )
 
 // All returns every setting, sorted by name.
@@ -93,6 +100,7 @@ func All() []Setting {
 		WorkerPartitionsAhead, WorkerSenders, WorkerLease, WebhookTimeout, WebhookMaxAttempts,
 		WebhookBackoffInitial, WebhookBackoffMax, WebhookSuspendAfter, WebhookSecretGrace,
 		WebhookAllowInsecure, SMTPURL,
+		DecisionAddr, DecisionTimeout, DecisionFallback, DecisionRemember, DecisionBufferCount, DecisionBufferBytes, DecisionSpoolPrefix,
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i].Name < all[j].Name })
 	return all

@@ -134,6 +134,13 @@ type Decision struct {
 	Score     float64   `json:"score"`
 	Reasons   []string  `json:"reasons,omitempty"`
 	DecidedAt time.Time `json:"decided_at,omitzero"`
+	// RuleIDs are the rules that fired (stored in decisions.rule_ids),
+	// LatencyMS the time the answer took, and Degraded marks the
+	// workspace's fallback outcome given because the rules or the running
+	// totals could not finish in time.
+	RuleIDs   []UUID `json:"rule_ids,omitempty"`
+	LatencyMS int    `json:"latency_ms,omitempty"`
+	Degraded  bool   `json:"degraded,omitempty"`
 }
 
 // Decode reads one envelope. It is the only reader of the format: every
@@ -372,6 +379,15 @@ func (e *Envelope) normalize() error {
 			}
 			if len(d.Reasons) == 0 {
 				d.Reasons = nil
+			}
+			if len(d.RuleIDs) > MaxDecisionReasons {
+				return outOfLimits("decision.rule_ids", fmt.Errorf("%d rules, at most %d", len(d.RuleIDs), MaxDecisionReasons))
+			}
+			if len(d.RuleIDs) == 0 {
+				d.RuleIDs = nil
+			}
+			if d.LatencyMS < 0 {
+				return invalid("decision.latency_ms", "negative")
 			}
 		}
 	case KindAccountEvent:

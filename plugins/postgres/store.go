@@ -403,6 +403,9 @@ func writeTransactions(ctx context.Context, tx pgx.Tx, rows []*event.Envelope, m
 			})
 		b.Queue(updateCounterparties, wss, fps, ifps, lasts)
 	}
+	// Decided transactions: their decisions rows and decision.created
+	// webhooks, in this same transaction (store_decisions.go).
+	queueDecisions(b, rows)
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return stats, fmt.Errorf("storing %d transactions with their placeholders and counterparties: %w", len(rows), err)
 	}

@@ -1,0 +1,427 @@
+package api
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	gojson "github.com/goccy/go-json"
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/redpanda-data/benthos/v4/public/service"
+
+	"github.com/speculapro/speculapro/internal/apikey"
+	"github.com/speculapro/speculapro/internal/event"
+	"github.com/speculapro/speculapro/internal/features"
+	"github.com/speculapro/speculapro/internal/identity"
+	"github.com/speculapro/speculapro/internal/rules"
+)
+
+// Why a decision was degraded (the label of speculapro_decision_degraded_total).
+const (
+	degradedTimeout = "timeout"           // the rules or Redis did not finish in time
+	degradedRedis   = "redis"             // the running totals could not be read or written
+	degradedRules   = "rules_unavailable" // the rules are not loaded yet (PostgreSQL down since start)
+)
+
+// decisionRoutes are the decision API's endpoints;
+// TestDecisionOpenAPIDocumentsEveryRoute compares them with its document.
+func (a *decisionAPI) decisionRoutes() []route {
+	return []route{
+		{http.MethodPost, "/v1/decisions", true, a.handleDecision},
+		{http.MethodGet, "/v1/decisions/openapi.json", false, handleDecisionOpenAPI},
+		{http.MethodGet, "/healthz", false, handleHealth},
+		{http.MethodGet, "/readyz", false, a.handleDecisionReady},
+	}
+}
+
+func (a *decisionAPI) routes() http.Handler {
+	mux := http.NewServeMux()
+	for _, rt := range a.decisionRoutes() {
+		endpoint := rt.method + " " + rt.pattern
+		mux.HandleFunc(endpoint, func(w http.ResponseWriter, r *http.Request) {
+			arrived := time.Now()
+			ctx := context.WithValue(r.Context(), arrivalKey{}, arrived)
+			r = r.WithContext(ctx)
+			var code int
+			if rt.authed {
+				ws, err := a.authenticate(r)
+				switch {
+				case errors.Is(err, errUnauthenticated):
+					w.Header().Set("WWW-Authenticate", `Bearer realm="speculapro"`)
+					code = writeError(w, http.StatusUnauthorized, err)
+				case err != nil:
+					if r.Context().Err() == nil {
+						a.log.Warnf("decision_api: %v", err)
+					}
+					code = writeError(w, http.StatusServiceUnavailable, errAuthUnavailable)
+				default:
+					code = rt.handle(w, r, ws)
+				}
+			} else {
+				code = rt.handle(w, r, event.UUID{})
+			}
+			a.requests.Incr(1, strconv.Itoa(code))
+		})
+	}
+	return mux
+}
+
+type arrivalKey struct{}
+
+func (a *decisionAPI) authenticate(r *http.Request) (event.UUID, error) {
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return event.UUID{}, errUnauthenticated
+	}
+	hash, err := apikey.Hash(strings.TrimSpace(token))
+	if err != nil {
+		return event.UUID{}, errUnauthenticated
+	}
+	ws, err := a.keys.resolve(r.Context(), hash, func(ctx context.Context, hash []byte) (*event.UUID, error) {
+		ctx, cancel := context.WithTimeout(ctx, iaProbeTimeout)
+		defer cancel()
+		var ws *event.UUID
+		err := a.pool.QueryRow(ctx, `SELECT speculapro.workspace_for_api_key($1)`, hash).Scan(&ws)
+		return ws, err
+	})
+	if err != nil {
+		return event.UUID{}, err
+	}
+	if ws == nil {
+		return event.UUID{}, errUnauthenticated
+	}
+	return *ws, nil
+}
+
+// decisionRule is one rule that fired, as answered.
+type decisionRule struct {
+	Rule    string  `json:"rule"`
+	RuleID  string  `json:"rule_id"`
+	Version int     `json:"version"`
+	Action  string  `json:"action"`
+	Score   float64 `json:"score"`
+}
+
+// decisionResponse is the answer to POST /v1/decisions.
+type decisionResponse struct {
+	ID         string         `json:"id"`
+	ExternalID string         `json:"external_id"`
+	Decision   event.Outcome  `json:"decision"`
+	Score      float64        `json:"score"`
+	Rules      []decisionRule `json:"rules"`
+	Degraded   bool           `json:"degraded"`
+	Reason     string         `json:"degraded_reason,omitempty"`
+	Repeated   bool           `json:"repeated"`
+	DecidedAt  time.Time      `json:"decided_at"`
+	TookMS     float64        `json:"took_ms"`
+}
+
+// rejectedDecision answers a transaction that fails validation.
+type rejectedDecision struct {
+	Error  string       `json:"error"`
+	Errors []FieldError `json:"errors"`
+}
+
+// decided is what the evaluation produced.
+type decided struct {
+	resp   decisionResponse
+	reason string // degraded reason, "" when not degraded
+}
+
+func (a *decisionAPI) handleDecision(w http.ResponseWriter, r *http.Request, ws event.UUID) int {
+	a.handlers.Add(1)
+	defer a.handlers.Done()
+	arrived, _ := r.Context().Value(arrivalKey{}).(time.Time)
+	deadline := arrived.Add(a.timeout)
+
+	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(strings.ToLower(ct), "application/json") {
+		return writeError(w, http.StatusUnsupportedMediaType, fmt.Errorf("content type %.40q: send application/json", ct))
+	}
+	body, err := readLimited(w, r, a.maxBody)
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("request body larger than %d bytes", a.maxBody))
+		}
+		return writeError(w, http.StatusBadRequest, fmt.Errorf("reading the request body: %w", err))
+	}
+	env, cp, ferrs, err := a.parseTransaction(body, ws, arrived.UTC())
+	switch {
+	case errors.Is(err, errMalformed), errors.Is(err, errUnknownField):
+		return writeError(w, http.StatusBadRequest, err)
+	case err != nil:
+		return writeError(w, http.StatusBadRequest, err)
+	case len(ferrs) > 0:
+		return writeJSON(w, http.StatusBadRequest, rejectedDecision{Error: "validation failed", Errors: ferrs})
+	}
+	if err := a.protectCounterparty(env, cp); err != nil {
+		return writeJSON(w, http.StatusBadRequest, rejectedDecision{Error: "validation failed",
+			Errors: []FieldError{{Field: "counterparty.identifier", Message: err.Error()}}})
+	}
+
+	d, deliver := a.decideInTime(env, arrived, deadline)
+	if deliver {
+		env.Decision = &event.Decision{
+			Outcome: d.resp.Decision, Score: d.resp.Score, DecidedAt: d.resp.DecidedAt,
+			LatencyMS: int(d.resp.TookMS + 0.5), Degraded: d.resp.Degraded,
+		}
+		for _, h := range d.resp.Rules {
+			env.Decision.Reasons = append(env.Decision.Reasons, h.Rule)
+			if id, err := event.ParseUUID(h.RuleID); err == nil {
+				env.Decision.RuleIDs = append(env.Decision.RuleIDs, id)
+			}
+		}
+		if d.reason != "" {
+			env.Decision.Reasons = append(env.Decision.Reasons, "degraded: "+d.reason)
+		}
+		b, err := event.Encode(*env)
+		if err != nil {
+			// Validation is stricter than Encode, so this is a bug; the
+			// error names the field, never a value.
+			a.log.Errorf("decision_api: encoding a decided transaction: %v", err)
+		} else {
+			m := service.NewMessage(b)
+			m.MetaSetMut("ingest_key", ws.String()+":"+env.AccountExternalID)
+			m.MetaSetMut("ingest_topic", "txn.ingested")
+			// Queued before the answer is written: an answered decision is
+			// in the pipeline's hands (or this process's queue) by then.
+			a.out <- m
+		}
+	}
+	if d.reason != "" {
+		a.degraded.Incr(1, ws.String(), d.reason)
+	}
+	a.outcomes.Incr(1, ws.String(), string(d.resp.Decision))
+	d.resp.TookMS = float64(time.Since(arrived).Microseconds()) / 1000
+	a.latency.Timing(time.Since(arrived).Nanoseconds(), string(d.resp.Decision))
+	return writeJSON(w, http.StatusOK, d.resp)
+}
+
+// decideInTime decides env, or answers the fallback when that cannot
+// finish by deadline. deliver is false for a repeat (the first decision
+// was delivered already).
+func (a *decisionAPI) decideInTime(env *event.Envelope, arrived, deadline time.Time) (decided, bool) {
+	type result struct {
+		d       decided
+		deliver bool
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	done := make(chan result, 1)
+	go func() {
+		defer cancel()
+		d, deliver := a.decide(ctx, env, arrived)
+		done <- result{d, deliver}
+	}()
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	select {
+	case r := <-done:
+		return r.d, r.deliver
+	case <-timer.C:
+		// The evaluation goes on in the background only to end; what it
+		// finds is dropped: the answer given is the decision delivered.
+		return a.fallbackFor(env, degradedTimeout), true
+	}
+}
+
+func (a *decisionAPI) fallbackFor(env *event.Envelope, reason string) decided {
+	return decided{reason: reason, resp: decisionResponse{
+		ID: env.ID.String(), ExternalID: env.ExternalID, Decision: a.fallback, Rules: []decisionRule{},
+		Degraded: true, Reason: reason, DecidedAt: time.Now().UTC(),
+	}}
+}
+
+// rememberKey is the Redis key of a decision remembered for its
+// external_id (hashed: keys carry no client text).
+func (a *decisionAPI) rememberKey(env *event.Envelope) string {
+	h := sha256.New()
+	h.Write(env.WorkspaceID[:])
+	h.Write([]byte(env.ExternalID))
+	return a.fopts.KeyPrefix + "decision:" + env.WorkspaceID.String() + ":" + hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// redisPaused reports whether a recent Redis failure leaves it alone.
+func (a *decisionAPI) redisPaused() bool {
+	a.redisMu.Lock()
+	defer a.redisMu.Unlock()
+	return time.Now().Before(a.redisPausedTil)
+}
+
+func (a *decisionAPI) redisFailed(ctx context.Context, err error) {
+	if ctx.Err() != nil && errors.Is(err, context.DeadlineExceeded) {
+		// Our own deadline, not necessarily Redis's fault.
+		return
+	}
+	a.redisMu.Lock()
+	a.redisPausedTil = time.Now().Add(daRedisPause)
+	a.redisMu.Unlock()
+}
+
+// decide looks the external_id up, applies the transaction to the running
+// totals and evaluates the workspace's real-time rules.
+func (a *decisionAPI) decide(ctx context.Context, env *event.Envelope, arrived time.Time) (decided, bool) {
+	prog, loaded := a.rules.program(env.WorkspaceID)
+	if !loaded {
+		return a.fallbackFor(env, degradedRules), true
+	}
+	if a.redisPaused() {
+		return a.fallbackFor(env, degradedRedis), true
+	}
+	key := a.rememberKey(env)
+	if b, err := a.redis.Get(ctx, key).Bytes(); err == nil {
+		var prev decisionResponse
+		if gojson.Unmarshal(b, &prev) == nil {
+			prev.Repeated = true
+			return decided{resp: prev}, false
+		}
+	} else if !errors.Is(err, goredis.Nil) {
+		a.redisFailed(ctx, err)
+		return a.fallbackFor(env, degradedRedis), true
+	}
+	feats, err := a.store.Apply(ctx, []*event.Envelope{env})
+	var corrupt *features.CorruptError
+	if errors.As(err, &corrupt) {
+		err = nil // counted from empty, as the stream does
+	}
+	if err != nil {
+		a.redisFailed(ctx, err)
+		return a.fallbackFor(env, degradedRedis), true
+	}
+	resp := decisionResponse{ID: env.ID.String(), ExternalID: env.ExternalID, Decision: event.OutcomeApprove, Rules: []decisionRule{}}
+	if prog != nil {
+		hits, _ := prog.Evaluate(env, feats[0])
+		resp.Decision, resp.Score, resp.Rules = outcomeOf(hits)
+	}
+	resp.DecidedAt = time.Now().UTC()
+	resp.TookMS = float64(time.Since(arrived).Microseconds()) / 1000
+	b, _ := json.Marshal(resp)
+	// The first answer for the external_id stands: a concurrent twin that
+	// lost the race answers the winner's decision and delivers nothing.
+	set, err := a.redis.SetNX(ctx, key, b, a.remember).Result()
+	if err == nil && !set {
+		if pb, err := a.redis.Get(ctx, key).Bytes(); err == nil {
+			var prev decisionResponse
+			if gojson.Unmarshal(pb, &prev) == nil {
+				prev.Repeated = true
+				return decided{resp: prev}, false
+			}
+		}
+	}
+	return decided{resp: resp}, true
+}
+
+// outcomeOf: decline if a decline rule fired, else review if a review rule
+// fired, else approve; the score is the sum of the fired rules' scores.
+func outcomeOf(hits []rules.Hit) (event.Outcome, float64, []decisionRule) {
+	out := event.OutcomeApprove
+	var score float64
+	fired := make([]decisionRule, 0, len(hits))
+	for _, h := range hits {
+		s, _ := strconv.ParseFloat(h.Rule.Score, 64)
+		score += s
+		fired = append(fired, decisionRule{Rule: h.Rule.Name, RuleID: h.Rule.ID.String(), Version: h.Rule.Version, Action: h.Rule.Action, Score: s})
+		switch h.Rule.Action {
+		case "decline":
+			out = event.OutcomeDecline
+		case "review":
+			if out == event.OutcomeApprove {
+				out = event.OutcomeReview
+			}
+		}
+	}
+	sort.Slice(fired, func(i, j int) bool { return fired[i].Rule < fired[j].Rule })
+	if len(fired) > event.MaxDecisionReasons {
+		fired = fired[:event.MaxDecisionReasons]
+	}
+	return out, score, fired
+}
+
+// parseTransaction reads one transaction with the ingest API's field
+// reader (the same fields, limits and messages), with paths from the
+// body's root.
+func (a *decisionAPI) parseTransaction(body []byte, ws event.UUID, now time.Time) (*event.Envelope, *wireCounterparty, []FieldError, error) {
+	var probe any
+	if gojson.Unmarshal(body, &probe) != nil {
+		var v map[string]json.RawMessage
+		if err := strictUnmarshal(body, &v); err != nil {
+			return nil, nil, nil, err
+		}
+		return nil, nil, nil, fmt.Errorf("%w: not a single JSON object", errMalformed)
+	}
+	fr, err := newFieldReader(body, "")
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("%w: want one transaction as a JSON object", errMalformed)
+	}
+	p := fr.transaction(ws, now)
+	if unknown := fr.unknownFields(); len(unknown) > 0 {
+		return nil, nil, nil, fmt.Errorf("%w %s", errUnknownField, quoteAll(unknown))
+	}
+	if len(p.errors) > 0 {
+		return nil, nil, p.errors, nil
+	}
+	var withCP struct {
+		event.Envelope
+		Counterparty *wireCounterparty `json:"counterparty"`
+	}
+	if err := gojson.Unmarshal(p.item.value, &withCP); err != nil {
+		return nil, nil, nil, fmt.Errorf("%w: %v", errMalformed, "cannot read the transaction back")
+	}
+	env := withCP.Envelope
+	env.Counterparty = nil
+	return &env, withCP.Counterparty, nil, nil
+}
+
+// protectCounterparty puts the counterparty on env in the only form that
+// leaves the API (encrypted, masked, fingerprinted), exactly as the ingest
+// pipeline's counterparty_fingerprint does, so the running totals and the
+// stored counterparty are the same whichever API a transaction came by.
+func (a *decisionAPI) protectCounterparty(env *event.Envelope, cp *wireCounterparty) error {
+	if cp == nil || (cp.Name == "" && cp.Identifier == "") {
+		return nil
+	}
+	c := &event.Counterparty{Name: cp.Name}
+	if cp.Identifier != "" {
+		prot, err := a.protector.Protect(env.WorkspaceID, identity.FieldCounterpartyIdentifier, identity.Kind(cp.IdentifierKind), cp.Identifier)
+		if err != nil {
+			return err
+		}
+		c.IdentifierKind, c.IdentifierEnc, c.IdentifierMasked, c.IdentifierFP = string(prot.Kind), prot.Enc, prot.Masked, prot.FP
+	}
+	c.Fingerprint = a.protector.Fingerprints.Counterparty(env.WorkspaceID, c.IdentifierFP, c.Name)
+	env.Counterparty = c
+	return nil
+}
+
+// handleDecisionReady: ready while PostgreSQL (keys, rules) answers and the
+// rules are loaded. Redis and Kafka are not required: without them
+// decisions are degraded or spooled, still answered.
+func (a *decisionAPI) handleDecisionReady(w http.ResponseWriter, r *http.Request, _ event.UUID) int {
+	ctx, cancel := context.WithTimeout(r.Context(), iaProbeTimeout)
+	defer cancel()
+	status := map[string]string{"status": "ready", "postgres": "ok", "redis": "ok", "rules": "loaded"}
+	code := http.StatusOK
+	if err := a.pool.Ping(ctx); err != nil {
+		status["postgres"], status["status"], code = "unreachable", "not ready", http.StatusServiceUnavailable
+	}
+	if _, ok := a.rules.program(event.UUID{}); !ok {
+		status["rules"], status["status"], code = "not loaded", "not ready", http.StatusServiceUnavailable
+	}
+	if err := a.redis.Ping(ctx).Err(); err != nil {
+		status["redis"] = "unreachable (decisions degraded)"
+	}
+	return writeJSON(w, code, status)
+}
+
+// readLimited reads at most max bytes of the request body.
+func readLimited(w http.ResponseWriter, r *http.Request, max int64) ([]byte, error) {
+	return io.ReadAll(http.MaxBytesReader(w, r.Body, max))
+}

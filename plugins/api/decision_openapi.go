@@ -1,0 +1,21 @@
+package api
+
+import (
+	_ "embed"
+	"net/http"
+
+	"github.com/speculapro/speculapro/internal/event"
+)
+
+// decisionOpenAPIDocument is the decision API's contract, tested against
+// the handler (decision_openapi_test.go).
+//
+//go:embed decision_openapi.json
+var decisionOpenAPIDocument []byte
+
+func handleDecisionOpenAPI(w http.ResponseWriter, _ *http.Request, _ event.UUID) int {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(decisionOpenAPIDocument)
+	return http.StatusOK
+}

@@ -1,0 +1,108 @@
+package api
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/speculapro/speculapro/internal/event"
+)
+
+func loadDecisionOpenAPI(t *testing.T) *openAPI {
+	t.Helper()
+	var doc openAPI
+	if err := json.Unmarshal(decisionOpenAPIDocument, &doc); err != nil {
+		t.Fatalf("decision_openapi.json: %v", err)
+	}
+	return &doc
+}
+
+func TestDecisionOpenAPIDocumentsEveryRoute(t *testing.T) {
+	doc := loadDecisionOpenAPI(t)
+	var documented, served []string
+	for p, ops := range doc.Paths {
+		for m := range ops {
+			documented = append(documented, strings.ToUpper(m)+" "+p)
+		}
+	}
+	a := &decisionAPI{}
+	for _, rt := range a.decisionRoutes() {
+		served = append(served, rt.method+" "+rt.pattern)
+		op := doc.Paths[rt.pattern][strings.ToLower(rt.method)]
+		if rt.authed != (len(op.Security) > 0) {
+			t.Errorf("%s %s: authenticated=%v but the document's security says %v", rt.method, rt.pattern, rt.authed, op.Security)
+		}
+	}
+	sort.Strings(documented)
+	sort.Strings(served)
+	if strings.Join(documented, "\n") != strings.Join(served, "\n") {
+		t.Errorf("documented routes:\n%s\nserved routes:\n%s", strings.Join(documented, "\n"), strings.Join(served, "\n"))
+	}
+}
+
+// TestDecisionOpenAPIRequest: the documented transaction is the one the
+// handler reads: a sample using every property validates and parses
+// without errors, and each documented property is one the reader knows.
+func TestDecisionOpenAPIRequest(t *testing.T) {
+	doc := loadDecisionOpenAPI(t)
+	reqSchema := doc.Paths["/v1/decisions"]["post"].RequestBody.Content["application/json"].Schema
+	now := time.Now().UTC()
+	sample := fmt.Sprintf(`{"external_id":"t-1","occurred_at":%q,"account_external_id":"a","customer_external_id":"c",
+		"amount":"12.50","currency":"EUR","direction":"out","type":"transfer","status":"completed","reference":"r",
+		"channel":"mobile","counterparty":{"name":"Payee","identifier":"DE89370400440532013000","identifier_kind":"iban"},
+		"metadata":{"k":1}}`, now.Format(time.RFC3339Nano))
+	var v any
+	if err := json.Unmarshal([]byte(sample), &v); err != nil {
+		t.Fatal(err)
+	}
+	if errs := doc.validate(reqSchema, v, "POST /v1/decisions"); len(errs) > 0 {
+		t.Errorf("sample does not validate:\n%s", strings.Join(errs, "\n"))
+	}
+	a := &decisionAPI{}
+	env, cp, ferrs, err := a.parseTransaction([]byte(sample), testWS, now)
+	if err != nil || len(ferrs) > 0 || env == nil || cp == nil || cp.Identifier == "" {
+		t.Fatalf("the handler refuses the documented sample: %v %v", err, ferrs)
+	}
+	for prop := range doc.Components.Schemas["Transaction"].Properties {
+		if _, _, _, err := a.parseTransaction([]byte(fmt.Sprintf(`{%q:null}`, prop)), testWS, now); err != nil {
+			t.Errorf("Transaction.%s is documented but the handler refuses it: %v", prop, err)
+		}
+	}
+	if _, _, _, err := a.parseTransaction([]byte(`{"amount_cents":1}`), testWS, now); err == nil {
+		t.Error("an undocumented field was accepted")
+	}
+}
+
+// TestDecisionOpenAPIResponses: the answers the handler builds validate.
+func TestDecisionOpenAPIResponses(t *testing.T) {
+	doc := loadDecisionOpenAPI(t)
+	resp := func(code string) *schema {
+		r, ok := doc.Paths["/v1/decisions"]["post"].Responses[code]
+		if !ok {
+			t.Fatalf("response %s not documented", code)
+		}
+		return r.Content["application/json"].Schema
+	}
+	decided := decisionResponse{ID: "0193f5a2-7c00-7abc-8def-0123456789ab", ExternalID: "t-1", Decision: event.OutcomeReview,
+		Score: 40, Rules: []decisionRule{{Rule: "velocity", RuleID: "x", Version: 2, Action: "review", Score: 40}},
+		DecidedAt: time.Now().UTC(), TookMS: 1.5}
+	a := &decisionAPI{fallback: event.OutcomeReview}
+	degraded := a.fallbackFor(&event.Envelope{ExternalID: "t-2"}, degradedTimeout).resp
+	samples := []struct {
+		code string
+		v    any
+	}{
+		{"200", decided},
+		{"200", degraded},
+		{"400", rejectedDecision{Error: "validation failed", Errors: []FieldError{{Field: "amount", Message: "required"}}}},
+		{"401", errorResponse{Error: errUnauthenticated.Error()}},
+	}
+	for _, s := range samples {
+		if errs := doc.validate(resp(s.code), mustJSON(t, s.v), s.code); len(errs) > 0 {
+			t.Errorf("answer does not validate:\n%s", strings.Join(errs, "\n"))
+		}
+	}
+}

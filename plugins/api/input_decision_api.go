@@ -1,0 +1,355 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/redpanda-data/benthos/v4/public/service"
+
+	"github.com/speculapro/speculapro/internal/config"
+	"github.com/speculapro/speculapro/internal/event"
+	"github.com/speculapro/speculapro/internal/features"
+	"github.com/speculapro/speculapro/internal/identity"
+	"github.com/speculapro/speculapro/internal/redisconn"
+)
+
+const (
+	daFieldAddress      = "address"
+	daFieldDBURL        = "db_url"
+	daFieldRulesURL     = "rules_url"
+	daFieldRedisURL     = "redis_url"
+	daFieldKeyPrefix    = "key_prefix"
+	daFieldReplayTTL    = "replay_ttl"
+	daFieldTimeout      = "timeout"
+	daFieldFallback     = "fallback"
+	daFieldRemember     = "remember"
+	daFieldMaxBodyBytes = "max_body_bytes"
+	daFieldReload       = "reload_interval"
+
+	// daMaxBodyDefault: one transaction is a few hundred bytes; its metadata
+	// at most 16 KiB.
+	daMaxBodyDefault = 64 << 10
+	// daQueue is how many decided transactions may wait for the pipeline to
+	// take them; redis_spool takes each at once, so this only absorbs bursts.
+	daQueue = 10000
+	// daRedisPause: after Redis failed, decisions leave it alone this long
+	// (answered degraded at once instead of each waiting for the timeout).
+	daRedisPause = time.Second
+)
+
+// Metric names of the decision API (kafka.md's spool metrics are
+// redis_spool's).
+const (
+	metricDecisionLatency  = "speculapro_decision_latency_ns"     // timer, label outcome
+	metricDecisionOutcomes = "speculapro_decision_outcomes_total" // labels workspace, outcome
+	metricDecisionDegraded = "speculapro_decision_degraded_total" // labels workspace, reason
+	metricDecisionRequests = "speculapro_decision_requests_total" // label code
+)
+
+func decisionAPISpec() *service.ConfigSpec {
+	return service.NewConfigSpec().
+		Beta().
+		Categories("Network").
+		Summary("SpeculaPro's real-time decision API: one transaction in, approve, review or decline out within the timeout; the decided transaction goes on through the pipeline (to redis_spool and Kafka).").
+		Description(`
+Serves `+"`POST /v1/decisions`"+` (documented in `+"`/v1/decisions/openapi.json`"+`) on its own `+"`address`"+`, with
+`+"`Authorization: Bearer <API key>`"+` naming the workspace as for the ingest API. The body is ONE transaction with the
+ingest API's fields, validated the same way (field paths in a 400 answer).
+
+The decision: the transaction is applied to the running totals at once (`+"`features.Store.Apply`"+`, idempotent by
+its fixed ID, so the stream's later pass changes nothing) and the workspace's real-time rules (enabled transaction
+rules whose action is `+"`review`"+` or `+"`decline`"+`) are evaluated with the account's, customer's and counterparty's
+totals including it: `+"`decline`"+` if a decline rule fired, else `+"`review`"+` if a review rule fired, else `+"`approve`"+`;
+the score is the sum of the fired rules' scores.
+
+Answered within `+"`timeout`"+` of the request's arrival: when the rules or Redis cannot finish in time the answer is
+`+"`fallback`"+` with `+"`\"degraded\": true`"+`, never a late answer or a 5xx (only an API key that cannot be checked,
+PostgreSQL down, is answered 503). The answer given is the decision stored.
+
+The same external_id again is answered with the first decision (`+"`\"repeated\": true`"+`), remembered in Redis for
+`+"`remember`"+`; two concurrent first requests are decided once (SET NX decides which answer stands).
+
+Each decided transaction leaves as a message (the envelope with its `+"`decision`"+`, metadata `+"`ingest_key`"+`
+`+"`<workspace>:<account>`"+`) without waiting for the output: put `+"`redis_spool`"+` behind it.`).
+		Fields(
+			service.NewStringField(daFieldAddress).Description("Address the API listens on.").Default(config.DecisionAddr.Default),
+			service.NewStringField(daFieldDBURL).Description("PostgreSQL URL of the speculapro_app role (API keys).").Secret().Default(""),
+			service.NewStringField(daFieldRulesURL).Description("PostgreSQL URL the rules are read from (speculapro_system). Empty means `SP_DB_SYSTEM_URL`, falling back to `SP_DB_URL`.").Secret().Default(""),
+			service.NewStringField(daFieldRedisURL).Description("SP_REDIS_URL: the running totals and the remembered decisions.").Default(config.RedisURL.Default),
+			service.NewStringField(daFieldKeyPrefix).Description("Prefix of the running totals' keys (SP_REDIS_KEY_PREFIX): the stream's, so its pass is a replay.").Default(features.DefaultKeyPrefix),
+			service.NewDurationField(daFieldReplayTTL).Description("SP_STREAM_REPLAY_TTL, as the stream.").Default("30m"),
+			service.NewDurationField(daFieldTimeout).Description("SP_DECISION_TIMEOUT: every answer within this of the request's arrival.").Default(config.DecisionTimeout.Default),
+			service.NewStringEnumField(daFieldFallback, string(event.OutcomeApprove), string(event.OutcomeReview), string(event.OutcomeDecline)).
+				Description("SP_DECISION_FALLBACK: the outcome answered (degraded) when the decision cannot finish in time.").Default(config.DecisionFallback.Default),
+			service.NewDurationField(daFieldRemember).Description("SP_DECISION_REMEMBER: how long a decision is remembered for a repeat of its external_id.").Default(config.DecisionRemember.Default),
+			service.NewIntField(daFieldMaxBodyBytes).Description("The largest request body, in bytes.").Default(daMaxBodyDefault).Advanced(),
+			service.NewDurationField(daFieldReload).Description("How often the rules are probed for changes.").Default("5s").Advanced(),
+		).
+		Fields(identity.KeyFields()...)
+}
+
+func init() {
+	service.MustRegisterBatchInput("decision_api", decisionAPISpec(),
+		func(conf *service.ParsedConfig, mgr *service.Resources) (service.BatchInput, error) {
+			return newDecisionAPI(conf, mgr)
+		})
+}
+
+type decisionAPI struct {
+	addr, dbURL, rulesURL, redisURL string
+	timeout, remember, reload       time.Duration
+	fallback                        event.Outcome
+	maxBody                         int64
+	fopts                           features.Options
+	protector                       *identity.Protector
+
+	log      *service.Logger
+	latency  *service.MetricTimer
+	outcomes *service.MetricCounter
+	degraded *service.MetricCounter
+	requests *service.MetricCounter
+
+	keys  *keyCache
+	rules *realtimeRules
+	out   chan *service.Message
+
+	redisMu        sync.Mutex
+	redisPausedTil time.Time
+
+	mu      sync.Mutex
+	srv     *http.Server
+	pool    *pgxpool.Pool
+	rpool   *pgxpool.Pool
+	redis   goredis.UniversalClient
+	store   *features.Store
+	stopBg  context.CancelFunc
+	bg      sync.WaitGroup
+	closing chan struct{}
+	closed  sync.Once
+	// handlers counts requests between arrival and their message queued,
+	// so Close hands every answered decision to the pipeline.
+	handlers sync.WaitGroup
+}
+
+func newDecisionAPI(conf *service.ParsedConfig, mgr *service.Resources) (*decisionAPI, error) {
+	a := &decisionAPI{
+		log:      mgr.Logger(),
+		latency:  mgr.Metrics().NewTimer(metricDecisionLatency, "outcome"),
+		outcomes: mgr.Metrics().NewCounter(metricDecisionOutcomes, "workspace", "outcome"),
+		degraded: mgr.Metrics().NewCounter(metricDecisionDegraded, "workspace", "reason"),
+		requests: mgr.Metrics().NewCounter(metricDecisionRequests, "code"),
+		keys:     newKeyCache(),
+		out:      make(chan *service.Message, daQueue),
+		closing:  make(chan struct{}),
+	}
+	var err error
+	str := func(f string, dst *string) {
+		if err == nil {
+			*dst, err = conf.FieldString(f)
+		}
+	}
+	dur := func(f string, dst *time.Duration) {
+		if err == nil {
+			*dst, err = conf.FieldDuration(f)
+		}
+	}
+	var fallback string
+	str(daFieldAddress, &a.addr)
+	str(daFieldDBURL, &a.dbURL)
+	str(daFieldRulesURL, &a.rulesURL)
+	str(daFieldRedisURL, &a.redisURL)
+	str(daFieldKeyPrefix, &a.fopts.KeyPrefix)
+	str(daFieldFallback, &fallback)
+	dur(daFieldReplayTTL, &a.fopts.ReplayTTL)
+	dur(daFieldTimeout, &a.timeout)
+	dur(daFieldRemember, &a.remember)
+	dur(daFieldReload, &a.reload)
+	if err != nil {
+		return nil, err
+	}
+	maxBody, err := conf.FieldInt(daFieldMaxBodyBytes)
+	if err != nil {
+		return nil, err
+	}
+	a.maxBody = int64(maxBody)
+	a.fallback = event.Outcome(fallback)
+	if a.dbURL == "" {
+		a.dbURL = config.DBURL.Value()
+	}
+	if a.rulesURL == "" {
+		a.rulesURL = config.SystemDBURL()
+	}
+	if a.timeout <= 0 || a.remember <= 0 || a.reload <= 0 || a.maxBody < 1024 {
+		return nil, fmt.Errorf("decision_api: %s, %s and %s must be positive, %s at least 1 KiB",
+			daFieldTimeout, daFieldRemember, daFieldReload, daFieldMaxBodyBytes)
+	}
+	if a.fopts.KeyPrefix == "" {
+		return nil, fmt.Errorf("decision_api: %s must not be empty", daFieldKeyPrefix)
+	}
+	c, err := redisconn.Open(a.redisURL)
+	if err != nil {
+		return nil, fmt.Errorf("decision_api: %s: %w", daFieldRedisURL, err)
+	}
+	_ = c.Close()
+	if a.protector, err = identity.ProtectorFromParsed(conf); err != nil {
+		return nil, fmt.Errorf("decision_api: %w", err)
+	}
+	return a, nil
+}
+
+// Connect opens the listener, the pools and the Redis client, and starts
+// loading the rules. Neither PostgreSQL nor Redis must answer yet: until the
+// rules are loaded (or while Redis is down) decisions are the fallback.
+func (a *decisionAPI) Connect(ctx context.Context) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.srv != nil {
+		return nil
+	}
+	newPool := func(url string, maxConns int32) (*pgxpool.Pool, error) {
+		pcfg, err := pgxpool.ParseConfig(url)
+		if err != nil {
+			return nil, errors.New("invalid PostgreSQL URL")
+		}
+		pcfg.MaxConns = maxConns
+		if pcfg.ConnConfig.ConnectTimeout == 0 || pcfg.ConnConfig.ConnectTimeout > 5*time.Second {
+			pcfg.ConnConfig.ConnectTimeout = 5 * time.Second
+		}
+		return pgxpool.NewWithConfig(context.Background(), pcfg)
+	}
+	pool, err := newPool(a.dbURL, 8)
+	if err != nil {
+		return fmt.Errorf("decision_api: %s: %w", daFieldDBURL, err)
+	}
+	rpool, err := newPool(a.rulesURL, 2)
+	if err != nil {
+		pool.Close()
+		return fmt.Errorf("decision_api: %s: %w", daFieldRulesURL, err)
+	}
+	rc, err := redisconn.Open(a.redisURL)
+	if err != nil {
+		pool.Close()
+		rpool.Close()
+		return fmt.Errorf("decision_api: %s: %w", daFieldRedisURL, err)
+	}
+	ln, err := net.Listen("tcp", a.addr)
+	if err != nil {
+		pool.Close()
+		rpool.Close()
+		_ = rc.Close()
+		return fmt.Errorf("decision_api: listening on %s: %w", a.addr, err)
+	}
+	a.pool, a.rpool, a.redis = pool, rpool, rc
+	a.store = features.New(rc, a.fopts)
+	a.rules = &realtimeRules{pool: rpool, interval: a.reload, log: a.log}
+	bg, stop := context.WithCancel(context.Background())
+	a.stopBg = stop
+	a.bg.Add(1)
+	go func() { defer a.bg.Done(); a.rules.run(bg) }()
+	a.srv = &http.Server{
+		Handler:           a.routes(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		IdleTimeout:       120 * time.Second,
+	}
+	srv := a.srv
+	a.bg.Add(1)
+	go func() {
+		defer a.bg.Done()
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			a.log.Errorf("decision_api: serving: %v", err)
+		}
+	}()
+	a.log.Infof("decision_api: listening on %s", ln.Addr())
+	return nil
+}
+
+// ReadBatch hands the pipeline the decided transactions queued so far (at
+// least one). Their answers are given already; the ack has nothing to tell
+// anyone (redis_spool owns their delivery and accounts for every one).
+//
+// At shutdown the engine cancels ctx and reads no more after this call
+// returns, so it then stops the server, waits for the requests in flight to
+// queue their transactions, and hands over everything left as one batch:
+// an answered decision is never dropped between the handler and the output.
+func (a *decisionAPI) ReadBatch(ctx context.Context) (service.MessageBatch, service.AckFunc, error) {
+	var batch service.MessageBatch
+	select {
+	case m := <-a.out:
+		batch = append(batch, m)
+		for len(batch) < 500 {
+			select {
+			case m := <-a.out:
+				batch = append(batch, m)
+				continue
+			default:
+			}
+			break
+		}
+	case <-ctx.Done():
+		a.stopServing()
+		for {
+			select {
+			case m := <-a.out:
+				batch = append(batch, m)
+				continue
+			default:
+			}
+			break
+		}
+		if len(batch) == 0 {
+			return nil, nil, ctx.Err()
+		}
+	}
+	return batch, func(_ context.Context, err error) error {
+		if err != nil {
+			a.log.Errorf("decision_api: the output refused %d decided transactions: %v", len(batch), err)
+		}
+		return nil
+	}, nil
+}
+
+// stopServing stops taking requests and waits for those in flight.
+func (a *decisionAPI) stopServing() {
+	a.closed.Do(func() {
+		close(a.closing)
+		a.mu.Lock()
+		srv := a.srv
+		a.mu.Unlock()
+		if srv != nil {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			if err := srv.Shutdown(sctx); err != nil {
+				_ = srv.Close()
+			}
+			cancel()
+		}
+		a.handlers.Wait()
+	})
+}
+
+// Close stops taking requests and closes the pools and Redis.
+func (a *decisionAPI) Close(ctx context.Context) error {
+	a.stopServing()
+	if n := len(a.out); n > 0 {
+		a.log.Errorf("decision_api: closing with %d decided transactions the pipeline did not take", n)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.srv == nil {
+		return nil
+	}
+	a.stopBg()
+	a.bg.Wait()
+	a.pool.Close()
+	a.rpool.Close()
+	_ = a.redis.Close()
+	a.srv = nil
+	return nil
+}

@@ -1,0 +1,619 @@
+package redis
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	gojson "github.com/goccy/go-json"
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/redpanda-data/benthos/v4/public/service"
+
+	"github.com/speculapro/speculapro/internal/applog"
+	"github.com/speculapro/speculapro/internal/redisconn"
+)
+
+const (
+	rsFieldURL         = "url"
+	rsFieldKeyPrefix   = "key_prefix"
+	rsFieldBufferCount = "buffer_count"
+	rsFieldBufferBytes = "buffer_bytes"
+	rsFieldWait        = "max_wait"
+	rsFieldStopWait    = "stop_wait"
+	rsFieldReplay      = "replay_interval"
+	rsFieldOutput      = "output"
+
+	// SpoolKey is the spool list (kafka.md): the braces are a Redis Cluster
+	// hash tag, so the list and its replay lock share one slot.
+	SpoolKey = "spool:{decisions}"
+	// spoolLockSuffix names the replay lock: one replayer per spool at a
+	// time, so two processes never deliver the same entry at once.
+	spoolLockSuffix = ":replayer"
+	// spoolLockTTL bounds a replayer that died holding the lock; it is
+	// refreshed before every chunk, which takes at most the Kafka write
+	// timeout (10 s).
+	spoolLockTTL = 30 * time.Second
+	// replayChunk is how many entries one Kafka write replays.
+	replayChunk = 500
+	// sendChunk is the most buffered entries one Kafka write takes.
+	sendChunk = 2000
+	// senders is how many Kafka writes of buffered entries run at once:
+	// with Kafka down each waits out its timeout, and the others keep
+	// taking the newer entries.
+	senders = 4
+	// redisOpTimeout bounds one spool write, read or trim.
+	redisOpTimeout = 5 * time.Second
+	// sendRetryPause: after a failed write, a sender waits this long.
+	sendRetryPause = 200 * time.Millisecond
+)
+
+// Metric names (kafka.md "When Kafka is down").
+const (
+	metricSpooled    = "speculapro_decision_events_spooled_total"
+	metricUnspooled  = "speculapro_decision_events_unspooled_total"
+	metricSpoolGauge = "speculapro_decision_spool_events"
+	metricLost       = "speculapro_decision_events_lost_total"
+	metricBuffered   = "speculapro_decision_buffer_events"
+)
+
+// Log lines.
+const (
+	logLost         = "decision: event LOST"
+	logSpoolFailed  = "decision: spool unreachable"
+	logReplayFailed = "decision: replaying the spool failed, retrying"
+	logParked       = "decision: parked in the spool"
+	logStopParked   = "decision: stopping, parked what Kafka did not take"
+)
+
+func redisSpoolSpec() *service.ConfigSpec {
+	return service.NewConfigSpec().
+		Beta().
+		Categories("Services").
+		Summary("Wraps an output (the Kafka write) with a large in-memory buffer and a Redis spool, so that a decided transaction is lost only when Kafka and Redis both fail.").
+		Description(`
+The decision role's output (kafka.md, "When Kafka is down"). Every message is taken at once into an in-memory
+buffer bounded by `+"`buffer_count`"+` and `+"`buffer_bytes`"+` and written to the wrapped `+"`output`"+` from there.
+A message the output has not taken within `+"`max_wait`"+` (30 s) is parked in the Redis list `+"`spool:{decisions}`"+`
+(prefixed by `+"`key_prefix`"+`; the braces are a Redis Cluster hash tag), as is every message that arrives while the
+buffer is full. Every `+"`replay_interval`"+` (1 s) the spool is replayed into the output, oldest first; an entry is
+removed only after the output acknowledged it. Several processes may share one spool: a lock
+(`+"`spool:{decisions}:replayer`"+`) lets one replay at a time, so no entry is delivered twice at once (a process
+killed between the acknowledgement and the removal replays its last chunk again; storing is idempotent).
+
+On a clean stop the buffer is given `+"`stop_wait`"+` (10 s) to reach Kafka, then whatever is left is parked, and
+only then is Redis closed.
+
+A message is lost only when it cannot be parked (Redis failing too) or a spool entry is unreadable: then
+`+"`level=ERROR msg=\"decision: event LOST\" workspace=… external_id=…`"+` is logged (the message's `+"`workspace_id`"+`
+and `+"`external_id`"+`, nothing else) and `+"`speculapro_decision_events_lost_total`"+` counts it.
+
+Metrics: `+"`speculapro_decision_events_spooled_total`"+` (parked), `+"`speculapro_decision_events_unspooled_total`"+`
+(parked and delivered later), `+"`speculapro_decision_spool_events`"+` (a gauge of the spool's length, set at start
+and every second), `+"`speculapro_decision_events_lost_total`"+`, and `+"`speculapro_decision_buffer_events`"+`
+(a gauge of the in-memory buffer).
+
+A write never fails: the output owns every message it was given.`).
+		Fields(
+			service.NewStringField(rsFieldURL).Description("SP_REDIS_URL: one Redis, or a Redis Cluster's seed nodes.").Default("redis://127.0.0.1:6379/0"),
+			service.NewStringField(rsFieldKeyPrefix).Description("Prefix of the spool's key (SP_DECISION_SPOOL_PREFIX); empty gives exactly `spool:{decisions}`.").Default(""),
+			service.NewIntField(rsFieldBufferCount).Description("Most messages waiting in memory (SP_DECISION_BUFFER_COUNT).").Default(100000),
+			service.NewIntField(rsFieldBufferBytes).Description("Most bytes of messages waiting in memory (SP_DECISION_BUFFER_BYTES).").Default(256<<20),
+			service.NewDurationField(rsFieldWait).Description("How long a message waits in memory for the output before it is parked in the spool.").Default("30s").Advanced(),
+			service.NewDurationField(rsFieldStopWait).Description("How long a clean stop gives the buffer to reach the output before parking the rest.").Default("10s").Advanced(),
+			service.NewDurationField(rsFieldReplay).Description("How often the spool is replayed.").Default("1s").Advanced(),
+			service.NewOutputField(rsFieldOutput).Description("The output wrapped: the Kafka write (`kafka_franz` with its own 10 s timeout)."),
+		)
+}
+
+func init() {
+	service.MustRegisterBatchOutput("redis_spool", redisSpoolSpec(),
+		func(conf *service.ParsedConfig, mgr *service.Resources) (service.BatchOutput, service.BatchPolicy, int, error) {
+			o, err := newRedisSpool(conf, mgr)
+			return o, service.BatchPolicy{}, 4, err
+		})
+}
+
+// spoolEntry is one message waiting for Kafka, and its form in the spool.
+type spoolEntry struct {
+	V     int               `json:"v"`
+	Meta  map[string]string `json:"meta,omitempty"`
+	Value json.RawMessage   `json:"value,omitempty"`
+	B64   string            `json:"b64,omitempty"` // a value that is not JSON
+	enq   time.Time
+	size  int
+}
+
+func entryOf(m *service.Message) (*spoolEntry, error) {
+	b, err := m.AsBytes()
+	if err != nil {
+		return nil, err
+	}
+	e := &spoolEntry{V: 1, enq: time.Now(), Meta: map[string]string{}}
+	_ = m.MetaWalk(func(k, v string) error { e.Meta[k] = v; return nil })
+	if json.Valid(b) {
+		e.Value = append(json.RawMessage(nil), b...)
+	} else {
+		e.B64 = base64.StdEncoding.EncodeToString(b)
+	}
+	e.size = len(b) + 64
+	for k, v := range e.Meta {
+		e.size += len(k) + len(v)
+	}
+	return e, nil
+}
+
+func (e *spoolEntry) bytes() []byte {
+	if e.B64 != "" {
+		b, _ := base64.StdEncoding.DecodeString(e.B64)
+		return b
+	}
+	return e.Value
+}
+
+func (e *spoolEntry) message() *service.Message {
+	m := service.NewMessage(e.bytes())
+	for k, v := range e.Meta {
+		m.MetaSetMut(k, v)
+	}
+	return m
+}
+
+// names reads the workspace and external_id of a decided transaction, the
+// only identifiers a LOST line carries.
+func (e *spoolEntry) names() (ws, ext string) {
+	var n struct {
+		WorkspaceID string `json:"workspace_id"`
+		ExternalID  string `json:"external_id"`
+	}
+	_ = gojson.Unmarshal(e.bytes(), &n)
+	return n.WorkspaceID, n.ExternalID
+}
+
+type redisSpool struct {
+	url, key, lockKey  string
+	bufCount, bufBytes int
+	wait, stopWait     time.Duration
+	replayEvery        time.Duration
+	child              *service.OwnedOutput
+	log                *service.Logger
+
+	spooled, unspooled, lost *service.MetricCounter
+	spoolGauge, bufGauge     *service.MetricGauge
+
+	client goredis.UniversalClient
+	token  string
+
+	mu       sync.Mutex
+	cond     *sync.Cond
+	queue    []*spoolEntry // oldest first
+	bytes    int
+	inflight int
+	stopping bool // senders take nothing more
+
+	sendCtx    context.Context
+	sendCancel context.CancelFunc
+	bgCtx      context.Context
+	bgCancel   context.CancelFunc
+	senders    sync.WaitGroup
+	replayer   sync.WaitGroup
+	started    bool
+	closeOnce  sync.Once
+
+	warnMu   sync.Mutex
+	lastWarn map[string]time.Time
+}
+
+func newRedisSpool(conf *service.ParsedConfig, mgr *service.Resources) (*redisSpool, error) {
+	s := &redisSpool{log: mgr.Logger(), lastWarn: map[string]time.Time{}}
+	var err error
+	var prefix string
+	if s.url, err = conf.FieldString(rsFieldURL); err != nil {
+		return nil, err
+	}
+	if prefix, err = conf.FieldString(rsFieldKeyPrefix); err != nil {
+		return nil, err
+	}
+	if s.bufCount, err = conf.FieldInt(rsFieldBufferCount); err != nil {
+		return nil, err
+	}
+	if s.bufBytes, err = conf.FieldInt(rsFieldBufferBytes); err != nil {
+		return nil, err
+	}
+	if s.wait, err = conf.FieldDuration(rsFieldWait); err != nil {
+		return nil, err
+	}
+	if s.stopWait, err = conf.FieldDuration(rsFieldStopWait); err != nil {
+		return nil, err
+	}
+	if s.replayEvery, err = conf.FieldDuration(rsFieldReplay); err != nil {
+		return nil, err
+	}
+	if s.bufCount < 1 || s.bufBytes < 1 || s.wait <= 0 || s.stopWait <= 0 || s.replayEvery <= 0 {
+		return nil, fmt.Errorf("redis_spool: %s, %s, %s, %s and %s must be positive",
+			rsFieldBufferCount, rsFieldBufferBytes, rsFieldWait, rsFieldStopWait, rsFieldReplay)
+	}
+	if s.child, err = conf.FieldOutput(rsFieldOutput); err != nil {
+		return nil, fmt.Errorf("redis_spool: %s: %w", rsFieldOutput, err)
+	}
+	if s.client, err = redisconn.Open(s.url); err != nil {
+		return nil, fmt.Errorf("redis_spool: %s: %w", rsFieldURL, err)
+	}
+	s.key = prefix + SpoolKey
+	s.lockKey = s.key + spoolLockSuffix
+	var tok [12]byte
+	_, _ = rand.Read(tok[:])
+	s.token = hex.EncodeToString(tok[:])
+	m := mgr.Metrics()
+	s.spooled = m.NewCounter(metricSpooled)
+	s.unspooled = m.NewCounter(metricUnspooled)
+	s.lost = m.NewCounter(metricLost)
+	s.spoolGauge = m.NewGauge(metricSpoolGauge)
+	s.bufGauge = m.NewGauge(metricBuffered)
+	s.cond = sync.NewCond(&s.mu)
+	s.sendCtx, s.sendCancel = context.WithCancel(context.Background())
+	s.bgCtx, s.bgCancel = context.WithCancel(context.Background())
+	return s, nil
+}
+
+// Connect starts the senders and the replayer (once). Neither Kafka nor
+// Redis must answer.
+func (s *redisSpool) Connect(context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started {
+		return nil
+	}
+	s.started = true
+	for range senders {
+		s.senders.Add(1)
+		go func() { defer s.senders.Done(); s.send() }()
+	}
+	s.replayer.Add(1)
+	go func() { defer s.replayer.Done(); s.replayLoop() }()
+	return nil
+}
+
+// WriteBatch takes the batch into the buffer, parking in the spool what
+// does not fit. It never fails: every message is delivered, parked, or
+// logged and counted as lost.
+func (s *redisSpool) WriteBatch(ctx context.Context, batch service.MessageBatch) error {
+	var overflow []*spoolEntry
+	s.mu.Lock()
+	for _, m := range batch {
+		e, err := entryOf(m)
+		if err != nil {
+			s.mu.Unlock()
+			return fmt.Errorf("redis_spool: reading a message: %w", err)
+		}
+		if s.stopping || len(s.queue) >= s.bufCount || s.bytes+e.size > s.bufBytes {
+			overflow = append(overflow, e)
+			continue
+		}
+		s.queue = append(s.queue, e)
+		s.bytes += e.size
+	}
+	s.bufGauge.Set(int64(len(s.queue) + s.inflight))
+	s.cond.Broadcast()
+	s.mu.Unlock()
+	if len(overflow) > 0 {
+		s.park(overflow, "buffer full")
+	}
+	return nil
+}
+
+// send is one sender: it takes the oldest buffered entries, parks those that
+// waited max_wait, writes the rest and puts back (oldest first) what the
+// output refused.
+func (s *redisSpool) send() {
+	for {
+		s.mu.Lock()
+		for len(s.queue) == 0 && !s.stopping {
+			s.cond.Wait()
+		}
+		if s.stopping {
+			s.mu.Unlock()
+			return
+		}
+		n := min(len(s.queue), sendChunk)
+		take := append([]*spoolEntry(nil), s.queue[:n]...)
+		s.queue = s.queue[n:]
+		for _, e := range take {
+			s.bytes -= e.size
+		}
+		s.inflight += n
+		s.mu.Unlock()
+
+		now := time.Now()
+		var expired, fresh []*spoolEntry
+		for _, e := range take {
+			if now.Sub(e.enq) >= s.wait {
+				expired = append(expired, e)
+			} else {
+				fresh = append(fresh, e)
+			}
+		}
+		if len(expired) > 0 {
+			s.park(expired, fmt.Sprintf("Kafka did not take them within %v", s.wait))
+		}
+		var failed []*spoolEntry
+		if len(fresh) > 0 {
+			failed = s.write(s.sendCtx, fresh)
+		}
+		var requeue, toPark []*spoolEntry
+		for _, e := range failed {
+			if time.Since(e.enq) >= s.wait || s.sendCtx.Err() != nil {
+				toPark = append(toPark, e)
+			} else {
+				requeue = append(requeue, e)
+			}
+		}
+		if len(toPark) > 0 {
+			s.park(toPark, fmt.Sprintf("Kafka did not take them within %v", s.wait))
+		}
+		s.mu.Lock()
+		if len(requeue) > 0 {
+			s.queue = append(requeue, s.queue...)
+			for _, e := range requeue {
+				s.bytes += e.size
+			}
+		}
+		s.inflight -= n
+		s.bufGauge.Set(int64(len(s.queue) + s.inflight))
+		s.cond.Broadcast()
+		s.mu.Unlock()
+		if len(failed) > 0 {
+			select {
+			case <-time.After(sendRetryPause):
+			case <-s.sendCtx.Done():
+			}
+		}
+	}
+}
+
+// write writes entries to the wrapped output and returns those it refused.
+func (s *redisSpool) write(ctx context.Context, entries []*spoolEntry) []*spoolEntry {
+	batch := make(service.MessageBatch, len(entries))
+	for i, e := range entries {
+		batch[i] = e.message()
+	}
+	err := s.child.WriteBatch(ctx, batch)
+	if err == nil {
+		return nil
+	}
+	var berr *service.BatchError
+	if errors.As(err, &berr) && berr.IndexedErrors() > 0 {
+		var failed []*spoolEntry
+		berr.WalkMessagesIndexedBy(batch.Index(), func(i int, _ *service.Message, err error) bool {
+			if err != nil {
+				failed = append(failed, entries[i])
+			}
+			return true
+		})
+		// WalkMessagesIndexedBy visits the batch in order, so failed keeps
+		// the oldest first.
+		return failed
+	}
+	return entries
+}
+
+// park appends entries to the spool, oldest first; an entry that cannot be
+// parked is lost, and logged and counted as such.
+func (s *redisSpool) park(entries []*spoolEntry, why string) {
+	vals := make([]any, len(entries))
+	for i, e := range entries {
+		b, err := json.Marshal(e)
+		if err != nil {
+			b = nil
+		}
+		vals[i] = b
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), redisOpTimeout)
+	defer cancel()
+	n, err := s.client.RPush(ctx, s.key, vals...).Result()
+	if err != nil {
+		s.warn("park", logSpoolFailed, "err", err.Error(), "events", len(entries))
+		for _, e := range entries {
+			s.lose(e)
+		}
+		return
+	}
+	s.spooled.Incr(int64(len(entries)))
+	s.spoolGauge.Set(n)
+	s.warn("parked", logParked, "events", len(entries), "spool_events", n, "why", why)
+}
+
+func (s *redisSpool) lose(e *spoolEntry) {
+	ws, ext := e.names()
+	s.lost.Incr(1)
+	applog.With(s.log, "workspace", ws, "external_id", ext).Error(logLost)
+}
+
+// warn logs a WARN at most once a minute per key.
+func (s *redisSpool) warn(key, msg string, kv ...any) {
+	s.warnMu.Lock()
+	due := time.Since(s.lastWarn[key]) >= time.Minute
+	if due {
+		s.lastWarn[key] = time.Now()
+	}
+	s.warnMu.Unlock()
+	if due {
+		applog.With(s.log, kv...).Warn(msg)
+	}
+}
+
+// replayLoop sets the spool gauge at once (right after a restart too) and
+// replays the spool every replay_interval until Close.
+func (s *redisSpool) replayLoop() {
+	t := time.NewTicker(s.replayEvery)
+	defer t.Stop()
+	for {
+		s.replay(s.bgCtx)
+		select {
+		case <-s.bgCtx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Lua scripts of the replay lock: refresh and trim only while holding it.
+var (
+	lockRefresh = goredis.NewScript(`if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) end return 0`)
+	lockRelease = goredis.NewScript(`if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0`)
+	// trimHead removes the first ARGV[2] entries, which the holder read
+	// and delivered; others only append at the tail meanwhile.
+	trimHead = goredis.NewScript(`if redis.call('get', KEYS[2]) ~= ARGV[1] then return -1 end
+redis.call('ltrim', KEYS[1], tonumber(ARGV[2]), -1) return redis.call('llen', KEYS[1])`)
+)
+
+// replay delivers the spool to the output, oldest first, chunk by chunk,
+// while it holds the replay lock and the output takes them.
+func (s *redisSpool) replay(ctx context.Context) {
+	rctx, cancel := context.WithTimeout(ctx, redisOpTimeout)
+	n, err := s.client.LLen(rctx, s.key).Result()
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			s.warn("llen", logReplayFailed, "err", err.Error())
+		}
+		return
+	}
+	s.spoolGauge.Set(n)
+	if n == 0 {
+		return
+	}
+	rctx, cancel = context.WithTimeout(ctx, redisOpTimeout)
+	ok, err := s.client.SetNX(rctx, s.lockKey, s.token, spoolLockTTL).Result()
+	cancel()
+	if err != nil || !ok {
+		return // another process replays
+	}
+	defer func() {
+		c, cancel := context.WithTimeout(context.Background(), redisOpTimeout)
+		_ = lockRelease.Run(c, s.client, []string{s.lockKey}, s.token).Err()
+		cancel()
+	}()
+	keys := []string{s.key, s.lockKey}
+	for ctx.Err() == nil {
+		rctx, cancel = context.WithTimeout(ctx, redisOpTimeout)
+		held, err := lockRefresh.Run(rctx, s.client, []string{s.lockKey}, s.token, spoolLockTTL.Milliseconds()).Int()
+		if err != nil || held == 0 {
+			cancel()
+			return
+		}
+		raw, err := s.client.LRange(rctx, s.key, 0, replayChunk-1).Result()
+		cancel()
+		if err != nil {
+			s.warn("lrange", logReplayFailed, "err", err.Error())
+			return
+		}
+		if len(raw) == 0 {
+			s.spoolGauge.Set(0)
+			return
+		}
+		// Unreadable entries are lost (logged once they are removed); the
+		// others are written in order.
+		entries := make([]*spoolEntry, len(raw))
+		var readable []*spoolEntry
+		for i, r := range raw {
+			var e spoolEntry
+			if err := json.Unmarshal([]byte(r), &e); err != nil || e.V != 1 || (len(e.Value) == 0 && e.B64 == "") {
+				continue
+			}
+			entries[i] = &e
+			readable = append(readable, &e)
+		}
+		failed := map[*spoolEntry]bool{}
+		if len(readable) > 0 {
+			for _, e := range s.write(ctx, readable) {
+				failed[e] = true
+			}
+		}
+		// Only a delivered head can be trimmed: what follows the first
+		// failure stays and is replayed again (a delivered one among them
+		// then arrives twice; storing is idempotent).
+		delivered, replayed := 0, 0
+		for _, e := range entries {
+			if e != nil && failed[e] {
+				break
+			}
+			delivered++
+			if e != nil {
+				replayed++
+			}
+		}
+		if len(failed) > 0 && ctx.Err() == nil {
+			s.warn("replay", logReplayFailed, "events", len(failed), "err", "the output did not take them")
+		}
+		if delivered == 0 {
+			return
+		}
+		rctx, cancel = context.WithTimeout(context.Background(), redisOpTimeout)
+		left, err := trimHead.Run(rctx, s.client, keys, s.token, delivered).Int64()
+		cancel()
+		if err != nil || left < 0 {
+			s.warn("trim", logReplayFailed, "err", fmt.Sprintf("removing %d replayed entries: %v", delivered, err))
+			return
+		}
+		for i := 0; i < delivered; i++ {
+			if entries[i] == nil {
+				s.lost.Incr(1)
+				ws, ext := (&spoolEntry{Value: json.RawMessage(raw[i])}).names()
+				applog.With(s.log, "workspace", ws, "external_id", ext).Error(logLost)
+			}
+		}
+		s.unspooled.Incr(int64(replayed))
+		s.spoolGauge.Set(left)
+		if delivered < len(raw) {
+			return
+		}
+	}
+}
+
+// Close gives the buffer stop_wait to reach the output, parks the rest,
+// stops the replayer, closes the output and only then Redis.
+func (s *redisSpool) Close(ctx context.Context) error {
+	s.closeOnce.Do(func() {
+		// No new replay: the spool's entries stay for the next process.
+		s.bgCancel()
+		s.replayer.Wait()
+		deadline := time.Now().Add(s.stopWait)
+		s.mu.Lock()
+		for (len(s.queue) > 0 || s.inflight > 0) && time.Now().Before(deadline) {
+			s.mu.Unlock()
+			time.Sleep(20 * time.Millisecond)
+			s.mu.Lock()
+		}
+		s.stopping = true
+		s.cond.Broadcast()
+		s.mu.Unlock()
+		// Writes still waiting for Kafka are cut short; their entries park.
+		s.sendCancel()
+		s.senders.Wait()
+		s.mu.Lock()
+		left := s.queue
+		s.queue, s.bytes = nil, 0
+		s.bufGauge.Set(0)
+		s.mu.Unlock()
+		if len(left) > 0 {
+			s.park(left, "stopping")
+			applog.With(s.log, "events", len(left)).Warn(logStopParked)
+		}
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_ = s.child.Close(cctx)
+		cancel()
+		gctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		if n, err := s.client.LLen(gctx, s.key).Result(); err == nil {
+			s.spoolGauge.Set(n)
+		}
+		cancel()
+		_ = s.client.Close()
+	})
+	return nil
+}
