@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -84,7 +85,7 @@ func (a *ingestAPI) routes() http.Handler {
 					}
 					code = writeError(w, http.StatusServiceUnavailable, errAuthUnavailable)
 				default:
-					code = rt.handle(w, r, ws)
+					code = a.admitted(w, r, func() int { return rt.handle(w, r, ws) })
 				}
 			} else {
 				code = rt.handle(w, r, event.UUID{})
@@ -94,6 +95,59 @@ func (a *ingestAPI) routes() http.Handler {
 		})
 	}
 	return mux
+}
+
+// admitted runs handle while the request's body fits in the in-flight
+// budget (max_in_flight_bytes): a request reserves its Content-Length (the
+// largest body when it gives none) until it is answered, waiting for Kafka
+// included, so requests in flight, and the memory they hold, stay bounded.
+// Over the budget the answer is 503 with Retry-After, and the body is never
+// kept (it is read and discarded, so the client gets the answer rather than
+// a reset connection); a request that says it is larger than max_body_bytes
+// is 413 at once.
+func (a *ingestAPI) admitted(w http.ResponseWriter, r *http.Request, handle func() int) int {
+	if r.Method != http.MethodPost && r.Method != http.MethodPut {
+		return handle()
+	}
+	n := a.maxBody
+	if r.ContentLength > a.maxBody {
+		return writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("request body larger than %d bytes", a.maxBody))
+	}
+	if r.ContentLength >= 0 {
+		n = max(r.ContentLength, 1)
+	}
+	if !a.inFlight.tryAcquire(n) {
+		a.overloaded.Incr(1)
+		// Read the body to the end without keeping it (a 32 KiB buffer), so
+		// the client reads the 503 instead of a reset connection.
+		_, _ = io.Copy(io.Discard, http.MaxBytesReader(w, r.Body, a.maxBody))
+		w.Header().Set("Retry-After", "1")
+		return writeError(w, http.StatusServiceUnavailable, errors.New("too many requests in flight; send it again in a second"))
+	}
+	defer a.inFlight.release(n)
+	return handle()
+}
+
+// byteBudget is a counting semaphore of bytes that never waits.
+type byteBudget struct {
+	mu        sync.Mutex
+	used, max int64
+}
+
+func (b *byteBudget) tryAcquire(n int64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.used+n > b.max {
+		return false
+	}
+	b.used += n
+	return true
+}
+
+func (b *byteBudget) release(n int64) {
+	b.mu.Lock()
+	b.used -= n
+	b.mu.Unlock()
 }
 
 // authenticate returns the workspace of the request's bearer key.

@@ -26,6 +26,7 @@ const (
 	iaFieldMaxItems     = "max_items"
 	iaFieldMaxBodyBytes = "max_body_bytes"
 	iaFieldAckTimeout   = "ack_timeout"
+	iaFieldInFlight     = "max_in_flight_bytes"
 	iaFieldRedisURL     = "redis_url"
 	iaFieldRedisPrefix  = "redis_key_prefix"
 	iaFieldIdemTTL      = "idempotency_ttl"
@@ -95,6 +96,10 @@ Messages carry metadata `+"`ingest_topic`"+` (`+"`txn.ingested`"+` or `+"`accoun
 			service.NewIntField(iaFieldMaxBodyBytes).
 				Description("The largest request body, in bytes.").
 				Default(maxBodyBytesDefault),
+			service.NewIntField(iaFieldInFlight).
+				Description("The most request-body bytes in flight at once, until each request is answered (waiting for Kafka included); a request beyond it is answered 503 with Retry-After before its body is read. It bounds the memory requests hold: a request takes about 10 bytes of memory per body byte while it is decoded and waits (copies of the items, their envelopes, the messages, and the garbage collector's headroom), so the default 32 MiB (six 5 MiB requests) keeps the process under 500 MB (TestIngestInFlightLimit; 64 MiB measured 700 MB).").
+				Default(32<<20).
+				Advanced(),
 			service.NewDurationField(iaFieldAckTimeout).
 				Description("How long a request waits for the pipeline to take and acknowledge its items before they are answered `retry`. Keep it above the output's own timeout (10 s), which normally answers first.").
 				Default("15s"),
@@ -145,6 +150,8 @@ type ingestAPI struct {
 	requests *service.MetricCounter // by endpoint and status code
 	latency  *service.MetricTimer   // by endpoint
 
+	inFlight    *byteBudget
+	overloaded  *service.MetricCounter // requests answered 503 for the in-flight budget
 	keys        *keyCache
 	idem        *idemStore
 	redisURL    string
@@ -165,13 +172,14 @@ type ingestAPI struct {
 
 func newIngestAPIFromParsed(conf *service.ParsedConfig, mgr *service.Resources) (*ingestAPI, error) {
 	a := &ingestAPI{
-		log:      mgr.Logger(),
-		items:    mgr.Metrics().NewCounter("speculapro_ingest_items_total", "endpoint", "outcome"),
-		requests: mgr.Metrics().NewCounter("speculapro_ingest_requests_total", "endpoint", "code"),
-		latency:  mgr.Metrics().NewTimer("speculapro_ingest_request_duration", "endpoint"),
-		keys:     newKeyCache(),
-		jobs:     make(chan *job),
-		closing:  make(chan struct{}),
+		log:        mgr.Logger(),
+		items:      mgr.Metrics().NewCounter("speculapro_ingest_items_total", "endpoint", "outcome"),
+		requests:   mgr.Metrics().NewCounter("speculapro_ingest_requests_total", "endpoint", "code"),
+		latency:    mgr.Metrics().NewTimer("speculapro_ingest_request_duration", "endpoint"),
+		keys:       newKeyCache(),
+		overloaded: mgr.Metrics().NewCounter("speculapro_ingest_overloaded_total"),
+		jobs:       make(chan *job),
+		closing:    make(chan struct{}),
 	}
 	var err error
 	if a.kafka, err = kafkaconf.FromParsed(conf); err != nil {
@@ -193,6 +201,14 @@ func newIngestAPIFromParsed(conf *service.ParsedConfig, mgr *service.Resources) 
 	a.maxBody = int64(maxBody)
 	if a.ackTimeout, err = conf.FieldDuration(iaFieldAckTimeout); err != nil {
 		return nil, err
+	}
+	inFlight, err := conf.FieldInt(iaFieldInFlight)
+	if err != nil {
+		return nil, err
+	}
+	a.inFlight = &byteBudget{max: int64(inFlight)}
+	if a.inFlight.max < a.maxBody {
+		return nil, fmt.Errorf("ingest_api: %s must be at least %s", iaFieldInFlight, iaFieldMaxBodyBytes)
 	}
 	a.idem = &idemStore{}
 	if a.redisURL, err = conf.FieldString(iaFieldRedisURL); err != nil {
