@@ -1,8 +1,13 @@
 package tests
 
 import (
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/speculapro/speculapro/internal/testenv"
 )
 
 // The binary a user installs: our subcommands beside the engine's, every
@@ -44,5 +49,70 @@ func TestCLIListsOurCommandsAndPlugins(t *testing.T) {
 		if !strings.Contains(cue, doc) {
 			t.Errorf("speculapro list --format cue lacks the field %s", doc)
 		}
+	}
+}
+
+// Items 23 and 24: `speculapro --help` describes SpeculaPro (not the
+// engine's "stream processor for mundane tasks") and every command it lists
+// is in the README's command table; a binary built with plain `go build`
+// (no -ldflags) names its commit, from the build information Go embeds.
+func TestCLIHelpAndVersionDescribeSpeculaPro(t *testing.T) {
+	for _, args := range [][]string{{"--help"}, {"-h"}, {}} {
+		help, _, code := runBin(t, nil, args...)
+		if code != 0 || !strings.Contains(help, "SpeculaPro transaction monitoring") || strings.Contains(help, "mundane") ||
+			!strings.Contains(help, "COMMANDS:") {
+			t.Errorf("speculapro %v (exit %d):\n%s", args, code, help)
+		}
+	}
+	help, _, _ := runBin(t, nil, "--help")
+	readme, err := os.ReadFile(filepath.Join(testenv.RepoRoot(t), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := string(readme)
+	if i := strings.Index(table, "## Commands"); i >= 0 {
+		table = table[i:]
+		if j := strings.Index(table[3:], "\n## "); j >= 0 {
+			table = table[:j+3]
+		}
+	}
+	_, cmds, _ := strings.Cut(help, "COMMANDS:")
+	cmds, _, _ = strings.Cut(cmds, "GLOBAL OPTIONS:")
+	for _, line := range strings.Split(cmds, "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || !strings.HasPrefix(line, "   ") || strings.HasPrefix(line, "    ") {
+			continue
+		}
+		if name := strings.TrimSuffix(f[0], ","); name != "help" && !strings.Contains(table, "`speculapro "+name) && !strings.Contains(table, "`"+name+"`") {
+			t.Errorf("the README's command table does not list `speculapro %s`", name)
+		}
+	}
+
+	// Go stamps VCS information only where .git is a directory: a `git
+	// worktree` (whose .git is a file) is built from a clone of its commit.
+	src := testenv.RepoRoot(t)
+	if st, err := os.Stat(filepath.Join(src, ".git")); err != nil || !st.IsDir() {
+		clone := t.TempDir()
+		if out, err := exec.Command("git", "clone", "-q", src, clone).CombinedOutput(); err != nil {
+			t.Fatalf("git clone: %v\n%s", err, out)
+		}
+		src = clone
+	}
+	bin := filepath.Join(t.TempDir(), "speculapro")
+	build := exec.Command("go", "build", "-buildvcs=true", "-o", bin, "./cmd/speculapro")
+	build.Dir = src
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	rev, err := exec.Command("git", "-C", src, "rev-parse", "HEAD").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "commit " + string(rev[:12]); !strings.Contains(string(out), want) || strings.Contains(string(out), "Date: unknown") {
+		t.Errorf("go build's binary: --version says %q, want %q and a date", out, want)
 	}
 }
