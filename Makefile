@@ -15,13 +15,20 @@ E2E_PKGS  = ./tests/...
 # Integration tests must not skip under make: a missing service is a failure here.
 export SP_TEST_REQUIRE_SERVICES = 1
 
-.PHONY: help build run test chaos bench fmt vet lint stack-up stack-down clean
+.PHONY: help build go-check run test chaos bench fmt vet lint stack-up stack-down clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
-build: ## build bin/speculapro
+build: go-check ## build bin/speculapro
 	go build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/speculapro
+
+GO_WANT := $(shell sed -n 's/^go //p' go.mod)
+go-check: ## check that Go is installed and at least go.mod's version
+	@command -v go >/dev/null || { echo "Go is not installed: install Go $(GO_WANT) or newer from https://go.dev/dl/ (README: Prerequisites)" >&2; exit 1; }
+	@have=$$(go env GOVERSION | sed 's/^go//'); \
+	  [ "$$(printf '%s\n%s\n' "$(GO_WANT)" "$$have" | sort -V | head -1)" = "$(GO_WANT)" ] || \
+	  { echo "Go $$have is older than go.mod's $(GO_WANT): install Go $(GO_WANT) or newer from https://go.dev/dl/" >&2; exit 1; }
 
 stack-up: ## install (if missing) and start PostgreSQL, Redis and Kafka on loopback
 	bash deploy/local/stack.sh up
