@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/speculapro/speculapro/internal/event"
+	"github.com/speculapro/speculapro/internal/redisconn"
 	"github.com/speculapro/speculapro/internal/testenv"
 )
 
@@ -132,4 +133,58 @@ func mustUUID(t *testing.T, s string) event.UUID {
 		t.Fatal(err)
 	}
 	return u
+}
+
+// The resend check on a Redis Cluster: one pipeline's claims, updates and
+// releases spread over the slots (each key is its own hash tag).
+func TestIdempotencyOnRedisCluster(t *testing.T) {
+	client, err := redisconn.Open(testenv.RedisClusterURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	s := &idemStore{client: client, prefix: testRedisPrefix(t), ttl: time.Minute}
+	ctx := context.Background()
+	ws := event.UUID{9}
+	var keys []string
+	var entries []idemEntry
+	for i := range 50 {
+		keys = append(keys, s.key(event.KindTransaction, ws, fmt.Sprint("c-", i)))
+		entries = append(entries, idemEntry{state: idemPending, id: event.UUID{byte(i), 1}})
+	}
+	prev, err := s.claim(ctx, keys, entries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range prev {
+		if p != nil {
+			t.Fatalf("key %d claimed before", i)
+		}
+	}
+	acc := make([]idemEntry, len(entries))
+	for i, e := range entries {
+		e.state = idemAccepted
+		acc[i] = e
+	}
+	if err := s.update(ctx, keys[:25], acc[:25]); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.release(ctx, keys[25:], entries[25:]); err != nil {
+		t.Fatal(err)
+	}
+	prev, err = s.claim(ctx, keys, entries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range prev {
+		switch {
+		case i < 25 && (p == nil || p.state != idemAccepted || p.id != entries[i].id):
+			t.Errorf("key %d: %+v, want accepted with its first ID", i, p)
+		case i >= 25 && p != nil:
+			t.Errorf("key %d released but found %+v", i, p)
+		}
+	}
+	for _, k := range keys {
+		client.Del(ctx, k)
+	}
 }
