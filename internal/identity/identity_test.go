@@ -1,6 +1,9 @@
 package identity
 
 import (
+	"bytes"
+	"crypto/hkdf"
+	"crypto/sha256"
 	"encoding/base64"
 	"errors"
 	"strings"
@@ -390,4 +393,20 @@ func mustB64(t *testing.T, s string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// The pooled HKDF-Expand is RFC 5869's, byte for byte.
+func TestExpandIsHKDF(t *testing.T) {
+	ring, _ := ParseKeyring(testKeyA)
+	k := ring.keys["k1"]
+	info := []byte(adDomain + "0123456789abcdefghijklmn")
+	want, err := hkdf.Expand(sha256.New, k.prk, string(info), 44)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 { // pooled HMACs are reset between uses
+		if got := k.expand(info); !bytes.Equal(got, want) {
+			t.Fatalf("expand = %x, want %x", got, want)
+		}
+	}
 }

@@ -4,12 +4,15 @@ import (
 	"crypto/aes"
 	"crypto/cipher"
 	"crypto/hkdf"
+	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
+	"hash"
 	"strings"
+	"sync"
 
 	"github.com/speculapro/speculapro/internal/event"
 )
@@ -40,15 +43,42 @@ const (
 // under one GCM key does not apply, and no count has to be kept across
 // processes (which a per-process counter could not do anyway): a key and
 // nonce pair repeats only if two salts collide, about 2^-64 after 2^64
-// encryptions. The cost is one HKDF (three HMAC-SHA256 calls) and one AES
-// key schedule per encryption, about a microsecond (BenchmarkProtect).
+// encryptions. The cost is one HKDF-Expand (two HMAC-SHA256 calls on a
+// pooled HMAC) and one AES key schedule per encryption: BenchmarkProtect
+// measured 2.1 µs a Protect (encrypt, mask, fingerprint) against 1.6 µs with
+// one GCM key and random nonces.
 //
 // The additional data authenticates the key id, the workspace and the field,
 // so a ciphertext relabelled with another key id, or copied to another
 // workspace's row or to another field, fails to open instead of decrypting.
 type Keyring struct {
 	current string
-	keys    map[string][]byte // key id → HKDF-Extract of the key
+	keys    map[string]*ringKey
+}
+
+// ringKey is one key of the ring: its HKDF pseudorandom key and a pool of
+// HMACs under it (hmac.New costs two SHA-256 blocks, so they are reused).
+type ringKey struct {
+	prk  []byte
+	macs sync.Pool
+}
+
+// expand is HKDF-Expand(prk, info, 44) (RFC 5869) with a pooled HMAC: the
+// 32-byte message key and the 12-byte nonce.
+func (k *ringKey) expand(info []byte) []byte {
+	h := k.macs.Get().(hash.Hash)
+	defer k.macs.Put(h)
+	out := make([]byte, 0, 2*sha256.Size)
+	h.Reset()
+	h.Write(info)
+	h.Write([]byte{1})
+	out = h.Sum(out)
+	h.Reset()
+	h.Write(out[:sha256.Size])
+	h.Write(info)
+	h.Write([]byte{2})
+	out = h.Sum(out)
+	return out[:32+12]
 }
 
 // ParseKeyring reads SP_ENCRYPTION_KEY's format: one or more comma-separated
@@ -59,7 +89,7 @@ func ParseKeyring(spec string) (*Keyring, error) {
 	if spec == "" {
 		return nil, fmt.Errorf("encryption key: %w (set SP_ENCRYPTION_KEY to <key-id>:<64 hex chars>)", ErrMissingKey)
 	}
-	k := &Keyring{keys: map[string][]byte{}}
+	k := &Keyring{keys: map[string]*ringKey{}}
 	for i, entry := range strings.Split(spec, ",") {
 		id, hexKey, ok := strings.Cut(strings.TrimSpace(entry), ":")
 		if !ok || !validKeyID(id) {
@@ -72,9 +102,13 @@ func ParseKeyring(spec string) (*Keyring, error) {
 		if err != nil || len(key) != 32 {
 			return nil, fmt.Errorf("encryption key %q: %w: want 64 hex characters (32 bytes, AES-256)", id, ErrInvalidKey)
 		}
-		if k.keys[id], err = hkdf.Extract(sha256.New, key, nil); err != nil {
+		prk, err := hkdf.Extract(sha256.New, key, nil)
+		if err != nil {
 			return nil, fmt.Errorf("encryption key %q: %w: %v", id, ErrInvalidKey, err)
 		}
+		rk := &ringKey{prk: prk}
+		rk.macs.New = func() any { return hmac.New(sha256.New, prk) }
+		k.keys[id] = rk
 		if i == 0 {
 			k.current = id
 		}
@@ -98,15 +132,12 @@ func validKeyID(id string) bool {
 // CurrentKeyID is the id of the key Encrypt uses.
 func (k *Keyring) CurrentKeyID() string { return k.current }
 
-// messageAEAD derives one message's AEAD and nonce from a ring key's HKDF
-// pseudorandom key (extracted once, at parse) and the message's salt: HKDF-
-// Expand with info = domain ‖ salt.
-func messageAEAD(prk, salt []byte) (cipher.AEAD, []byte, error) {
+// messageAEAD derives one message's AEAD and nonce from a ring key and the
+// message's salt: HKDF-SHA256 (extracted once per key, at parse), expanded
+// with info = domain ‖ salt.
+func messageAEAD(key *ringKey, salt []byte) (cipher.AEAD, []byte, error) {
 	info := make([]byte, 0, len(adDomain)+len(salt))
-	okm, err := hkdf.Expand(sha256.New, prk, string(append(append(info, adDomain...), salt...)), 32+12)
-	if err != nil {
-		return nil, nil, err
-	}
+	okm := key.expand(append(append(info, adDomain...), salt...))
 	block, err := aes.NewCipher(okm[:32])
 	if err != nil {
 		return nil, nil, err
