@@ -1,7 +1,10 @@
 package pgclass
 
 import (
+	"context"
 	"errors"
+	"io"
+	"net"
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -141,4 +144,35 @@ func class(code string) string {
 		return ""
 	}
 	return code[:2]
+}
+
+// Connection-loss SQLSTATEs outside class 08: the server is shutting down,
+// crashed, or not accepting connections yet.
+const (
+	codeAdminShutdown = "57P01"
+	codeCrashShutdown = "57P02"
+	codeCannotConnect = "57P03"
+)
+
+// IsConnectionLost reports a failure to reach PostgreSQL, or a connection
+// lost on the way: a connect error, a network error or a connection closed
+// mid-statement, SQLSTATE class 08, or the server shutting down or not
+// accepting connections (57P01, 57P02, 57P03). A statement cancelled by the
+// caller's deadline is not one.
+func IsConnectionLost(err error) bool {
+	if err == nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return false
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case codeAdminShutdown, codeCrashShutdown, codeCannotConnect:
+			return true
+		}
+		return class(pgErr.Code) == classConnection
+	}
+	var connectErr *pgconn.ConnectError
+	var netErr net.Error
+	return errors.As(err, &connectErr) || errors.As(err, &netErr) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || pgconn.SafeToRetry(err)
 }

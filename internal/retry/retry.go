@@ -116,3 +116,24 @@ func Do(ctx context.Context, p Policy, fn func(ctx context.Context, attempt int)
 		}
 	}
 }
+
+// AfterError asks whoever retries the work to wait at least Wait before the
+// next attempt: an output that hands a batch back (so its writer is free for
+// other work) says how long its records should wait. It wraps Err.
+type AfterError struct {
+	Err  error
+	Wait time.Duration
+}
+
+func (e *AfterError) Error() string { return e.Err.Error() }
+
+func (e *AfterError) Unwrap() error { return e.Err }
+
+// WaitOf returns the wait an AfterError in err's chain asks for, or 0.
+func WaitOf(err error) time.Duration {
+	var a *AfterError
+	if errors.As(err, &a) {
+		return a.Wait
+	}
+	return 0
+}

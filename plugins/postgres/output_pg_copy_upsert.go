@@ -4,25 +4,29 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/speculapro/speculapro/internal/applog"
-	"slices"
-	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redpanda-data/benthos/v4/public/service"
 
-	"github.com/speculapro/speculapro/internal/config"
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/eventmsg"
-	"github.com/speculapro/speculapro/internal/pgclass"
-	"github.com/speculapro/speculapro/internal/retry"
+	"github.com/speculapro/speculapro/internal/lease"
+	"github.com/speculapro/speculapro/internal/pgrole"
 )
+
+// The output's files: this one is the component (spec, construction,
+// Connect, WriteBatch, Close); output_pg_copy_upsert_isolate.go stores a
+// batch and isolates the rows the database refuses;
+// output_pg_copy_upsert_waits.go decides what waits, and for how long, when
+// a batch fails; output_pg_copy_upsert_dead_letters.go parks what cannot be
+// stored; store.go holds the SQL.
 
 const (
 	pcuFieldURL            = "url"
+	pcuFieldFallbackURL    = "fallback_url"
 	pcuFieldTable          = "table"
 	pcuFieldDeadLetter     = "dead_letter"
 	pcuFieldInitialBackoff = "initial_backoff"
@@ -44,6 +48,7 @@ const (
 	logBatchRetry       = "persist: batch failed, retrying"
 	logUndecodable      = "persist: sent undecodable records to dead-letter topic"
 	logRejected         = "persist: sent records the database refused to dead-letter topic"
+	logRevoked          = "persist: stopped retrying a batch whose partitions were revoked"
 	retryJitter         = 0.2
 	rollbackTimeout     = 5 * time.Second
 	startupCheckBackoff = 500 * time.Millisecond
@@ -74,35 +79,53 @@ its offsets, only after the transaction has committed.
 
 ### Failures
 
-A batch that fails (PostgreSQL down, disk full, a grant or a partition missing, a deadlock) is tried again, the
-same batch, with exponential backoff and jitter from `+"`initial_backoff`"+` up to `+"`max_backoff`"+`; every retry
-logs `+"`level=ERROR msg=\"persist: batch failed, retrying\" rows=… err=… backoff=…`"+`. It never skips ahead: its
-partitions wait until the problem is fixed, while Kafka keeps the data.
+A batch that fails (disk full, a grant missing, a deadlock) is tried again, the same batch, with exponential
+backoff and jitter from `+"`initial_backoff`"+` up to `+"`max_backoff`"+`; every retry logs
+`+"`level=ERROR msg=\"persist: batch failed, retrying\" rows=… err=… backoff=…`"+`. It never skips ahead: its
+partitions wait until the problem is fixed, while Kafka keeps the data. When the connection to PostgreSQL is lost
+the output reports itself not connected (readiness and `+"`output_connection_up`"+` show it) and the engine
+writes the batch again once `+"`Connect`"+` reaches PostgreSQL.
 
-A row the database can never accept (SQLSTATE class 22, data exception, or 23, integrity violation, except a
-missing partition) is isolated by bisecting the batch within the same transaction and sent to `+"`dead_letter`"+`
-with metadata `+"`error-code`"+` (the SQLSTATE) and `+"`error-message`"+`; the rest of the batch is stored.
+A record that must wait for a month's partition blocks only its own Kafka partition: the batch's other
+partitions' rows are stored, and the waiting partition's records are handed back to the `+"`kafka_franz`"+` input,
+which delivers them again after the backoff (the retry line is logged with it).
+
+A row the database can never accept (SQLSTATE class 22, data exception; 23, integrity violation, except a
+missing partition; 54, program limit such as an index row too large; P0, raised by a trigger) is isolated by
+bisecting the batch within one transaction and sent to `+"`dead_letter`"+` with metadata `+"`error-code`"+` (the SQLSTATE)
+and `+"`error-message`"+`; the rest of the batch is stored. Isolating is bounded: at most 2n−1 writes for n rows
+in all, whatever the number of attempts, because what an attempt learned (rows refused, rows that store) is
+kept for the next one when an attempt runs out of time.
 
 A record that cannot be read (flagged by `+"`event_decode`"+`, or failing to decode here: not JSON, unknown version,
-no id or workspace_id, wrong kind) is sent to `+"`dead_letter`"+` and logged as
+no id or workspace_id, a field outside its limits, wrong kind) is sent to `+"`dead_letter`"+` and logged as
 `+"`level=WARN msg=\"persist: sent undecodable records to dead-letter topic\" count=…`"+`.
 
 Every dead letter keeps its content and metadata (so, with `+"`kafka_franz`"+`, its key and headers) and gets
 `+"`source-offset`"+` (`+"`topic/partition/offset`"+` from the `+"`kafka_franz`"+` input's metadata).
 
+A batch whose records' contexts end stops at once: at shutdown (no fault is counted, nothing is logged as an
+error) and when the `+"`kafka_franz`"+` input gave the records' partition up after its `+"`revoke_wait`"+` (the writer
+is free again; the partition's new owner reads the records again).
+
 ### Start-up check
 
-The constructor checks, before the stream starts, that the database role is a superuser or has BYPASSRLS, and
-fails with `+"`persist/stream/worker roles: database role cannot bypass row-level security (set SP_DB_SYSTEM_URL to the speculapro_system role)`"+`
-otherwise.
+`+"`Connect`"+` checks that the database role is a superuser or has BYPASSRLS (the constructor does no I/O), waiting
+up to `+"`startup_timeout`"+` for PostgreSQL to answer, and stops the process with
+`+"`error: persist/stream/worker roles: database role cannot bypass row-level security (set SP_DB_SYSTEM_URL to the speculapro_system role)`"+`
+otherwise, before anything is stored or committed.
 
 ### Metrics
 
-`+"`speculapro_persist_batches_total`, `_rows_stored_total`, `_rows_skipped_total` (already stored, or repeated in the batch), `_placeholders_created_total{entity}`, `_counterparties_created_total`, `_dead_letters_total{reason}`, `_retries_total` (one per backoff that followed a failed attempt), `_faults_total` (batches that failed at least once; a cancellation at shutdown is none), and `speculapro_persist_stage_duration_ns{stage}`"+`
+`+"`speculapro_persist_batches_total`, `_rows_stored_total`, `_rows_skipped_total` (already stored, or repeated in the batch), `_placeholders_created_total{entity}`, `_counterparties_created_total`, `_dead_letters_total{reason}`, `_retries_total` (one per backoff that followed a failed attempt), `_faults_total` (batches that failed at least once; a cancellation at shutdown is none), and `speculapro_persist_stage_duration_seconds{stage}`"+`
 (per-batch work of one stage, not wall-clock), all with the label `+"`table`"+`.`).
 		Fields(
 			service.NewStringField(pcuFieldURL).
-				Description("PostgreSQL URL of a role that bypasses row-level security (speculapro_system). Empty means `SP_DB_SYSTEM_URL`, falling back to `SP_DB_URL`.").
+				Description("PostgreSQL URL of a role that bypasses row-level security (speculapro_system); the pipelines set it to `${SP_DB_SYSTEM_URL:}`. Empty means `fallback_url`.").
+				Secret().
+				Default(""),
+			service.NewStringField(pcuFieldFallbackURL).
+				Description("The URL used when `url` is empty; the pipelines set it to `SP_DB_URL`, as the spec says `SP_DB_SYSTEM_URL` defaults to it.").
 				Secret().
 				Default(""),
 			service.NewStringEnumField(pcuFieldTable, tableTransactions, tableAccountEvents).
@@ -121,17 +144,19 @@ otherwise.
 				Default("30s").
 				Advanced(),
 			service.NewDurationField(pcuFieldAttemptTimeout).
-				Description("Longest one attempt at a batch may take (for example, waiting on a lock) before it counts as failed and is retried.").
+				Description("Longest one attempt at a batch may take (for example, waiting on a lock) before it counts as failed and is retried. Isolating the rows the database refuses gets five times this per attempt.").
 				Default("60s").
 				Advanced(),
 			service.NewDurationField(pcuFieldStartupTimeout).
-				Description("How long the start-up role check waits for PostgreSQL to answer before the process gives up starting.").
+				Description("How long one `Connect` waits for PostgreSQL to answer the role check before it fails (the engine then connects again).").
 				Default("30s").
 				Advanced(),
 		).
 		Example("Transactions", "", `
 output:
   pg_copy_upsert:
+    url: ${SP_DB_SYSTEM_URL:}
+    fallback_url: ${SP_DB_URL:postgres://speculapro_app:speculapro_app@127.0.0.1:5432/speculapro?sslmode=disable}
     table: transactions
     max_in_flight: ${SP_PERSIST_WORKERS:4}
     dead_letter:
@@ -169,15 +194,19 @@ type pgCopyUpsert struct {
 	table          string
 	kind           event.Kind
 	write          func(ctx context.Context, tx pgx.Tx, rows []*event.Envelope, mode writeMode) (writeStats, error)
-	pool           *pgxpool.Pool
+	poolOpts       systemPoolOptions
+	pool           *pgxpool.Pool // built by the constructor, connected and checked by Connect
 	deadLetter     deadLetterSink
 	owned          *service.OwnedOutput // deadLetter when built from config; primed and closed here
 	primed         bool                 // owned was started, so Close must stop it
+	checked        bool                 // the role check passed once
+	connMu         sync.Mutex           // serialises Connect and Close
 	initialBackoff time.Duration
 	maxBackoff     time.Duration
 	attemptTimeout time.Duration
 	log            *service.Logger
 	m              *persistMetrics
+	waits          *partitionWaits
 }
 
 // pcuOptions are the settings of a pgCopyUpsert.
@@ -198,7 +227,9 @@ func newPgCopyUpsertFromConfig(conf *service.ParsedConfig, mgr *service.Resource
 		return nil, err
 	}
 	if o.url == "" {
-		o.url = config.SystemDBURL()
+		if o.url, err = conf.FieldString(pcuFieldFallbackURL); err != nil {
+			return nil, err
+		}
 	}
 	if o.table, err = conf.FieldString(pcuFieldTable); err != nil {
 		return nil, err
@@ -216,9 +247,7 @@ func newPgCopyUpsertFromConfig(conf *service.ParsedConfig, mgr *service.Resource
 		return nil, err
 	}
 	o.maxConns = maxInFlight
-	// The role check runs first, so a refused start builds no dead-letter
-	// output (which could only be closed once started).
-	out, err := newPgCopyUpsert(context.Background(), o, nil, mgr)
+	out, err := newPgCopyUpsert(o, nil, mgr)
 	if err != nil {
 		return nil, err
 	}
@@ -230,10 +259,10 @@ func newPgCopyUpsertFromConfig(conf *service.ParsedConfig, mgr *service.Resource
 	return out, nil
 }
 
-// newPgCopyUpsert opens the pool and runs the start-up role check
-// (openSystemPool), so a persister with the wrong role fails while the engine
-// builds the stream, before its input has handed out anything.
-func newPgCopyUpsert(ctx context.Context, o pcuOptions, dl deadLetterSink, mgr *service.Resources) (*pgCopyUpsert, error) {
+// newPgCopyUpsert checks the settings and builds the pool without
+// connecting: no I/O happens while the engine builds the stream. Connect
+// reaches PostgreSQL and runs the role check.
+func newPgCopyUpsert(o pcuOptions, dl deadLetterSink, mgr *service.Resources) (*pgCopyUpsert, error) {
 	if o.maxBackoff < o.initialBackoff {
 		return nil, fmt.Errorf("pg_copy_upsert: %s (%s) must not be shorter than %s (%s)",
 			pcuFieldMaxBackoff, o.maxBackoff, pcuFieldInitialBackoff, o.initialBackoff)
@@ -246,6 +275,7 @@ func newPgCopyUpsert(ctx context.Context, o pcuOptions, dl deadLetterSink, mgr *
 		attemptTimeout: o.attemptTimeout,
 		log:            mgr.Logger(),
 		m:              newPersistMetrics(mgr.Metrics()),
+		waits:          newPartitionWaits(),
 	}
 	switch o.table {
 	case tableTransactions:
@@ -255,9 +285,7 @@ func newPgCopyUpsert(ctx context.Context, o pcuOptions, dl deadLetterSink, mgr *
 	default:
 		return nil, fmt.Errorf("pg_copy_upsert: unknown %s %q", pcuFieldTable, o.table)
 	}
-
-	var err error
-	out.pool, err = openSystemPool(ctx, systemPoolOptions{
+	out.poolOpts = systemPoolOptions{
 		component: "pg_copy_upsert",
 		url:       o.url,
 		maxConns:  o.maxConns,
@@ -268,20 +296,34 @@ func newPgCopyUpsert(ctx context.Context, o pcuOptions, dl deadLetterSink, mgr *
 			return nil
 		},
 		startupTimeout: o.startupTimeout,
-	})
-	if err != nil {
+	}
+	var err error
+	if out.pool, err = newSystemPool(out.poolOpts); err != nil {
 		return nil, err
 	}
 	return out, nil
 }
 
-// Connect prepares the dead-letter output; the pool connects on demand and
-// replaces broken connections itself.
-func (o *pgCopyUpsert) Connect(context.Context) error {
-	if o.owned != nil {
-		if o.primed {
-			return nil
+// Connect reaches PostgreSQL: the first time with the start-up role check
+// (a role that cannot bypass row-level security stops the process with the
+// spec's line), after a lost connection with a ping, so the engine reports
+// the output connected only while PostgreSQL answers. It also starts the
+// dead-letter output.
+func (o *pgCopyUpsert) Connect(ctx context.Context) error {
+	o.connMu.Lock()
+	defer o.connMu.Unlock()
+	if !o.checked {
+		if err := checkSystemPool(ctx, o.pool, o.poolOpts); err != nil {
+			if errors.Is(err, pgrole.ErrCannotBypassRLS) {
+				refuseToStart(err)
+			}
+			return err
 		}
+		o.checked = true
+	} else if err := o.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("pg_copy_upsert: reaching PostgreSQL: %w", err)
+	}
+	if o.owned != nil && !o.primed {
 		if err := o.owned.Prime(); err != nil {
 			return fmt.Errorf("pg_copy_upsert: starting the dead-letter output: %w", err)
 		}
@@ -290,18 +332,22 @@ func (o *pgCopyUpsert) Connect(context.Context) error {
 	return nil
 }
 
-// deadLetter is one record to park.
-type deadLetter struct {
-	index   int    // in the batch
-	code    string // SQLSTATE, for rows the database refused
-	message string
-}
-
 // WriteBatch stores the batch and parks what cannot be stored. It returns
-// nil only once the database transaction has committed and every dead letter
-// has been taken by the dead-letter output; it returns only the context's
-// error otherwise (shutdown), because every other failure is retried.
+// nil once the database transaction has committed and every dead letter has
+// been taken by the dead-letter output. Otherwise it returns:
+//   - service.ErrNotConnected when the connection to PostgreSQL was lost (the
+//     engine connects again and writes the batch again);
+//   - a *service.BatchError naming the records that wait for a missing
+//     partition, with a retry.AfterError saying how long, when the others
+//     were stored;
+//   - the cause when the records' contexts ended (lease.ErrShutdown,
+//     lease.ErrRevoked) or ctx's error.
+//
+// Every other failure is retried here.
 func (o *pgCopyUpsert) WriteBatch(ctx context.Context, batch service.MessageBatch) error {
+	ctx, release := lease.Watch(ctx, batch)
+	defer release()
+
 	start := time.Now()
 	var (
 		rows       []*event.Envelope
@@ -330,62 +376,44 @@ func (o *pgCopyUpsert) WriteBatch(ctx context.Context, batch service.MessageBatc
 		rows = append(rows, env)
 		rowIndex = append(rowIndex, i)
 	}
-	undecodable := len(dead)
 	o.m.stage.Timing(time.Since(start).Nanoseconds(), o.table, "prepare")
 
 	faulted := false // the batch's fault is counted once, whichever step fails
 	var res storeResult
+	var waiting *waitingPartitions
 	if len(rows) > 0 {
 		start = time.Now()
-		err := retry.Do(ctx, o.policy(len(rows), &faulted), func(ctx context.Context, _ int) error {
-			r, err := o.store(ctx, rows)
+		var learned isolation // kept from one attempt to the next
+		err := o.retryBatch(ctx, len(rows), &faulted, func(ctx context.Context) error {
+			r, err := o.store(ctx, rows, &learned)
 			if err != nil {
 				return err
 			}
 			res = r
 			return nil
 		})
+		if errors.Is(err, errMustWait) {
+			// Some partitions' rows wait for a month's partition: store the
+			// others, hand the waiting ones back.
+			res, waiting, err = o.storeAroundWaits(ctx, batch, rows, rowIndex, &faulted)
+		}
 		if err != nil {
-			return err
+			return o.stopped(ctx, err, len(rows))
 		}
 		o.m.stage.Timing(time.Since(start).Nanoseconds(), o.table, "write")
 		for _, rj := range res.rejected {
-			code, msg := pgclass.Code(rj.err)
-			dead = append(dead, deadLetter{index: rowIndex[rj.row], code: code, message: msg})
+			dead = append(dead, rj.deadLetter(rowIndex))
 		}
 	}
-
-	if len(dead) > 0 {
-		start = time.Now()
-		letters := make(service.MessageBatch, len(dead))
-		for j, d := range dead {
-			letters[j] = deadLetterMessage(batch[d.index], d)
-		}
-		err := retry.Do(ctx, o.policy(len(letters), &faulted), func(ctx context.Context, _ int) error {
-			if err := o.deadLetter.WriteBatch(ctx, letters); err != nil {
-				return fmt.Errorf("sending %d dead letters: %w", len(letters), err)
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		o.m.stage.Timing(time.Since(start).Nanoseconds(), o.table, "dead_letter")
-		if undecodable > 0 {
-			o.m.deadLetters.Incr(int64(undecodable), o.table, "undecodable")
-			applog.With(o.log, "count", undecodable).Warn(logUndecodable)
-		}
-		if rejected := len(dead) - undecodable; rejected > 0 {
-			var codes []string
-			for _, d := range dead[undecodable:] {
-				if !slices.Contains(codes, d.code) {
-					codes = append(codes, d.code)
-				}
-			}
-			slices.Sort(codes)
-			o.m.deadLetters.Incr(int64(rejected), o.table, "rejected")
-			applog.With(o.log, "count", rejected, "codes", strings.Join(codes, ",")).Warn(logRejected)
-		}
+	if waiting != nil {
+		// The waiting partitions' records are delivered again as they are:
+		// none of them is dead-lettered or counted now.
+		dead = waiting.without(batch, dead)
+	} else {
+		o.waits.settled(batch)
+	}
+	if err := o.sendDeadLetters(ctx, batch, dead, &faulted); err != nil {
+		return o.stopped(ctx, err, len(dead))
 	}
 
 	o.m.batches.Incr(1, o.table)
@@ -394,196 +422,16 @@ func (o *pgCopyUpsert) WriteBatch(ctx context.Context, batch service.MessageBatc
 	o.m.placeholders.Incr(res.stats.customerPlaceholders, o.table, "customer")
 	o.m.placeholders.Incr(res.stats.accountPlaceholders, o.table, "account")
 	o.m.counterparties.Incr(res.stats.counterpartiesCreated, o.table)
+	if waiting != nil {
+		return waiting.batchError(batch)
+	}
 	return nil
-}
-
-// policy is the retry policy of one batch: no attempt limit (a failure an
-// operator can fix must not skip data), the batch's fault counted once, a
-// retry per backoff that follows.
-func (o *pgCopyUpsert) policy(rows int, faulted *bool) retry.Policy {
-	return retry.Policy{
-		Initial: o.initialBackoff,
-		Max:     o.maxBackoff,
-		Jitter:  retryJitter,
-		OnRetry: func(_ int, err error, backoff time.Duration) {
-			if !*faulted {
-				*faulted = true
-				o.m.faults.Incr(1, o.table)
-			}
-			o.m.retries.Incr(1, o.table)
-			applog.With(o.log, "rows", rows, "err", err.Error(), "backoff", backoff.Round(time.Millisecond).String()).Error(logBatchRetry)
-		},
-	}
-}
-
-// rejectedRow is a row the database refused, by its index in the rows
-// written.
-type rejectedRow struct {
-	row int
-	err error
-}
-
-type storeResult struct {
-	stats    writeStats
-	rejected []rejectedRow
-}
-
-// store makes one attempt at rows: the whole batch in one transaction, and,
-// when a row's data made it fail, once more in one transaction that isolates
-// the bad rows by bisecting under savepoints and stores the rest.
-func (o *pgCopyUpsert) store(ctx context.Context, rows []*event.Envelope) (storeResult, error) {
-	actx, cancel := context.WithTimeout(ctx, o.attemptTimeout)
-	defer cancel()
-	var res storeResult
-	err := o.inTx(actx, func(tx pgx.Tx) error {
-		var err error
-		res.stats, err = o.write(actx, tx, rows, writeDirect)
-		return err
-	})
-	if errors.Is(err, errStoredBefore) {
-		// A replay: write the batch again, skipping what is stored.
-		res = storeResult{}
-		err = o.inTx(actx, func(tx pgx.Tx) error {
-			var err error
-			res.stats, err = o.write(actx, tx, rows, writeStaged)
-			return err
-		})
-	}
-	if err == nil || !pgclass.IsRowFault(err) {
-		return res, err
-	}
-
-	// Isolating costs up to two writes per row when many rows are bad, so
-	// it gets a longer budget than one attempt.
-	ictx, icancel := context.WithTimeout(ctx, isolateTimeoutFactor*o.attemptTimeout)
-	defer icancel()
-	res = storeResult{}
-	err = o.inTx(ictx, func(tx pgx.Tx) error {
-		// The likeliest way for a whole batch to be bad is a workspace that
-		// does not exist: reject those rows with one query instead of
-		// bisecting down to every one of them.
-		idx, err := o.rejectUnknownWorkspaces(ictx, tx, rows, &res)
-		if err != nil || len(idx) == 0 {
-			return err
-		}
-		return o.isolate(ictx, tx, rows, idx, &res)
-	})
-	if err != nil {
-		return storeResult{}, err
-	}
-	return res, nil
-}
-
-// isolateTimeoutFactor times attempt_timeout bounds one isolating attempt.
-const isolateTimeoutFactor = 5
-
-var (
-	// errUnknownWorkspace is what a row of a workspace that does not exist
-	// is dead-lettered with: the foreign-key violation (23503) the database
-	// raises for it, found with one query rather than by bisecting.
-	errUnknownWorkspace = &pgconn.PgError{
-		Severity: "ERROR", Code: "23503",
-		Message: "workspace_id is not present in table \"workspaces\"",
-	}
-	// errStoredBefore marks a direct write (COPY straight into the table)
-	// that met a row already stored: the batch is a replay, to be written
-	// again staged, skipping what is stored. Never a row's fault.
-	errStoredBefore = errors.New("a row of the batch is already stored")
-)
-
-// rejectUnknownWorkspaces rejects the rows whose workspace does not exist and
-// returns the indexes of the others.
-func (o *pgCopyUpsert) rejectUnknownWorkspaces(ctx context.Context, tx pgx.Tx, rows []*event.Envelope, res *storeResult) ([]int, error) {
-	seen := map[event.UUID]bool{}
-	var wss []event.UUID
-	for _, e := range rows {
-		if !seen[e.WorkspaceID] {
-			seen[e.WorkspaceID] = true
-			wss = append(wss, e.WorkspaceID)
-		}
-	}
-	r, err := tx.Query(ctx, "SELECT id FROM speculapro.workspaces WHERE id = ANY($1::uuid[])", wss)
-	if err != nil {
-		return nil, fmt.Errorf("looking up %d workspaces: %w", len(wss), err)
-	}
-	known := map[event.UUID]bool{}
-	var id event.UUID
-	if _, err := pgx.ForEachRow(r, []any{&id}, func() error { known[id] = true; return nil }); err != nil {
-		return nil, fmt.Errorf("looking up %d workspaces: %w", len(wss), err)
-	}
-	idx := make([]int, 0, len(rows))
-	for i, e := range rows {
-		if known[e.WorkspaceID] {
-			idx = append(idx, i)
-		} else {
-			res.rejected = append(res.rejected, rejectedRow{row: i, err: errUnknownWorkspace})
-		}
-	}
-	return idx, nil
-}
-
-// isolate writes rows[idx] under a savepoint; when a row's data fails it,
-// it rolls back to the savepoint and tries each half, down to single rows,
-// which are rejected. Any other failure ends the attempt.
-func (o *pgCopyUpsert) isolate(ctx context.Context, tx pgx.Tx, rows []*event.Envelope, idx []int, res *storeResult) error {
-	sub := make([]*event.Envelope, len(idx))
-	for i, j := range idx {
-		sub[i] = rows[j]
-	}
-	sp, err := tx.Begin(ctx)
-	if err != nil {
-		return fmt.Errorf("creating a savepoint: %w", err)
-	}
-	stats, err := o.write(ctx, sp, sub, writeStagedReuse)
-	if err == nil {
-		if err := sp.Commit(ctx); err != nil {
-			return fmt.Errorf("releasing a savepoint: %w", err)
-		}
-		res.stats.add(stats)
-		return nil
-	}
-	if rbErr := sp.Rollback(ctx); rbErr != nil {
-		return fmt.Errorf("rolling back to a savepoint after %w: %v", err, rbErr)
-	}
-	if !pgclass.IsRowFault(err) {
-		return err
-	}
-	if len(idx) == 1 {
-		res.rejected = append(res.rejected, rejectedRow{row: idx[0], err: err})
-		return nil
-	}
-	mid := len(idx) / 2
-	if err := o.isolate(ctx, tx, rows, idx[:mid], res); err != nil {
-		return err
-	}
-	return o.isolate(ctx, tx, rows, idx[mid:], res)
-}
-
-// inTx runs fn in a transaction of the output's pool and commits it.
-func (o *pgCopyUpsert) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
-	return inTx(ctx, o.pool, fn)
-}
-
-// deadLetterMessage is a copy of msg, content and metadata untouched, with
-// where it came from and why it was parked.
-func deadLetterMessage(msg *service.Message, d deadLetter) *service.Message {
-	m := msg.Copy()
-	m.SetError(nil)
-	topic, _ := m.MetaGet("kafka_topic")
-	partition, _ := m.MetaGet("kafka_partition")
-	offset, _ := m.MetaGet("kafka_offset")
-	if topic != "" || partition != "" || offset != "" {
-		m.MetaSetMut(metaSourceOffset, topic+"/"+partition+"/"+offset)
-	}
-	if d.code != "" {
-		m.MetaSetMut(metaErrorCode, d.code)
-	}
-	m.MetaSetMut(metaErrorMessage, strings.TrimSpace(d.message))
-	return m
 }
 
 // Close closes the pool and the dead-letter output.
 func (o *pgCopyUpsert) Close(ctx context.Context) error {
+	o.connMu.Lock()
+	defer o.connMu.Unlock()
 	o.pool.Close()
 	// An output that was never started has nothing running to wait for,
 	// and waiting on it would never end.
@@ -591,4 +439,9 @@ func (o *pgCopyUpsert) Close(ctx context.Context) error {
 		return o.owned.Close(ctx)
 	}
 	return nil
+}
+
+// inTx runs fn in a transaction of the output's pool and commits it.
+func (o *pgCopyUpsert) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	return inTx(ctx, o.pool, fn)
 }

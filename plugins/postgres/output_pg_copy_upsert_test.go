@@ -22,6 +22,7 @@ import (
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/eventmsg"
 	"github.com/speculapro/speculapro/internal/pgrole"
+	"github.com/speculapro/speculapro/internal/retry"
 )
 
 // --- fixtures -------------------------------------------------------------
@@ -80,6 +81,8 @@ type harness struct {
 	dlq  *fakeDLQ
 	logs *testenv.SyncBuffer
 	m    *fakeCounters
+	// attempt, when set before newOutput, is attempt_timeout.
+	attempt time.Duration
 	conn *pgx.Conn // superuser, to inspect and to break things
 	ws   event.UUID
 }
@@ -97,16 +100,19 @@ func newHarness(t *testing.T, table string) *harness {
 func (h *harness) newOutput(table, url string) *pgCopyUpsert {
 	h.t.Helper()
 	logger := service.NewLoggerFromSlog(slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
-	out, err := newPgCopyUpsert(context.Background(), pcuOptions{
+	out, err := newPgCopyUpsert(pcuOptions{
 		url: url, table: table, maxConns: 2,
 		initialBackoff: 20 * time.Millisecond, maxBackoff: 200 * time.Millisecond,
-		attemptTimeout: 30 * time.Second, startupTimeout: 10 * time.Second,
+		attemptTimeout: h.attemptTimeout(), startupTimeout: 10 * time.Second,
 	}, h.dlq, service.MockResources(service.MockResourcesOptUseLogger(logger)))
 	if err != nil {
 		h.t.Fatalf("newPgCopyUpsert: %v", err)
 	}
 	out.m = h.m.metrics()
 	h.t.Cleanup(func() { _ = out.Close(context.Background()) })
+	if err := out.Connect(context.Background()); err != nil {
+		h.t.Fatalf("Connect: %v", err)
+	}
 	return out
 }
 
@@ -143,6 +149,15 @@ func (h *harness) dropFuturePartition() (time.Time, string) {
 	month := time.Date(now.Year(), now.Month()+2, 1, 0, 0, 0, 0, time.UTC)
 	h.exec(`DROP TABLE speculapro.transactions_p` + month.Format("2006_01"))
 	return month.Add(5*24*time.Hour + 10*time.Hour), "SELECT speculapro.ensure_partitions('" + month.Format(time.DateOnly) + "', 1)"
+}
+
+// attemptTimeout is the output's attempt_timeout: 30 s unless a test set
+// h.attempt.
+func (h *harness) attemptTimeout() time.Duration {
+	if h.attempt > 0 {
+		return h.attempt
+	}
+	return 30 * time.Second
 }
 
 func (h *harness) workspace(name string) event.UUID {
@@ -451,20 +466,11 @@ func TestRetriesUntilTheOperatorFixesIt(t *testing.T) {
 			fixIt:      "GRANT INSERT ON speculapro.transactions TO speculapro_system",
 			errMention: "permission denied",
 		},
-		{
-			name:       "partition missing",
-			errMention: `no partition of relation \"transactions\" found`,
-		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newHarness(t, tableTransactions)
 			owner := h.db.Connect(t, h.db.OwnerURL)
-			if tt.name == "partition missing" {
-				at, fix := h.dropFuturePartition()
-				tt.tweak = func(e *event.Envelope) { e.OccurredAt = at }
-				tt.fixIt = fix
-			}
 			if tt.breakIt != "" {
 				if _, err := owner.Exec(context.Background(), tt.breakIt); err != nil {
 					t.Fatal(err)
@@ -517,6 +523,84 @@ func TestRetriesUntilTheOperatorFixesIt(t *testing.T) {
 				t.Errorf("%d rows dead-lettered for a failure an operator can fix", len(h.dlq.letters))
 			}
 		})
+	}
+}
+
+// A record waiting for a month's partition holds back only its own Kafka
+// partition: the batch's other partitions are stored, and the waiting
+// partition's records, all of them, are handed back to the input with a
+// wait, once per batch, never dead-lettered. Once the partition exists,
+// the records delivered again are stored.
+func TestMissingPartitionHandsBackOnlyItsPartition(t *testing.T) {
+	h := newHarness(t, tableTransactions)
+	at, fixIt := h.dropFuturePartition()
+	var b service.MessageBatch
+	for p := range 3 {
+		part := txnBatch(t, h.ws, p*100, p*100+10, func(e *event.Envelope) {
+			if p == 1 {
+				e.OccurredAt = at // its month has no partition
+			}
+		})
+		part = append(part, batchOf(t, 900+p, []byte("not json"))...)
+		for _, m := range part {
+			m.MetaSetMut("kafka_partition", strconv.Itoa(p))
+		}
+		b = append(b, part...)
+	}
+	var waited []int
+	for round := 1; round <= 2; round++ {
+		idx := b.Index() // as the input indexes what it hands out
+		err := h.out.WriteBatch(context.Background(), b)
+		var bErr *service.BatchError
+		if !errors.As(err, &bErr) {
+			t.Fatalf("round %d: WriteBatch = %v, want a batch error naming the waiting records", round, err)
+		}
+		if wait := retry.WaitOf(err); wait <= 0 {
+			t.Errorf("round %d: no wait asked for", round)
+		} else {
+			waited = append(waited, int(wait/time.Millisecond))
+		}
+		failed := map[int]bool{}
+		bErr.WalkMessagesIndexedBy(idx, func(i int, _ *service.Message, err error) bool {
+			if err != nil {
+				failed[i] = true
+			}
+			return true
+		})
+		for i, m := range b {
+			part, _ := m.MetaGet("kafka_partition")
+			if failed[i] != (part == "1") {
+				t.Errorf("round %d: message %d of partition %s failed=%v", round, i, part, failed[i])
+			}
+		}
+		b = b.Copy() // as delivered again
+	}
+	if waited[1] < waited[0] {
+		t.Errorf("waits %v ms: the second wait is shorter than the first", waited)
+	}
+	if n := h.count("SELECT count(*) FROM speculapro.transactions"); n != 20 {
+		t.Errorf("stored %d, want the 20 rows of partitions 0 and 2", n)
+	}
+	if len(h.dlq.letters) != 4 {
+		t.Errorf("%d dead letters, want the undecodable records of partitions 0 and 2, once per batch (4)", len(h.dlq.letters))
+	}
+	logs := h.logs.String()
+	if strings.Count(logs, logBatchRetry) != 2 || !strings.Contains(logs, "rows=10 ") || !strings.Contains(logs, `no partition of relation \"transactions\" found`) {
+		t.Errorf("want one retry line per round, naming the 10 waiting rows and the missing partition:\n%s", logs)
+	}
+	h.exec(fixIt)
+	var again service.MessageBatch
+	for _, m := range b {
+		if part, _ := m.MetaGet("kafka_partition"); part == "1" {
+			again = append(again, m)
+		}
+	}
+	h.write(again)
+	if n := h.count("SELECT count(*) FROM speculapro.transactions"); n != 30 {
+		t.Errorf("stored %d after the fix, want 30", n)
+	}
+	if len(h.dlq.letters) != 5 {
+		t.Errorf("%d dead letters after the fix, want 5", len(h.dlq.letters))
 	}
 }
 
@@ -592,13 +676,49 @@ func TestAccountEvents(t *testing.T) {
 
 func TestStartupRefusesRoleBoundByRowLevelSecurity(t *testing.T) {
 	db := dbtest.New(t)
-	_, err := newPgCopyUpsert(context.Background(), pcuOptions{
+	out, err := newPgCopyUpsert(pcuOptions{
 		url: db.AppURL, table: tableTransactions, maxConns: 1,
 		initialBackoff: time.Millisecond, maxBackoff: time.Millisecond,
 		attemptTimeout: time.Second, startupTimeout: 10 * time.Second,
 	}, &fakeDLQ{}, service.MockResources())
-	if !errors.Is(err, pgrole.ErrCannotBypassRLS) {
-		t.Fatalf("as speculapro_app: %v, want ErrCannotBypassRLS", err)
+	if err != nil {
+		t.Fatalf("the constructor does no I/O, so it cannot refuse the role: %v", err)
+	}
+	defer out.Close(context.Background())
+	var refused error
+	saved := refuseToStart
+	refuseToStart = func(err error) { refused = err }
+	defer func() { refuseToStart = saved }()
+	if err := out.Connect(context.Background()); !errors.Is(err, pgrole.ErrCannotBypassRLS) || refused != pgrole.ErrCannotBypassRLS {
+		t.Fatalf("Connect as speculapro_app: %v (the process was stopped with %v), want ErrCannotBypassRLS, unwrapped", err, refused)
+	}
+}
+
+// The constructor does no I/O: with PostgreSQL unreachable it returns at
+// once, and Connect, not the constructor, waits for PostgreSQL, and stops
+// waiting when its context ends (a SIGTERM during start-up).
+func TestConstructorDoesNoIO(t *testing.T) {
+	start := time.Now()
+	out, err := newPgCopyUpsert(pcuOptions{
+		url: "postgres://speculapro_system:x@127.0.0.1:1/speculapro?connect_timeout=1", table: tableTransactions, maxConns: 1,
+		initialBackoff: time.Millisecond, maxBackoff: time.Millisecond,
+		attemptTimeout: time.Second, startupTimeout: time.Minute,
+	}, &fakeDLQ{}, service.MockResources())
+	if err != nil {
+		t.Fatalf("newPgCopyUpsert with PostgreSQL unreachable: %v", err)
+	}
+	defer out.Close(context.Background())
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("the constructor took %s: it reached for PostgreSQL", took)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	start = time.Now()
+	if err := out.Connect(ctx); err == nil {
+		t.Fatal("Connect succeeded with PostgreSQL unreachable")
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("Connect ignored its context for %s (startup_timeout is a minute)", took)
 	}
 }
 

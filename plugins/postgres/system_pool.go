@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -23,11 +24,9 @@ type systemPoolOptions struct {
 	startupTimeout time.Duration
 }
 
-// openSystemPool opens the pool and runs the start-up role check, so a role
-// started with the wrong database role fails while the engine builds the
-// stream, before its input has handed out anything. It returns
-// pgrole.ErrCannotBypassRLS unwrapped, whose text is the spec's line.
-func openSystemPool(ctx context.Context, o systemPoolOptions) (*pgxpool.Pool, error) {
+// newSystemPool builds the pool without connecting: pgxpool connects on
+// demand, so building it is no I/O.
+func newSystemPool(o systemPoolOptions) (*pgxpool.Pool, error) {
 	pcfg, err := pgxpool.ParseConfig(o.url)
 	if err != nil {
 		// pgx's parse errors can quote the URL, password included.
@@ -40,17 +39,22 @@ func openSystemPool(ctx context.Context, o systemPoolOptions) (*pgxpool.Pool, er
 		pcfg.ConnConfig.ConnectTimeout = 10 * time.Second
 	}
 	pcfg.AfterConnect = o.afterConnect
-	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
 	if err != nil {
 		return nil, fmt.Errorf("%s: creating the connection pool: %w", o.component, err)
 	}
+	return pool, nil
+}
 
-	// The role check. PostgreSQL may still be starting next to us, so an
-	// unreachable database is waited for (startup_timeout); a role that
-	// cannot bypass row-level security is final.
+// checkSystemPool runs the start-up role check. PostgreSQL may still be
+// starting next to us, so an unreachable database is waited for (up to
+// startupTimeout, and never past ctx); a role that cannot bypass row-level
+// security is final. It returns pgrole.ErrCannotBypassRLS unwrapped, whose
+// text is the spec's line.
+func checkSystemPool(ctx context.Context, pool *pgxpool.Pool, o systemPoolOptions) error {
 	cctx, cancel := context.WithTimeout(ctx, o.startupTimeout)
 	defer cancel()
-	err = retry.Do(cctx, retry.Policy{
+	err := retry.Do(cctx, retry.Policy{
 		Initial:   startupCheckBackoff,
 		Max:       5 * time.Second,
 		Jitter:    retryJitter,
@@ -58,12 +62,37 @@ func openSystemPool(ctx context.Context, o systemPoolOptions) (*pgxpool.Pool, er
 	}, func(ctx context.Context, _ int) error {
 		return pgrole.RequireBypassRLS(ctx, pool)
 	})
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, pgrole.ErrCannotBypassRLS):
+		return err
+	case ctx.Err() != nil:
+		return fmt.Errorf("%s: start-up check: %w", o.component, ctx.Err())
+	}
+	return fmt.Errorf("%s: start-up check: PostgreSQL did not answer within %s: %w", o.component, o.startupTimeout, err)
+}
+
+// openSystemPool opens the pool and runs the start-up role check at once,
+// for an output that checks while the engine builds the stream.
+func openSystemPool(ctx context.Context, o systemPoolOptions) (*pgxpool.Pool, error) {
+	pool, err := newSystemPool(o)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkSystemPool(ctx, pool, o); err != nil {
 		pool.Close()
-		if errors.Is(err, pgrole.ErrCannotBypassRLS) {
-			return nil, err
-		}
-		return nil, fmt.Errorf("%s: start-up check: PostgreSQL did not answer within %s: %w", o.component, o.startupTimeout, err)
+		return nil, err
 	}
 	return pool, nil
+}
+
+// refuseToStart stops the process with the spec's one line when the role
+// check fails in Connect: the engine would otherwise log the failure and try
+// to connect again forever, while the ingest API keeps accepting data that
+// never reaches the database. Nothing was read for the output yet (it never
+// connected), so nothing is committed. Tests replace it.
+var refuseToStart = func(err error) {
+	fmt.Fprintln(os.Stderr, "error: "+err.Error())
+	os.Exit(1)
 }
