@@ -48,6 +48,7 @@ func TestPersistShutdownWhileBatchKeepsFailing(t *testing.T) {
 
 	// Scrape until the HTTP server goes away: the engine stops the stream
 	// before it, so the last scrape sees the counts after the shutdown.
+	atSignal := len(retryLine.FindAllString(p.stdout.String(), -1))
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +68,13 @@ func TestPersistShutdownWhileBatchKeepsFailing(t *testing.T) {
 		break
 	}
 	code := p.waitExit(t, exitBound)
-	t.Logf("exited %s after SIGTERM", time.Since(stopped).Round(time.Millisecond))
+	tookToExit := time.Since(stopped)
+	t.Logf("exited %s after SIGTERM", tookToExit.Round(time.Millisecond))
+	// The backoff is cancelled at once: the engine's graceful stop (15 s)
+	// never has to cut the batch off.
+	if tookToExit > 5*time.Second {
+		t.Errorf("exited %s after SIGTERM: the failing batch's backoff was waited out", tookToExit.Round(time.Millisecond))
+	}
 	if code != 0 {
 		t.Errorf("exit code %d after SIGTERM, want 0", code)
 	}
@@ -75,6 +82,9 @@ func TestPersistShutdownWhileBatchKeepsFailing(t *testing.T) {
 		t.Fatal("no /metrics scrape succeeded")
 	}
 	logged := float64(len(retryLine.FindAllString(p.stdout.String(), -1)))
+	if after := int(logged) - atSignal; after > 1 {
+		t.Errorf("%d retries logged after SIGTERM: the backoff went on", after)
+	}
 	faults := metricSum(last, "speculapro_persist_faults_total")
 	retries := metricSum(last, "speculapro_persist_retries_total")
 	if faults != 1 {
@@ -86,10 +96,14 @@ func TestPersistShutdownWhileBatchKeepsFailing(t *testing.T) {
 		t.Errorf("speculapro_persist_retries_total = %v with %v retry lines logged", retries, logged)
 	}
 	// (The engine itself logs the cancelled write as "Failed to send
-	// message"; the persister's own lines must not report it.)
+	// message"; the persister's own lines must not report it, and nothing
+	// is retried after the signal.)
 	for _, line := range strings.Split(p.stdout.String(), "\n") {
-		if strings.Contains(line, `msg="persist:`) && strings.Contains(line, "context canceled") {
+		if strings.Contains(line, `msg="persist:`) && (strings.Contains(line, "context canceled") || strings.Contains(line, "shutting down")) {
 			t.Errorf("the shutdown was reported as a persist failure: %s", line)
+		}
+		if strings.Contains(line, "level=ERROR") && strings.Contains(line, "timed out") {
+			t.Errorf("the shutdown was cut off: %s", line)
 		}
 	}
 	if n := persistCount(t, conn, "SELECT count(*) FROM speculapro.transactions"); n != 0 {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -13,9 +12,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/speculapro/speculapro/internal/kafkaconf"
+	"github.com/speculapro/speculapro/internal/lease"
 )
 
 const (
@@ -26,6 +25,7 @@ const (
 	kfiFieldStartFromOldest  = "start_from_oldest"
 	kfiFieldRevokeWait       = "revoke_wait"
 	kfiFieldSessionTimeout   = "session_timeout"
+	kfiFieldHeartbeat        = "heartbeat_interval"
 	kfiFieldRebalanceTimeout = "rebalance_timeout"
 	kfiFieldBatching         = "batching"
 
@@ -111,8 +111,12 @@ func kafkaFranzInputSpec() *service.ConfigSpec {
 			Default("10s").
 			Advanced(),
 		service.NewDurationField(kfiFieldSessionTimeout).
-			Description("How long the group waits for a silent member (one that crashed) before giving its partitions to others. Kafka's `session.timeout.ms`; the broker bounds it with `group.min.session.timeout.ms` and `group.max.session.timeout.ms`.").
-			Default("45s").
+			Description("How long the group waits for a silent member (one that crashed, or was killed) before giving its partitions to others, and so how long a restarted process waits before it stores anything again. Kafka's `session.timeout.ms`; 6s is the least brokers accept by default (`group.min.session.timeout.ms`), Kafka's own default is 45s. A member whose heartbeats stop for longer (a long GC pause, a frozen VM) loses its partitions and reads them again: replays are idempotent.").
+			Default("6s").
+			Advanced(),
+		service.NewDurationField(kfiFieldHeartbeat).
+			Description("How often the member tells the group it is alive (Kafka's `heartbeat.interval.ms`); keep it well below `session_timeout`, a sixth of it by default.").
+			Default("1s").
 			Advanced(),
 		service.NewDurationField(kfiFieldRebalanceTimeout).
 			Description("How long members may take to finish a rebalance, including `revoke_wait` and the commit after it. Kafka's `rebalance.timeout.ms`.").
@@ -135,8 +139,17 @@ An offset is committed only once every record before it in its partition has bee
 record again but never skips one. A nacked batch is delivered again, the same records before anything later of
 their partitions, after a backoff that doubles from 100ms up to 5s while a partition keeps failing.
 
+An output that stores some partitions of a batch and hands the others back (a ` + "`*service.BatchError`" + ` naming
+their messages, as ` + "`pg_copy_upsert`" + ` does for rows waiting for a month's partition) has the others acked and
+committed; only the failed partitions are delivered again, after the wait the error asks for.
+
 When a rebalance revokes partitions, the input waits up to ` + "`revoke_wait`" + ` for their batches in flight, commits
-what was acked and forgets the partitions; an ack that arrives afterwards commits nothing.
+what was acked and forgets the partitions; an ack that arrives afterwards commits nothing. Every message's context
+is the lease of its partition: it ends when the partition is given up (after ` + "`revoke_wait`" + `, or lost) and when
+the engine stops reading (shutdown), so an output retrying a batch of it stops and frees its writer at once.
+
+While a topic to consume does not exist, ` + "`Connect`" + ` fails (readiness and ` + "`input_connection_up`" + ` show it) and
+logs a WARN naming the topic and ` + "`speculapro topics`" + `, the command that creates it.
 
 Every message carries the metadata ` + "`kafka_key`, `kafka_topic`, `kafka_partition`, `kafka_offset`, `kafka_timestamp_ms`" + `
 and every record header (the header's bytes as a string).
@@ -170,6 +183,7 @@ type kafkaFranzInput struct {
 	startFromOldest  bool
 	revokeWait       time.Duration
 	sessionTimeout   time.Duration
+	heartbeat        time.Duration
 	rebalanceTimeout time.Duration
 	batchCount       int
 	batchBytes       int
@@ -182,6 +196,14 @@ type kafkaFranzInput struct {
 
 	log *service.Logger
 	lag kfiGauge
+
+	// running is the parent of every partition's lease: it ends with
+	// lease.ErrShutdown when the engine stops reading (the context of
+	// ReadBatch ends) or the input closes, so batches retrying downstream
+	// stop at once instead of waiting out their backoff.
+	running     context.Context
+	stopRunning context.CancelCauseFunc
+	watchedRead context.Context // the ReadBatch context watched for the stop
 
 	// mu guards tracker, changed, client, closing and stop. It is never
 	// held while calling into the client except for pause/resume, which
@@ -255,6 +277,13 @@ func newKafkaFranzInput(conf *service.ParsedConfig, mgr *service.Resources) (*ka
 	if in.rebalanceTimeout, err = conf.FieldDuration(kfiFieldRebalanceTimeout); err != nil {
 		return nil, err
 	}
+	if in.heartbeat, err = conf.FieldDuration(kfiFieldHeartbeat); err != nil {
+		return nil, err
+	}
+	if in.heartbeat <= 0 || in.heartbeat >= in.sessionTimeout {
+		return nil, fmt.Errorf("kafka_franz input: %s (%s) must be positive and shorter than %s (%s)",
+			kfiFieldHeartbeat, in.heartbeat, kfiFieldSessionTimeout, in.sessionTimeout)
+	}
 	if in.revokeWait < 0 || in.revokeWait >= in.rebalanceTimeout {
 		return nil, fmt.Errorf("kafka_franz input: %s (%s) must be shorter than %s (%s)",
 			kfiFieldRevokeWait, in.revokeWait, kfiFieldRebalanceTimeout, in.rebalanceTimeout)
@@ -303,6 +332,8 @@ func newKafkaFranzInput(conf *service.ParsedConfig, mgr *service.Resources) (*ka
 		return nil, fmt.Errorf("kafka_franz input: %s must be at least 1ms, got %s", kfiFieldFetchMaxWait, in.fetchMaxWait)
 	}
 	in.tracker = newKfiTracker(in.checkpointLimit, in.maxBuffered)
+	in.running, in.stopRunning = context.WithCancelCause(context.Background())
+	in.tracker.base = in.running
 	in.lag = mgr.Metrics().NewGauge(kfiLagMetric, "topic", "partition", "group")
 	return in, nil
 }
@@ -351,6 +382,7 @@ func (in *kafkaFranzInput) Connect(ctx context.Context) error {
 		// partition was revoked.
 		kgo.BlockRebalanceOnPoll(),
 		kgo.SessionTimeout(in.sessionTimeout),
+		kgo.HeartbeatInterval(in.heartbeat),
 		kgo.RebalanceTimeout(in.rebalanceTimeout),
 		kgo.FetchMaxWait(in.fetchMaxWait),
 		kgo.FetchMaxBytes(in.fetchMaxBytes),
@@ -369,6 +401,10 @@ func (in *kafkaFranzInput) Connect(ctx context.Context) error {
 		cl.Close()
 		return fmt.Errorf("kafka_franz input: reaching a seed broker: %w", err)
 	}
+	if err := in.checkTopics(ctx, cl); err != nil {
+		cl.Close()
+		return err
+	}
 	loopCtx, stop := context.WithCancel(context.Background())
 	in.mu.Lock()
 	in.client, in.stop = cl, stop
@@ -385,6 +421,7 @@ func (in *kafkaFranzInput) Connect(ctx context.Context) error {
 // ready, the batching period has passed since the first one was, or no
 // more could become ready before an ack.
 func (in *kafkaFranzInput) ReadBatch(ctx context.Context) (service.MessageBatch, service.AckFunc, error) {
+	in.watchForStop(ctx)
 	var first time.Time
 	for {
 		in.mu.Lock()
@@ -410,7 +447,9 @@ func (in *kafkaFranzInput) ReadBatch(ctx context.Context) (service.MessageBatch,
 				// Taking made room in the budget, which the poll loop may be waiting for.
 				in.notifyLocked()
 				in.mu.Unlock()
-				return in.batchOf(claims), in.ackFunc(claims), nil
+				batch := in.batchOf(claims)
+				idx := batch.Index()
+				return batch, in.ackFunc(claims, idx), nil
 			}
 			wakeAt = deadline
 		}
@@ -442,405 +481,47 @@ func (in *kafkaFranzInput) ReadBatch(ctx context.Context) (service.MessageBatch,
 	}
 }
 
-func (in *kafkaFranzInput) batchOf(claims []kfiClaim) service.MessageBatch {
-	n := 0
-	for _, c := range claims {
-		n += len(c.records)
-	}
-	batch := make(service.MessageBatch, 0, n)
-	for _, c := range claims {
-		for _, r := range c.records {
-			msg := service.NewMessage(r.Value)
-			// Headers first, so a header cannot pass itself off as one
-			// of the record's coordinates.
-			for _, h := range r.Headers {
-				msg.MetaSetMut(h.Key, string(h.Value))
-			}
-			msg.MetaSetMut(kfiMetaKey, string(r.Key))
-			msg.MetaSetMut(kfiMetaTopic, r.Topic)
-			msg.MetaSetMut(kfiMetaPartition, strconv.FormatInt(int64(r.Partition), 10))
-			msg.MetaSetMut(kfiMetaOffset, strconv.FormatInt(r.Offset, 10))
-			msg.MetaSetMut(kfiMetaTimestamp, strconv.FormatInt(r.Timestamp.UnixMilli(), 10))
-			batch = append(batch, msg)
-		}
-	}
-	return batch
-}
+// errKfiMissingTopic is returned by Connect while a topic is missing, so
+// readiness and input_connection_up show it; the engine connects again.
+var errKfiMissingTopic = errors.New("kafka_franz input: topic does not exist")
 
-func (in *kafkaFranzInput) ackFunc(claims []kfiClaim) service.AckFunc {
-	var once sync.Once
-	return func(_ context.Context, err error) error {
-		once.Do(func() { in.resolve(claims, err) })
-		return nil
-	}
-}
-
-func (in *kafkaFranzInput) resolve(claims []kfiClaim, ackErr error) {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	current := in.tracker.resolve(claims, ackErr != nil, time.Now())
-	for _, p := range current {
-		in.maybeResumeLocked(p)
-		in.reportLagLocked(p)
-	}
-	if ackErr != nil && len(current) > 0 && !in.closing {
-		in.log.Warnf("kafka_franz: batch of group %s nacked, delivering its records again: %v", in.group, ackErr)
-	}
-	in.notifyLocked()
-}
-
-// notifyLocked wakes everyone waiting for the tracker to change.
-func (in *kafkaFranzInput) notifyLocked() {
-	close(in.changed)
-	in.changed = make(chan struct{})
-}
-
-func (in *kafkaFranzInput) maybeResumeLocked(p *kfiPartition) {
-	if p.paused && p.unacked() < in.checkpointLimit && in.client != nil {
-		in.client.ResumeFetchPartitions(map[string][]int32{p.tp.topic: {p.tp.partition}})
-		p.paused = false
-	}
-}
-
-func (in *kafkaFranzInput) reportLagLocked(p *kfiPartition) {
-	pos := p.position()
-	if pos < 0 || p.highWater < 0 {
-		return
-	}
-	in.lag.Set(max(p.highWater-pos, 0), p.tp.topic, strconv.FormatInt(int64(p.tp.partition), 10), in.group)
-}
-
-// pollLoop moves fetched records into the tracker. It owns polling: it is
-// the only caller of PollRecords and AllowRebalance while the input runs.
-func (in *kafkaFranzInput) pollLoop(ctx context.Context, cl *kgo.Client) {
-	defer in.loops.Done()
-	// A canceled poll still counts as a poller; let the final leave run.
-	defer cl.AllowRebalance()
-	for {
-		room, ok := in.waitForRoom(ctx)
-		if !ok {
-			return
-		}
-		fetches := cl.PollRecords(ctx, min(room, kfiPollRecords))
-		if ctx.Err() != nil || fetches.IsClientClosed() {
-			return
-		}
-		failed := false
-		fetches.EachError(func(topic string, partition int32, err error) {
-			if errors.Is(err, context.Canceled) || errors.Is(err, kgo.ErrClientClosed) {
-				return
-			}
-			failed = true
-			in.log.Errorf("kafka_franz: fetching %s/%d for group %s: %v", topic, partition, in.group, err)
-		})
-		in.mu.Lock()
-		got := 0
-		fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
-			if fp.Err != nil || len(fp.Records) == 0 {
-				return
-			}
-			got += len(fp.Records)
-			p := in.tracker.add(kfiTopicPartition{fp.Topic, fp.Partition}, fp.Records, fp.HighWatermark)
-			if !p.paused && p.unacked() >= in.checkpointLimit {
-				cl.PauseFetchPartitions(map[string][]int32{fp.Topic: {fp.Partition}})
-				p.paused = true
-			}
-			in.reportLagLocked(p)
-		})
-		if got > 0 {
-			in.notifyLocked()
-		}
-		in.mu.Unlock()
-		cl.AllowRebalance()
-		if failed && got == 0 {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(kfiPollErrorPause):
-			}
-		}
-	}
-}
-
-// waitForRoom blocks while max_buffered_records records wait to be handed
-// out and returns how many more may be polled; false once ctx ends. Not
-// polling is what bounds memory: the client fetches again only after its
-// buffered response has been polled.
-func (in *kafkaFranzInput) waitForRoom(ctx context.Context) (int, bool) {
-	for {
-		in.mu.Lock()
-		room := in.tracker.room()
-		changed := in.changed
-		in.mu.Unlock()
-		if room > 0 {
-			return room, true
-		}
-		select {
-		case <-ctx.Done():
-			return 0, false
-		case <-changed:
-		}
-	}
-}
-
-// bufferedRecords is how many fetched records wait to be handed out.
-func (in *kafkaFranzInput) bufferedRecords() int {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	return in.tracker.buffered
-}
-
-// commitLoop commits acked offsets and refreshes the lag gauge every
-// commit_period until ctx ends.
-func (in *kafkaFranzInput) commitLoop(ctx context.Context, cl *kgo.Client) {
-	defer in.loops.Done()
-	tick := time.NewTicker(in.commitPeriod)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		in.commitMu.Lock()
-		in.mu.Lock()
-		commits := in.tracker.commits(nil)
-		in.mu.Unlock()
-		err := in.commit(ctx, cl, commits)
-		in.commitMu.Unlock()
-		if err != nil && ctx.Err() == nil {
-			// The next tick retries: offsets only ever grow.
-			in.log.Warnf("kafka_franz: %v", err)
-		}
-		in.refreshLag(ctx, cl)
-	}
-}
-
-// commit sends the offsets and records which ones the group took. The
-// caller holds commitMu.
-func (in *kafkaFranzInput) commit(ctx context.Context, cl *kgo.Client, commits []kfiCommit) error {
-	if len(commits) == 0 {
-		return nil
-	}
-	offsets := map[string]map[int32]kgo.EpochOffset{}
-	for _, c := range commits {
-		if offsets[c.part.tp.topic] == nil {
-			offsets[c.part.tp.topic] = map[int32]kgo.EpochOffset{}
-		}
-		offsets[c.part.tp.topic][c.part.tp.partition] = kgo.EpochOffset{Epoch: c.epoch, Offset: c.offset}
-	}
-	cctx, cancel := context.WithTimeout(ctx, kfiCommitTimeout)
-	defer cancel()
-	var (
-		commitErr error
-		done      = map[kfiTopicPartition]bool{}
-	)
-	cl.CommitOffsetsSync(cctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
-		if err != nil {
-			commitErr = err
-			return
-		}
-		for _, t := range resp.Topics {
-			for _, p := range t.Partitions {
-				if perr := kerr.ErrorForCode(p.ErrorCode); perr != nil {
-					commitErr = fmt.Errorf("%s/%d: %w", t.Topic, p.Partition, perr)
-					continue
-				}
-				done[kfiTopicPartition{t.Topic, p.Partition}] = true
-			}
-		}
-	})
-	in.mu.Lock()
-	for _, c := range commits {
-		if done[c.part.tp] && c.offset > c.part.committed {
-			c.part.committed = c.offset
-		}
-	}
-	in.mu.Unlock()
-	if commitErr != nil {
-		return fmt.Errorf("committing offsets of %d partitions for group %s: %w", len(commits), in.group, commitErr)
-	}
-	return nil
-}
-
-// refreshLag reads the partitions' end offsets, because a paused or idle
-// partition has no fetch to carry its high watermark.
-func (in *kafkaFranzInput) refreshLag(ctx context.Context, cl *kgo.Client) {
-	in.mu.Lock()
-	topicSet := map[string]bool{}
-	for tp := range in.tracker.parts {
-		topicSet[tp.topic] = true
-	}
-	in.mu.Unlock()
-	if len(topicSet) == 0 {
-		return
-	}
-	topics := make([]string, 0, len(topicSet))
-	for t := range topicSet {
-		topics = append(topics, t)
-	}
-	lctx, cancel := context.WithTimeout(ctx, kfiCommitTimeout)
-	defer cancel()
-	ends, err := kadm.NewClient(cl).ListEndOffsets(lctx, topics...)
+// checkTopics refuses to connect while a topic to consume does not exist:
+// the client would wait for it silently. Each attempt logs a WARN naming
+// the topics and the fix.
+func (in *kafkaFranzInput) checkTopics(ctx context.Context, cl *kgo.Client) error {
+	topics, err := kadm.NewClient(cl).ListTopics(ctx, in.topics...)
 	if err != nil {
-		if ctx.Err() == nil {
-			in.log.Debugf("kafka_franz: listing end offsets for the lag of group %s: %v", in.group, err)
-		}
-		return
+		return fmt.Errorf("kafka_franz input: looking up topics %s: %w", strings.Join(in.topics, ", "), err)
 	}
-	committed := cl.CommittedOffsets()
+	var missing []string
+	for _, t := range in.topics {
+		if d, ok := topics[t]; !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition) {
+			missing = append(missing, t)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	in.log.Warnf("kafka_franz: topic %s does not exist (group %s waits for it): create it with `speculapro topics`", strings.Join(missing, ", "), in.group)
+	return fmt.Errorf("%w: %s; create it with `speculapro topics`", errKfiMissingTopic, strings.Join(missing, ", "))
+}
+
+// watchForStop ends every lease with lease.ErrShutdown once ctx, the
+// engine's reading context, is cancelled: the engine cancels it when it
+// stops the stream, before it waits for the batches in flight. A deadline
+// (a caller's timeout on one read) is no stop.
+func (in *kafkaFranzInput) watchForStop(ctx context.Context) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	ends.Each(func(o kadm.ListedOffset) {
-		p := in.tracker.parts[kfiTopicPartition{o.Topic, o.Partition}]
-		if p == nil || o.Err != nil {
-			return
+	if in.watchedRead == ctx || ctx.Done() == nil {
+		return
+	}
+	in.watchedRead = ctx
+	context.AfterFunc(ctx, func() {
+		if errors.Is(ctx.Err(), context.Canceled) {
+			in.stopRunning(lease.ErrShutdown)
 		}
-		if o.Offset > p.highWater {
-			p.highWater = o.Offset
-		}
-		if p.position() < 0 {
-			// Nothing fetched yet: the group stands at its commit.
-			if eo, ok := committed[o.Topic][o.Partition]; ok && eo.Offset >= 0 {
-				in.lag.Set(max(p.highWater-eo.Offset, 0), o.Topic, strconv.FormatInt(int64(o.Partition), 10), in.group)
-			}
-			return
-		}
-		in.reportLagLocked(p)
 	})
-}
-
-func (in *kafkaFranzInput) onAssigned(_ context.Context, cl *kgo.Client, assigned map[string][]int32) {
-	in.mu.Lock()
-	for topic, parts := range assigned {
-		for _, partition := range parts {
-			in.tracker.assign(kfiTopicPartition{topic, partition})
-		}
-	}
-	// A partition paused while we owned it before stays paused in the
-	// client until resumed.
-	cl.ResumeFetchPartitions(assigned)
-	in.notifyLocked()
-	in.mu.Unlock()
-	in.log.Debugf("kafka_franz: group %s assigned %v", in.group, assigned)
-}
-
-// onRevoked lets partitions go in a rebalance or on leaving: it waits (up to
-// revoke_wait) for their batches in flight, commits what was acked, and
-// forgets them so that later acks commit nothing.
-func (in *kafkaFranzInput) onRevoked(ctx context.Context, cl *kgo.Client, revoked map[string][]int32) {
-	tps := kfiFlatten(revoked)
-	if len(tps) == 0 {
-		return
-	}
-	deadline := time.Now().Add(in.revokeWait)
-	in.mu.Lock()
-	for _, tp := range tps {
-		if p := in.tracker.parts[tp]; p != nil {
-			// Hand out nothing more of a partition on its way out.
-			p.revoking = true
-		}
-	}
-	for !in.closing && in.tracker.inFlight(tps) > 0 {
-		wait := time.Until(deadline)
-		if wait <= 0 {
-			break
-		}
-		changed := in.changed
-		in.mu.Unlock()
-		t := time.NewTimer(wait)
-		select {
-		case <-changed:
-		case <-t.C:
-		case <-ctx.Done():
-		}
-		t.Stop()
-		in.mu.Lock()
-		if ctx.Err() != nil {
-			break
-		}
-	}
-	stuck := in.tracker.inFlight(tps)
-	closing := in.closing
-	in.mu.Unlock()
-	if stuck > 0 && !closing {
-		in.log.Warnf("kafka_franz: group %s gave up %d partitions with a batch still unacked after %s; the next owner delivers those records again", in.group, stuck, in.revokeWait)
-	}
-
-	in.commitMu.Lock()
-	defer in.commitMu.Unlock()
-	only := map[kfiTopicPartition]bool{}
-	for _, tp := range tps {
-		only[tp] = true
-	}
-	in.mu.Lock()
-	commits := in.tracker.commits(only)
-	for _, tp := range tps {
-		if p := in.tracker.drop(tp); p != nil {
-			in.lag.Set(0, tp.topic, strconv.FormatInt(int64(tp.partition), 10), in.group)
-		}
-	}
-	cl.ResumeFetchPartitions(revoked)
-	in.notifyLocked()
-	in.mu.Unlock()
-	if err := in.commit(ctx, cl, commits); err != nil && ctx.Err() == nil {
-		in.log.Errorf("kafka_franz: on revoke: %v; the next owner delivers those records again", err)
-	}
-	in.log.Debugf("kafka_franz: group %s revoked %v", in.group, revoked)
-}
-
-// onLost forgets partitions the group took away without a revoke (session
-// expired, fenced): committing for them would be refused, so nothing is.
-func (in *kafkaFranzInput) onLost(_ context.Context, cl *kgo.Client, lost map[string][]int32) {
-	tps := kfiFlatten(lost)
-	if len(tps) == 0 {
-		return
-	}
-	in.commitMu.Lock()
-	defer in.commitMu.Unlock()
-	in.mu.Lock()
-	for _, tp := range tps {
-		if p := in.tracker.drop(tp); p != nil {
-			in.lag.Set(0, tp.topic, strconv.FormatInt(int64(tp.partition), 10), in.group)
-		}
-	}
-	cl.ResumeFetchPartitions(lost)
-	in.notifyLocked()
-	closing := in.closing
-	in.mu.Unlock()
-	if !closing {
-		in.log.Warnf("kafka_franz: group %s lost %d partitions; their uncommitted records are delivered again", in.group, len(tps))
-	}
-}
-
-// kfiClientLogger passes the client's own log lines on at debug level: they
-// explain rebalances and fetch sessions when a group misbehaves.
-type kfiClientLogger struct{ log *service.Logger }
-
-func (l kfiClientLogger) Level() kgo.LogLevel { return kgo.LogLevelInfo }
-
-func (l kfiClientLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
-	var b strings.Builder
-	b.WriteString("kafka_franz client: ")
-	b.WriteString(msg)
-	for i := 0; i+1 < len(keyvals); i += 2 {
-		fmt.Fprintf(&b, " %v=%v", keyvals[i], keyvals[i+1])
-	}
-	if level <= kgo.LogLevelWarn && level != kgo.LogLevelNone {
-		l.log.Warnf("%s", b.String())
-		return
-	}
-	l.log.Debugf("%s", b.String())
-}
-
-func kfiFlatten(m map[string][]int32) []kfiTopicPartition {
-	var out []kfiTopicPartition
-	for topic, parts := range m {
-		for _, p := range parts {
-			out = append(out, kfiTopicPartition{topic, p})
-		}
-	}
-	return out
 }
 
 // Close commits what was acked and leaves the group. The engine calls it
@@ -848,6 +529,7 @@ func kfiFlatten(m map[string][]int32) []kfiTopicPartition {
 func (in *kafkaFranzInput) Close(ctx context.Context) error {
 	in.connMu.Lock()
 	defer in.connMu.Unlock()
+	in.stopRunning(lease.ErrShutdown)
 	in.mu.Lock()
 	in.closing = true
 	cl, stop := in.client, in.stop

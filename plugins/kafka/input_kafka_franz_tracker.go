@@ -1,10 +1,13 @@
 package kafka
 
 import (
+	"context"
 	"sort"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/speculapro/speculapro/internal/lease"
 )
 
 // Nacked records wait before they are handed out again, so that an output
@@ -47,6 +50,13 @@ type kfiPartition struct {
 
 	nacks     int       // consecutive nacks, for the backoff
 	notBefore time.Time // nacked records are not handed out before this
+
+	// lease is the context every message cut from this assignment carries:
+	// it ends with lease.ErrRevoked when the partition is dropped (after
+	// revoke_wait, or lost), and with lease.ErrShutdown when the input
+	// stops, so an output retrying one of its batches stops too.
+	lease    context.Context
+	endLease context.CancelCauseFunc
 }
 
 // unacked is how many records of the partition the input holds.
@@ -89,10 +99,12 @@ type kfiTracker struct {
 
 	order []kfiTopicPartition // sorted keys of parts, for a fair round robin
 	next  int                 // where the next batch starts in order
+
+	base context.Context // the partitions' leases derive from it
 }
 
 func newKfiTracker(limit, budget int) *kfiTracker {
-	return &kfiTracker{limit: limit, budget: budget, parts: map[kfiTopicPartition]*kfiPartition{}}
+	return &kfiTracker{limit: limit, budget: budget, parts: map[kfiTopicPartition]*kfiPartition{}, base: context.Background()}
 }
 
 // room is how many more records may be added within the budget.
@@ -104,6 +116,7 @@ func (t *kfiTracker) assign(tp kfiTopicPartition) *kfiPartition {
 		return p
 	}
 	p := &kfiPartition{tp: tp, ackedNext: -1, ackedEpoch: -1, committed: -1, firstSeen: -1, highWater: -1}
+	p.lease, p.endLease = context.WithCancelCause(t.base)
 	t.parts[tp] = p
 	t.reorder()
 	return p
@@ -118,6 +131,7 @@ func (t *kfiTracker) drop(tp kfiTopicPartition) *kfiPartition {
 		return nil
 	}
 	delete(t.parts, tp)
+	p.endLease(lease.ErrRevoked)
 	t.buffered -= len(p.pending)
 	t.reorder()
 	return p
@@ -249,15 +263,23 @@ func (t *kfiTracker) take(maxCount, maxBytes int, now time.Time) []kfiClaim {
 // the claim's records go back in front of the partition's pending records,
 // so the same records are handed out again, before anything later.
 func (t *kfiTracker) resolve(claims []kfiClaim, failed bool, now time.Time) []*kfiPartition {
+	return t.resolveEach(claims, func(int) bool { return failed }, 0, now)
+}
+
+// resolveEach is resolve with each claim's outcome its own (failed(i) for
+// claims[i]), as an output that stored some partitions of a batch and handed
+// the others back reports it; a failed claim waits at least wait (the
+// output's backoff) before it is handed out again.
+func (t *kfiTracker) resolveEach(claims []kfiClaim, failed func(i int) bool, wait time.Duration, now time.Time) []*kfiPartition {
 	var current []*kfiPartition
-	for _, c := range claims {
+	for i, c := range claims {
 		p := c.part
 		if t.parts[p.tp] != p || len(p.inFlight) == 0 || p.claimSeq != c.seq {
 			continue
 		}
 		current = append(current, p)
 		p.inFlight = nil
-		if !failed {
+		if !failed(i) {
 			last := c.records[len(c.records)-1]
 			p.ackedNext = last.Offset + 1
 			p.ackedEpoch = last.LeaderEpoch
@@ -269,7 +291,7 @@ func (t *kfiTracker) resolve(claims []kfiClaim, failed bool, now time.Time) []*k
 		back = append(back, c.records...)
 		p.pending = append(back, p.pending...)
 		t.buffered += len(c.records)
-		p.notBefore = now.Add(kfiNackBackoff(p.nacks))
+		p.notBefore = now.Add(max(kfiNackBackoff(p.nacks), wait))
 		p.nacks++
 	}
 	return current

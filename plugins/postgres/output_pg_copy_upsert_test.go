@@ -83,8 +83,8 @@ type harness struct {
 	m    *fakeCounters
 	// attempt, when set before newOutput, is attempt_timeout.
 	attempt time.Duration
-	conn *pgx.Conn // superuser, to inspect and to break things
-	ws   event.UUID
+	conn    *pgx.Conn // superuser, to inspect and to break things
+	ws      event.UUID
 }
 
 func newHarness(t *testing.T, table string) *harness {
