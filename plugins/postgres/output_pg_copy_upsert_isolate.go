@@ -55,14 +55,17 @@ var (
 // still to try stays true, so the next attempt carries on instead of
 // starting over. Every chunk write either settles its rows (stored, or one
 // refused row) or splits the chunk in two, for good, so isolating n rows
-// takes at most 2n−1 chunk writes in all, plus, per attempt, one write of
-// the rows known to store and the one write an expired attempt cut short.
+// takes at most 2n−1 chunk writes in all (n and a little when most rows are
+// bad, because failing chunks are then split into single rows), plus, per
+// attempt, one write of the rows known to store and the one write an
+// expired attempt cut short.
 type isolation struct {
 	active   bool          // a row fault was met: attempts go straight to isolating
 	refused  map[int]error // row → the database's error
 	stores   []int         // rows known to store together
 	untested [][]int       // chunks still to try, in order
 	writes   int           // chunk writes so far, for tests
+	bad      int           // rows refused by a write (not by their workspace)
 }
 
 // start begins isolating rows idx (the rows of known workspaces).
@@ -100,6 +103,11 @@ func (o *pgCopyUpsert) store(ctx context.Context, rows []*event.Envelope, learne
 				return err
 			})
 		}
+		if err != nil && actx.Err() != nil && ctx.Err() == nil {
+			// pgx closes a connection whose statement outlived its
+			// context: what failed is the attempt's time, not the server.
+			return res, fmt.Errorf("writing %d rows took longer than %s (attempt_timeout): %w", len(rows), o.attemptTimeout, context.DeadlineExceeded)
+		}
 		if err == nil || !pgclass.IsRowFault(err) {
 			return res, err
 		}
@@ -124,6 +132,10 @@ func (o *pgCopyUpsert) store(ctx context.Context, rows []*event.Envelope, learne
 		return o.isolate(ictx, tx, rows, learned, &res)
 	})
 	if err != nil {
+		if ictx.Err() != nil && ctx.Err() == nil {
+			return storeResult{}, fmt.Errorf("isolating the rows the database refuses took longer than %s (%d refused, %d stored, %d chunks to try; the next attempt carries on): %w",
+				isolateTimeoutFactor*o.attemptTimeout, len(learned.refused), len(learned.stores), len(learned.untested), context.DeadlineExceeded)
+		}
 		return storeResult{}, err
 	}
 	for row, rerr := range learned.refused {
@@ -169,7 +181,9 @@ func (o *pgCopyUpsert) unknownWorkspaces(ctx context.Context, tx pgx.Tx, rows []
 // isolate writes, in tx, the rows known to store and then each chunk still
 // to try, each under a savepoint: a chunk that stores is kept, one that a
 // row's data fails is rolled back and split in two (a single row is
-// refused). Any other failure ends the attempt, with what was learned kept.
+// refused, and once most rows met are bad, a failing chunk is split into
+// single rows instead). Any other failure ends the attempt, with what was
+// learned kept.
 func (o *pgCopyUpsert) isolate(ctx context.Context, tx pgx.Tx, rows []*event.Envelope, learned *isolation, res *storeResult) error {
 	if len(learned.stores) > 0 {
 		stats, err := o.writeChunk(ctx, tx, rows, learned.stores, learned)
@@ -196,7 +210,16 @@ func (o *pgCopyUpsert) isolate(ctx context.Context, tx pgx.Tx, rows []*event.Env
 			return err
 		case len(chunk) == 1:
 			learned.refused[chunk[0]] = err
+			learned.bad++
 			learned.untested = learned.untested[1:]
+		case learned.bad > len(learned.stores):
+			// Most rows met so far are bad: bisecting would cost two writes
+			// per row, one write per row costs one.
+			singles := make([][]int, 0, len(chunk)+len(learned.untested)-1)
+			for _, i := range chunk {
+				singles = append(singles, []int{i})
+			}
+			learned.untested = append(singles, learned.untested[1:]...)
 		default:
 			mid := len(chunk) / 2
 			learned.untested = append([][]int{chunk[:mid:mid], chunk[mid:]}, learned.untested[1:]...)

@@ -89,8 +89,20 @@ type harness struct {
 
 func newHarness(t *testing.T, table string) *harness {
 	t.Helper()
+	return newHarnessOf(t, table, 0)
+}
+
+// newHarnessWith is a transactions harness whose output has attempt_timeout
+// attempt.
+func newHarnessWith(t *testing.T, attempt time.Duration) *harness {
+	t.Helper()
+	return newHarnessOf(t, tableTransactions, attempt)
+}
+
+func newHarnessOf(t *testing.T, table string, attempt time.Duration) *harness {
+	t.Helper()
 	db := dbtest.New(t)
-	h := &harness{t: t, db: db, dlq: &fakeDLQ{}, logs: &testenv.SyncBuffer{}, m: &fakeCounters{n: map[string]int64{}}}
+	h := &harness{t: t, db: db, dlq: &fakeDLQ{}, logs: &testenv.SyncBuffer{}, m: &fakeCounters{n: map[string]int64{}}, attempt: attempt}
 	h.conn = db.Connect(t, db.SuperuserURL)
 	h.ws = h.workspace("acme")
 	h.out = h.newOutput(table, db.SystemURL)
@@ -613,7 +625,11 @@ func TestShutdownWhileRetryingIsNoFault(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- h.out.WriteBatch(ctx, txnBatch(t, h.ws, 0, 10, nil)) }()
+	deadline := time.Now().Add(30 * time.Second)
 	for strings.Count(h.logs.String(), logBatchRetry) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no retries logged within 30 s:\n%s", h.logs.String())
+		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	cancel()
@@ -750,6 +766,56 @@ func TestBatchOf5000(t *testing.T) {
 	start = time.Now()
 	h.write(decoded)
 	t.Logf("replay of the same 5000 rows in %s", time.Since(start).Round(time.Millisecond))
+	// The replay stored nothing twice and knew it: every row skipped.
+	if n := h.count("SELECT count(*) FROM speculapro.transactions"); n != 5000 {
+		t.Errorf("after the replay: %d rows, want 5000", n)
+	}
+	if got := h.m.get("stored{transactions}"); got != 5000 {
+		t.Errorf("rows stored counted %d over both writes, want 5000", got)
+	}
+	if got := h.m.get("skipped{transactions}"); got != 5000 {
+		t.Errorf("rows skipped counted %d, want the 5000 of the replay", got)
+	}
+	if got := h.m.get("batches{transactions}"); got != 2 {
+		t.Errorf("batches counted %d, want 2", got)
+	}
+	if len(h.dlq.letters) != 0 || h.m.get("retries{transactions}") != 0 {
+		t.Errorf("the replay dead-lettered %d or retried %d", len(h.dlq.letters), h.m.get("retries{transactions}"))
+	}
+}
+
+// TestIsolatingIsBounded: 5,000 rows the database refuses, in one batch,
+// with an attempt timeout far shorter than isolating them takes. Each
+// attempt carries on from what the one before learned, so the batch
+// finishes: every bad row dead-lettered, the good ones stored, in a bounded
+// number of writes (not starting over each time, which never finishes).
+func TestIsolatingIsBounded(t *testing.T) {
+	h := newHarnessWith(t, 100*time.Millisecond)
+	h.refuseMarkedRows()
+	b := txnBatch(t, h.ws, 0, 5010, func(e *event.Envelope) {
+		if n, _ := strconv.Atoi(strings.TrimPrefix(e.ExternalID, "txn-")); n >= 10 {
+			e.Reference = refusedCheck
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	start := time.Now()
+	if err := h.out.WriteBatch(ctx, b); err != nil {
+		t.Fatalf("WriteBatch after %s: %v", time.Since(start).Round(time.Millisecond), err)
+	}
+	took := time.Since(start)
+	attempts := h.m.get("retries{transactions}") + 1
+	t.Logf("5,000 bad rows of 5,010 isolated in %s over %d attempts of at most %s", took.Round(time.Millisecond), attempts, isolateTimeoutFactor*h.attempt)
+	// ~5,030 writes of about a millisecond or two, 500 ms per attempt.
+	if attempts > 60 {
+		t.Errorf("%d attempts: isolating did not carry on from what it learned", attempts)
+	}
+	if n := h.count("SELECT count(*) FROM speculapro.transactions"); n != 10 {
+		t.Errorf("stored %d, want the 10 good rows", n)
+	}
+	if len(h.dlq.letters) != 5000 {
+		t.Errorf("%d dead letters, want 5000", len(h.dlq.letters))
+	}
 }
 
 func TestBatchOfAnUnknownWorkspaceIsRejectedWithoutBisecting(t *testing.T) {
