@@ -2,6 +2,7 @@ package tests
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -85,13 +86,24 @@ func TestPersistPipelinesAsStreams(t *testing.T) {
 		// whichever stream got there first.
 		{"speculapro_persist_placeholders_created_total", []string{`entity="customer"`}, 13},
 		{"speculapro_persist_placeholders_created_total", []string{`entity="account"`, `table="transactions"`}, 29},
-		{"speculapro_persist_stage_duration_ns_count", []string{`stage="decode"`, `table="transactions"`}, -1},
-		{"speculapro_persist_stage_duration_ns_count", []string{`stage="write"`, `table="account_events"`}, -1},
+		{"speculapro_persist_stage_duration_seconds_count", []string{`stage="decode"`, `table="transactions"`}, -1},
+		{"speculapro_persist_stage_duration_seconds_count", []string{`stage="write"`, `table="account_events"`}, -1},
 	} {
 		got := metricSum(scrape, want.metric, want.labels...)
 		if want.value < 0 && got <= 0 || want.value >= 0 && got != want.value {
 			t.Errorf("%s%v = %v, want %v", want.metric, want.labels, got, want.value)
 		}
+	}
+	// Every metric's HELP says what it means (metric_help.go), and the
+	// stage durations are seconds, as their name says: a few batches of
+	// work take well under a minute.
+	for _, line := range strings.Split(scrape, "\n") {
+		if strings.HasPrefix(line, "# HELP ") && (strings.Contains(line, "Undocumented metric") || strings.Contains(line, "SpeculaPro metric")) {
+			t.Errorf("a metric without a meaning: %s", line)
+		}
+	}
+	if sum := metricSum(scrape, "speculapro_persist_stage_duration_seconds_sum"); sum <= 0 || sum > 60 {
+		t.Errorf("speculapro_persist_stage_duration_seconds_sum = %v, want a few seconds at most", sum)
 	}
 	if f := metricSum(scrape, "speculapro_persist_faults_total") + metricSum(scrape, "speculapro_persist_retries_total"); f != 0 {
 		t.Errorf("faults+retries = %v on a healthy run", f)

@@ -17,8 +17,8 @@ const (
 )
 
 // Every role's per-stage timer, named after the role that runs the step
-// (speculapro_persist_stage_duration_ns, speculapro_stream_stage_duration_ns).
-const metricStageDurationFormat = "speculapro_%s_stage_duration_ns"
+// (speculapro_persist_stage_duration_seconds, speculapro_stream_stage_duration_seconds).
+const metricStageDurationFormat = "speculapro_%s_stage_duration_seconds"
 
 func eventDecodeSpec() *service.ConfigSpec {
 	return service.NewConfigSpec().
@@ -35,7 +35,7 @@ the next steps (`+"`pg_copy_upsert`"+`, `+"`feature_update`"+`, `+"`rule_eval`"+
 Decoding is the heaviest per-record work of the persister. Doing it here lets the engine's pipeline threads
 decode the next batches while the output writes the current one.
 
-The time each batch took is recorded in `+"`speculapro_<role>_stage_duration_ns`"+` with `+"`stage=\"decode\"`"+`
+The time each batch took is recorded in `+"`speculapro_<role>_stage_duration_seconds`"+` with `+"`stage=\"decode\"`"+`
 (per-batch work, not wall-clock: the stages of different batches overlap).`).
 		Fields(
 			service.NewStringEnumField(edFieldKind, string(event.KindTransaction), string(event.KindAccountEvent)).

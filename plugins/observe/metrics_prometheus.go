@@ -340,12 +340,7 @@ func (p *prometheusExporter) NewTimerCtor(name string, labelKeys ...string) serv
 		return func(...string) service.MetricsExporterTimer { return discardMetric{} }
 	}
 	vec := m.vec.(prometheus.ObserverVec)
-	// Histograms are in seconds so that the usual bucket bounds fit; summaries
-	// stay in the engine's nanoseconds, as Connect users' dashboards expect.
-	divisor := 1.0
-	if p.useHistogram {
-		divisor = float64(time.Second)
-	}
+	divisor := timerDivisor(name, p.useHistogram)
 	return func(labelValues ...string) service.MetricsExporterTimer {
 		o, err := vec.GetMetricWithLabelValues(labelValues...)
 		if err != nil {
@@ -354,6 +349,23 @@ func (p *prometheusExporter) NewTimerCtor(name string, labelKeys ...string) serv
 		}
 		return promTimer{o: o, divisor: divisor}
 	}
+}
+
+// timerDivisor is what a timer's nanoseconds are divided by. The engine's
+// own timers follow Connect: histograms in seconds (so the usual bucket
+// bounds fit), summaries in nanoseconds, whatever their name says. Ours say
+// their unit in their name and are exported in it either way: _seconds in
+// seconds, _ns in nanoseconds.
+func timerDivisor(name string, histogram bool) float64 {
+	switch {
+	case strings.HasPrefix(name, "speculapro_") && strings.HasSuffix(name, "_seconds"):
+		return float64(time.Second)
+	case strings.HasPrefix(name, "speculapro_") && strings.HasSuffix(name, "_ns"):
+		return 1
+	case histogram:
+		return float64(time.Second)
+	}
+	return 1
 }
 
 // register returns the metric family for name, creating it on first use. The
@@ -375,7 +387,7 @@ func (p *prometheusExporter) register(kind metricKind, name string, labelKeys []
 		return m, nil
 	}
 
-	help := "SpeculaPro metric " + name + "."
+	help := helpOf(name)
 	var vec prometheus.Collector
 	switch kind {
 	case kindCounter:
@@ -384,7 +396,15 @@ func (p *prometheusExporter) register(kind metricKind, name string, labelKeys []
 		vec = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: promName, Help: help}, labels)
 	case kindTimer:
 		if p.useHistogram {
-			vec = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: promName, Help: help, Buckets: p.buckets}, labels)
+			buckets := p.buckets
+			if timerDivisor(name, true) == 1 {
+				// Nanoseconds: the bounds, given in seconds, scaled to them.
+				buckets = make([]float64, len(p.buckets))
+				for i, b := range p.buckets {
+					buckets[i] = b * float64(time.Second)
+				}
+			}
+			vec = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: promName, Help: help, Buckets: buckets}, labels)
 		} else {
 			vec = prometheus.NewSummaryVec(prometheus.SummaryOpts{Name: promName, Help: help, Objectives: p.objectives}, labels)
 		}

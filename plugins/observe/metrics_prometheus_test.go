@@ -336,3 +336,43 @@ push_basic_auth:
 		t.Errorf("push basic auth %q, want u:p", auth[0])
 	}
 }
+
+// HELP says what a metric means, not only its name: ours and the engine's
+// come from metric_help.go, and one nobody described says so.
+func TestObserveHelpSaysWhatAMetricMeans(t *testing.T) {
+	p := newTestExporter(t, ``)
+	p.NewCounterCtor("speculapro_persist_rows_stored_total", "table")("transactions").Incr(3)
+	p.NewCounterCtor("input_received", "label", "path")("", "root.input").Incr(1)
+	p.NewGaugeCtor("speculapro_not_in_the_table")().Set(1)
+	text := scrape(t, p)
+	assertLines(t, text, []string{
+		"# HELP speculapro_persist_rows_stored_total Rows the persister inserted",
+		"# HELP input_received Messages the input read.",
+		"# HELP speculapro_not_in_the_table Undocumented metric speculapro_not_in_the_table (add it to plugins/observe/metric_help.go).",
+	}, []string{"SpeculaPro metric "})
+	for name, help := range metricHelp {
+		if len(help) < 20 || !strings.HasSuffix(help, ".") {
+			t.Errorf("%s: HELP %q does not say what it means in a sentence", name, help)
+		}
+	}
+}
+
+// A timer of ours is exported in the unit its name says, histogram or
+// summary: _seconds in seconds, _ns in nanoseconds. The engine's keep
+// Connect's convention (see TestObservePrometheusExporterHistogramTimingInSeconds).
+func TestObserveTimerUnitFollowsItsName(t *testing.T) {
+	for _, histogram := range []bool{false, true} {
+		yaml := "use_histogram_timing: false"
+		if histogram {
+			yaml = "use_histogram_timing: true"
+		}
+		p := newTestExporter(t, yaml)
+		p.NewTimerCtor("speculapro_persist_stage_duration_seconds", "table", "stage")("transactions", "write").Timing(int64(1500 * time.Millisecond))
+		p.NewTimerCtor("speculapro_worker_attempt_duration_ns")().Timing(int64(2 * time.Millisecond))
+		text := scrape(t, p)
+		assertLines(t, text, []string{
+			`speculapro_persist_stage_duration_seconds_sum{stage="write",table="transactions"} 1.5`,
+			`speculapro_worker_attempt_duration_ns_sum 2e+06`,
+		}, nil)
+	}
+}

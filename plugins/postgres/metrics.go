@@ -17,7 +17,7 @@ const (
 	// write, dead_letter), not wall-clock: the stages of different batches
 	// overlap, so their sum over-reports how long a batch took to land.
 	// Consumer lag is the keep-up signal.
-	metricStageDuration = "speculapro_persist_stage_duration_ns"
+	metricStageDuration = "speculapro_persist_stage_duration_seconds"
 )
 
 // counter and timer are what the output uses of counter and

@@ -101,7 +101,7 @@ otherwise.
 ### Metrics
 
 `+"`speculapro_stream_batches_total`, `_rule_hits_stored_total` (hits new to the table), `_alerts_created_total`, `_outbox_queued_total{outbox}` (webhook_deliveries, notifications), `_records_skipped_total{reason}` (undecodable, rejected), `_retries_total` (one per backoff that followed a failed attempt), `_faults_total` (batches that failed at least once; a cancellation at shutdown is none)"+`,
-all with the label `+"`kind`"+`, and `+"`speculapro_stream_stage_duration_ns{stage=\"write\"}`"+`.`).
+all with the label `+"`kind`"+`, and `+"`speculapro_stream_stage_duration_seconds{stage=\"write\"}`"+`.`).
 		Fields(
 			service.NewStringField(prhFieldURL).
 				Description("PostgreSQL URL of a role that bypasses row-level security (speculapro_system). Empty means `SP_DB_SYSTEM_URL`, falling back to `SP_DB_URL`.").

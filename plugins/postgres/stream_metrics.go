@@ -6,7 +6,7 @@ import "github.com/redpanda-data/benthos/v4/public/service"
 // `kind` (transaction or account_event), so stream.yaml and
 // stream-events.yaml can run in one process. The per-batch write time goes to
 // the role's stage timer, which event_decode names and labels
-// (speculapro_stream_stage_duration_ns{table,stage="write"}).
+// (speculapro_stream_stage_duration_seconds{table,stage="write"}).
 const (
 	metricStreamBatches       = "speculapro_stream_batches_total"
 	metricStreamHitsStored    = "speculapro_stream_rule_hits_stored_total"
@@ -15,7 +15,7 @@ const (
 	metricStreamSkipped       = "speculapro_stream_records_skipped_total"
 	metricStreamRetries       = "speculapro_stream_retries_total"
 	metricStreamFaults        = "speculapro_stream_faults_total"
-	metricStreamStageDuration = "speculapro_stream_stage_duration_ns"
+	metricStreamStageDuration = "speculapro_stream_stage_duration_seconds"
 )
 
 type streamMetrics struct {

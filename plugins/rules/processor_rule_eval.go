@@ -49,7 +49,7 @@ const (
 	metricRulesLoaded     = "speculapro_stream_rules_loaded"           // label kind; gauge
 	metricReplaysSkipped  = "speculapro_stream_replays_skipped_total"  // label kind
 	// The role's stage timer, named and labelled as event_decode does it.
-	metricStageDuration = "speculapro_stream_stage_duration_ns" // labels table, stage
+	metricStageDuration = "speculapro_stream_stage_duration_seconds" // labels table, stage
 )
 
 // Log lines.
@@ -114,7 +114,7 @@ is not an envelope of `+"`kind`"+` is flagged.
 ### Metrics
 
 `+"`speculapro_stream_events_evaluated_total{kind}`, `speculapro_stream_rule_hits_total{rule}`, `speculapro_stream_rule_errors_total{rule}`, `speculapro_stream_replays_skipped_total{kind}`, `speculapro_stream_rules_loaded{kind}`"+` (a gauge), and
-`+"`speculapro_stream_stage_duration_ns{stage=\"evaluate\"}`"+`.`).
+`+"`speculapro_stream_stage_duration_seconds{stage=\"evaluate\"}`"+`.`).
 		Fields(
 			service.NewStringField(reFieldURL).
 				Description("PostgreSQL URL the rules are read from, of a role that sees every workspace's rules (speculapro_system). Empty means `SP_DB_SYSTEM_URL`, falling back to `SP_DB_URL`.").
