@@ -299,14 +299,20 @@ func (e *Envelope) normalize() error {
 	if e.Metadata, err = canonicalObject(e.Metadata); err != nil {
 		return invalid("metadata", err.Error())
 	}
-	if len(e.Metadata) > MaxObjectBytes {
-		return outOfLimits("metadata", fmt.Errorf("%d bytes, at most %d", len(e.Metadata), MaxObjectBytes))
+	if e.Metadata != nil {
+		// As jsonb will read it (jsonb.go): no \u0000, numbers numeric
+		// holds, no duplicate key, bounded size and depth.
+		if err := CheckJSONB(e.Metadata); err != nil {
+			return outOfLimits("metadata", err)
+		}
 	}
 	if e.Attributes, err = canonicalObject(e.Attributes); err != nil {
 		return invalid("attributes", err.Error())
 	}
-	if len(e.Attributes) > MaxObjectBytes {
-		return outOfLimits("attributes", fmt.Errorf("%d bytes, at most %d", len(e.Attributes), MaxObjectBytes))
+	if e.Attributes != nil {
+		if err := CheckJSONB(e.Attributes); err != nil {
+			return outOfLimits("attributes", err)
+		}
 	}
 	// Text fields either kind may carry; empty means absent.
 	for _, f := range [...]struct {
