@@ -53,7 +53,7 @@ test: stack-up vet lint ## run every test against real services (under 20 minute
 	go test -count=1 -timeout 15m $(E2E_PKGS)
 
 chaos: stack-up ## the crash, outage and stream exactness/replay scenarios at full size
-	SP_TEST_SCALE=full go test -count=1 -timeout 60m -run 'Crash|Outage|Poison|Shutdown|NeverCommits|StreamExactness|StreamReplay|WorkerDelivers|IngestInFlightLimit' -v $(E2E_PKGS)
+	SP_TEST_SCALE=full go test -count=1 -timeout 60m -run 'Crash|Outage|Poison|Shutdown|NeverCommits|StreamExactness|StreamReplay|WorkerDelivers|IngestInFlightLimit|RevokedBatch|ResumesSeconds|ForeignRecords' -v $(E2E_PKGS)
 
 bench: stack-up ## benchmarks, each reported against a baseline measured in the same run
 	go test -run '^$$' -bench . -benchmem -count=1 -timeout 60m ./...

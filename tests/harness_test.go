@@ -236,6 +236,18 @@ func (p *binProcess) peakRSS(t testing.TB) int64 {
 	return 0
 }
 
+// ready is the status code of the engine's /ready (0 when it does not
+// answer): 200 while every input and output is connected, 503 otherwise.
+func (p *binProcess) ready() int {
+	client := http.Client{Timeout: 3 * time.Second}
+	resp, err := client.Get("http://" + p.httpAddr + "/ready")
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
 // scrape fetches /metrics; an error means not (or no longer) served.
 func (p *binProcess) scrape() (string, error) {
 	client := http.Client{Timeout: 3 * time.Second}

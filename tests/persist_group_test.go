@@ -148,3 +148,40 @@ END $$`,
 		t.Errorf("exit code %d after SIGTERM", code)
 	}
 }
+
+// A persister started before its topic exists says so (a WARN naming the
+// topic and `speculapro topics`) and is not ready; once the topic is
+// created it connects and stores what arrives.
+func TestPersistWaitsForAMissingTopicAndSaysSo(t *testing.T) {
+	db := dbtest.New(t)
+	name := uniqueName(t, t.Name())
+	k := &persistKafka{testKafka: newTestKafka(t), prefix: name + ".", group: name}
+	k.own(nil, []string{k.group})
+	conn := db.Connect(t, db.SuperuserURL)
+	ws := persistWorkspace(t, conn)
+	p := newBinProcess(t)
+	p.start(t, persistEnv(k, db.SystemURL), p.runArgs("pipelines/persist.yaml")...)
+	warn := persistLogLine("WARN", "kafka_franz: topic "+k.prefix+"txn.ingested does not exist (group "+k.group+" waits for it): create it with `speculapro topics`")
+	if !poll(waitBound, 100*time.Millisecond, func() bool { return warn.MatchString(p.stdout.String()) }) {
+		t.Fatalf("no WARN naming the missing topic and the fix:\n%s", p.tail(3000))
+	}
+	if code := p.ready(); code != 503 {
+		t.Errorf("/ready answered %d while the topic is missing, want 503", code)
+	}
+	k.create(t, persistPartitions, k.prefix+"txn.ingested", k.prefix+"txn.ingested.dlq")
+	var recs []*kgo.Record
+	for n := range 10 {
+		key, val, _ := persistTxn(t, ws, n, nil)
+		recs = append(recs, &kgo.Record{Key: []byte(key), Value: val})
+	}
+	k.produceTo(t, "txn.ingested", recs...)
+	if n := waitCount(t, conn, 10, "SELECT count(*) FROM speculapro.transactions WHERE workspace_id = $1", ws); n != 10 {
+		t.Fatalf("stored %d after the topic was created, want 10", n)
+	}
+	if code := p.ready(); code != 200 {
+		t.Errorf("/ready answered %d once connected, want 200", code)
+	}
+	if code := p.stop(t); code != 0 {
+		t.Errorf("exit code %d after SIGTERM", code)
+	}
+}

@@ -82,6 +82,14 @@ func TestPersistRidesOutDatabaseOutage(t *testing.T) {
 	if during == 0 {
 		t.Errorf("no retry line logged during a 20 s outage")
 	}
+	// Readiness tells the truth: not ready while PostgreSQL is away, and the
+	// engine's connection counters saw the output lose its connection.
+	if code := p.ready(); code != 503 {
+		t.Errorf("/ready answered %d during the outage, want 503", code)
+	}
+	if s, err := p.scrape(); err != nil || metricSum(s, "output_connection_lost") < 1 {
+		t.Errorf("output_connection_lost = %v during the outage (scrape error %v), want at least 1", metricSum(s, "output_connection_lost"), err)
+	}
 	pg.Start()
 	back := time.Now()
 	conn = connect()
@@ -90,6 +98,9 @@ func TestPersistRidesOutDatabaseOutage(t *testing.T) {
 	}
 	t.Logf("caught up %s after PostgreSQL came back; %d retry lines during the outage",
 		time.Since(back).Round(time.Millisecond), during)
+	if !poll(waitBound, 200*time.Millisecond, func() bool { return p.ready() == 200 }) {
+		t.Errorf("/ready answered %d after PostgreSQL came back, want 200", p.ready())
+	}
 
 	// Exactly the transactions sent, each once, with their placeholders.
 	var ids []event.UUID
