@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -94,25 +93,21 @@ type Config struct {
 	SASL        []SASL
 }
 
-// envDefault is the ${NAME:default} form of a setting, the same text a YAML
-// would carry, so a plugin field left out and a pipeline that interpolates
-// the variable end up with the same value.
-func envDefault(s config.Setting) string {
-	return "${" + s.Name + ":" + s.Default + "}"
-}
-
 // Fields returns the connection fields every Kafka plugin embeds in its spec.
-// Their defaults come from the SP_KAFKA_* settings.
+// A plugin never reads the environment: the pipelines set these fields to
+// the SP_KAFKA_* settings with ${SP_KAFKA_…:default} (ConnectionYAML), so
+// `speculapro lint` and the engine see every one; a field left out takes
+// the settings' documented default.
 func Fields() []*service.ConfigField {
 	return []*service.ConfigField{
 		service.NewStringListField(FieldSeedBrokers).
-			Description("Addresses of Kafka brokers to connect to first. Each item may hold several comma-separated addresses. Defaults to `SP_KAFKA_BROKERS`.").
+			Description("Addresses of Kafka brokers to connect to first. Each item may hold several comma-separated addresses. The pipelines set it to `${SP_KAFKA_BROKERS:localhost:19092}`.").
 			Example([]string{"localhost:19092"}).
-			Default([]any{envDefault(config.KafkaBrokers)}),
+			Default([]any{config.KafkaBrokers.Default}),
 		service.NewObjectField(FieldTLS,
 			service.NewBoolField(fieldTLSEnabled).
-				Description("Whether to connect with TLS. Defaults to `SP_KAFKA_TLS_ENABLED`.").
-				Default(envDefault(config.KafkaTLSEnabled)),
+				Description("Whether to connect with TLS. The pipelines set it to `${SP_KAFKA_TLS_ENABLED:false}`.").
+				Default(false),
 			service.NewBoolField(fieldTLSSkipVerify).
 				Description("Whether to skip verifying the brokers' certificates. Only for testing.").
 				Advanced().Default(false),
@@ -123,19 +118,16 @@ func Fields() []*service.ConfigField {
 				Description("PEM text of the certificate authority that signed the brokers' certificates, when it is a private one.").
 				Advanced().Secret().Default(""),
 			service.NewStringField(fieldTLSRootCAsFile).
-				Description("Path of a PEM file of the certificate authority that signed the brokers' certificates, when it is a private one. Defaults to `SP_KAFKA_TLS_CA_FILE`.").
-				Example("./ca.pem").Default(envDefault(config.KafkaTLSCAFile)),
+				Description("Path of a PEM file of the certificate authority that signed the brokers' certificates, when it is a private one. The pipelines set it to `${SP_KAFKA_TLS_CA_FILE:}`.").
+				Example("./ca.pem").Default(""),
 			service.NewObjectListField(fieldTLSClientCerts,
 				service.NewStringField(fieldCertCert).Description("PEM text of a client certificate.").Default(""),
 				service.NewStringField(fieldCertKey).Description("PEM text of the client certificate's private key.").Secret().Default(""),
 				service.NewStringField(fieldCertCertFile).Description("Path of a PEM client certificate.").Default(""),
 				service.NewStringField(fieldCertKeyFile).Description("Path of the client certificate's PEM private key.").Default(""),
 			).
-				Description("Client certificates for mutual TLS: either `cert` and `key`, or `cert_file` and `key_file`. Defaults to `SP_KAFKA_TLS_CERT_FILE` and `SP_KAFKA_TLS_KEY_FILE`; an entry with nothing set is ignored.").
-				Default([]any{map[string]any{
-					fieldCertCertFile: envDefault(config.KafkaTLSCertFile),
-					fieldCertKeyFile:  envDefault(config.KafkaTLSKeyFile),
-				}}),
+				Description("Client certificates for mutual TLS: either `cert` and `key`, or `cert_file` and `key_file`. The pipelines set one entry from `SP_KAFKA_TLS_CERT_FILE` and `SP_KAFKA_TLS_KEY_FILE`; an entry with nothing set is ignored.").
+				Default([]any{}),
 		).Description("TLS settings. TLS 1.2 is the minimum version accepted."),
 		service.NewObjectListField(FieldSASL,
 			service.NewStringField(fieldSASLMechanism).
@@ -143,13 +135,9 @@ func Fields() []*service.ConfigField {
 			service.NewStringField(fieldSASLUsername).Description("SASL user name.").Default(""),
 			service.NewStringField(fieldSASLPassword).Description("SASL password.").Secret().Default(""),
 		).
-			Description("SASL authentication. Defaults to `SP_KAFKA_SASL_MECHANISM`, `SP_KAFKA_USERNAME` and `SP_KAFKA_PASSWORD`; an entry with an empty mechanism is ignored.").
-			Example([]any{map[string]any{fieldSASLMechanism: MechanismScramSHA512, fieldSASLUsername: "speculapro", fieldSASLPassword: "${KAFKA_PASSWORD}"}}).
-			Default([]any{map[string]any{
-				fieldSASLMechanism: envDefault(config.KafkaSASLMechanism),
-				fieldSASLUsername:  envDefault(config.KafkaUsername),
-				fieldSASLPassword:  envDefault(config.KafkaPassword),
-			}}),
+			Description("SASL authentication. The pipelines set one entry from `SP_KAFKA_SASL_MECHANISM`, `SP_KAFKA_USERNAME` and `SP_KAFKA_PASSWORD`; an entry with an empty mechanism is ignored.").
+			Example([]any{map[string]any{fieldSASLMechanism: MechanismScramSHA512, fieldSASLUsername: "speculapro", fieldSASLPassword: "${SP_KAFKA_PASSWORD:}"}}).
+			Default([]any{}),
 	}
 }
 
@@ -174,14 +162,11 @@ func FromParsed(conf *service.ParsedConfig) (Config, error) {
 	if err != nil {
 		return Config{}, err
 	}
-	for i := range brokers {
-		brokers[i] = resolveEnvDefault(brokers[i])
-	}
 
 	var ts tlsSettings
 	if conf.Contains(FieldTLS) {
 		tc := conf.Namespace(FieldTLS)
-		if ts.enabled, err = boolField(tc, fieldTLSEnabled); err != nil {
+		if ts.enabled, err = tc.FieldBool(fieldTLSEnabled); err != nil {
 			return Config{}, err
 		}
 		if ts.skipVerify, err = tc.FieldBool(fieldTLSSkipVerify); err != nil {
@@ -237,8 +222,23 @@ func FromParsed(conf *service.ParsedConfig) (Config, error) {
 	return build(brokers, ts, sasls)
 }
 
-// FromEnv reads the connection from the SP_KAFKA_* settings, for commands,
-// refusing unsafe settings.
+// ConnectionYAML is the connection block every pipeline carries, at the
+// given indent, so the settings reach the plugins through the YAML.
+func ConnectionYAML(indent string) string {
+	lines := []string{
+		`# Connection settings (SP_KAFKA_*), the same block in every pipeline.`,
+		`seed_brokers: [ "${SP_KAFKA_BROKERS:` + config.KafkaBrokers.Default + `}" ]`,
+		`tls:`,
+		`  enabled: ${SP_KAFKA_TLS_ENABLED:false}`,
+		`  root_cas_file: "${SP_KAFKA_TLS_CA_FILE:}"`,
+		`  client_certs: [ { cert_file: "${SP_KAFKA_TLS_CERT_FILE:}", key_file: "${SP_KAFKA_TLS_KEY_FILE:}" } ]`,
+		`sasl: [ { mechanism: "${SP_KAFKA_SASL_MECHANISM:}", username: "${SP_KAFKA_USERNAME:}", password: "${SP_KAFKA_PASSWORD:}" } ]`,
+	}
+	return indent + strings.Join(lines, "\n"+indent) + "\n"
+}
+
+// FromEnv reads the connection from the SP_KAFKA_* settings, for commands
+// (topics, loadgen), refusing unsafe settings.
 func FromEnv() (Config, error) {
 	enabled, err := parseBool(config.KafkaTLSEnabled.Name, config.KafkaTLSEnabled.Value())
 	if err != nil {
@@ -415,54 +415,13 @@ func (c Config) Check(ctx context.Context, cl *kgo.Client) error {
 	return fmt.Errorf("%s: %w", where, err)
 }
 
-// envTemplate matches a whole ${NAME:default} value: a field's default that
-// the engine does not interpolate because it never appeared in the YAML.
-var envTemplate = regexp.MustCompile(`^\$\{([0-9A-Za-z_.]+)(?::(.*))?\}$`)
-
-// resolveEnvDefault interpolates a default written as ${NAME:default} the
-// way the engine interpolates a YAML: the variable's value, or the default
-// when it is unset or empty.
-func resolveEnvDefault(s string) string {
-	m := envTemplate.FindStringSubmatch(s)
-	if m == nil {
-		return s
-	}
-	if v := os.Getenv(m[1]); v != "" {
-		return v
-	}
-	return m[2]
-}
-
 // stringField reads a string field, "" when absent: the entries of a list
-// default carry only the keys written in the default, not their children's.
+// carry only the keys written in them, not their children's defaults.
 func stringField(c *service.ParsedConfig, name string) (string, error) {
 	if !c.Contains(name) {
 		return "", nil
 	}
-	s, err := c.FieldString(name)
-	if err != nil {
-		return "", err
-	}
-	return resolveEnvDefault(s), nil
-}
-
-// boolField reads a bool field whose default is a ${NAME:false} template.
-func boolField(c *service.ParsedConfig, name string) (bool, error) {
-	if !c.Contains(name) {
-		return false, nil
-	}
-	v, err := c.FieldAny(name)
-	if err != nil {
-		return false, err
-	}
-	switch b := v.(type) {
-	case bool:
-		return b, nil
-	case string:
-		return parseBool(name, resolveEnvDefault(b))
-	default:
-		return false, fmt.Errorf("field %s: expected a bool, got %T", name, v)
-	}
+	return c.FieldString(name)
 }
 
 func parseBool(name, s string) (bool, error) {

@@ -4,6 +4,9 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -54,10 +57,23 @@ func TestSettings(t *testing.T) {
 			},
 		},
 		{
-			name: "yaml defaults follow env",
+			// A plugin never reads the environment (the pipelines carry
+			// ${SP_KAFKA_…} in their YAML): a field left out is the
+			// documented default, whatever the environment says.
+			name: "yaml defaults ignore env",
 			env: map[string]string{"SP_KAFKA_BROKERS": "a:1, b:2", "SP_KAFKA_TLS_ENABLED": "true", "SP_KAFKA_TLS_CA_FILE": pki.caFile,
 				"SP_KAFKA_SASL_MECHANISM": "scram-sha-512", "SP_KAFKA_USERNAME": "u", "SP_KAFKA_PASSWORD": "p"},
 			yaml: `{}`,
+			check: func(t *testing.T, c Config) {
+				if got := strings.Join(c.SeedBrokers, ","); got != "localhost:19092" || c.TLS != nil || len(c.SASL) != 0 {
+					t.Fatalf("got brokers %q tls %v sasl %v, want the defaults: the plugin read the environment", got, c.TLS, c.SASL)
+				}
+			},
+		},
+		{
+			name: "yaml as the pipelines write it, interpolated",
+			yaml: "seed_brokers: [ \"a:1, b:2\" ]\ntls:\n  enabled: true\n  root_cas_file: \"" + pki.caFile + "\"\n  client_certs: [ { cert_file: \"\", key_file: \"\" } ]\n" +
+				"sasl: [ { mechanism: \"scram-sha-512\", username: \"u\", password: \"p\" } ]\n",
 			check: func(t *testing.T, c Config) {
 				if got := strings.Join(c.SeedBrokers, ","); got != "a:1,b:2" {
 					t.Fatalf("brokers %q, want a:1,b:2", got)
@@ -323,5 +339,32 @@ func TestSecurityAgainstKfake(t *testing.T) {
 				t.Fatalf("error %q leaks the password", err)
 			}
 		})
+	}
+}
+
+// Every pipeline hands its Kafka plugins the SP_KAFKA_* settings through
+// the YAML, the same block everywhere, so `speculapro lint` and the engine's
+// interpolation see them (the plugins read no environment).
+func TestPipelinesCarryTheConnectionBlock(t *testing.T) {
+	files, err := filepath.Glob("../../pipelines/*.yaml")
+	examples, _ := filepath.Glob("../../config/examples/*.yaml")
+	files = append(files, examples...)
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no pipelines found: %v", err)
+	}
+	plugin := regexp.MustCompile(`(?m)^(\s*)(kafka_franz|ingest_api):\s*$`)
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := string(raw)
+		for _, m := range plugin.FindAllStringSubmatchIndex(text, -1) {
+			indent := text[m[2]:m[3]] + "  "
+			rest := text[m[1]+1:]
+			if !strings.HasPrefix(rest, ConnectionYAML(indent)) {
+				t.Errorf("%s: %s at offset %d does not start with the connection block:\n%s", f, text[m[4]:m[5]], m[0], ConnectionYAML(indent))
+			}
+		}
 	}
 }
