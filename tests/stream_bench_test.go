@@ -156,6 +156,7 @@ func BenchmarkStreamThroughput(b *testing.B) {
 	sum := s.produceLG(b, g, event.KindTransaction, 0, n, 0)
 	b.Logf("pre-filled %s; %d starter rules on each of %d workspaces", sum, rules, cfg.Workspaces)
 	memBefore := redisUsedMemory(b, s)
+	statsBefore := redisStats(b, s)
 	topic := s.prefix + "txn.ingested"
 
 	b.ResetTimer()
@@ -171,8 +172,10 @@ func BenchmarkStreamThroughput(b *testing.B) {
 		// fetch ends with the profile's seconds (or the process).
 		go func() {
 			if poll(time.Minute, 100*time.Millisecond, func() bool { _, err := p.scrape(); return err == nil }) {
-				time.Sleep(2 * time.Second)
-				saveCPUProfile(b, p, "the stream's work", profile, max(2, min(20, n/5000)))
+				time.Sleep(time.Second)
+				// Well inside the run (about 20,000 events/s or more), so
+				// the profile ends before the stream does.
+				saveCPUProfile(b, p, "the stream's work", profile, max(1, min(20, n/60000)))
 			}
 		}()
 	}
@@ -185,9 +188,19 @@ func BenchmarkStreamThroughput(b *testing.B) {
 		b.Errorf("the stream exited with %d on SIGTERM", code)
 	}
 	b.Logf("hits by rule:\n%s", metricLines(scrape, "speculapro_stream_rule_hits_total"))
+	var timing []string
+	for _, l := range strings.Split(scrape, "\n") {
+		if (strings.Contains(l, "_sum") || strings.Contains(l, "_count")) && !strings.HasPrefix(l, "#") &&
+			(strings.Contains(l, "seconds") || strings.Contains(l, "_ns")) {
+			timing = append(timing, l)
+		}
+	}
+	b.Logf("timers:\n%s", strings.Join(timing, "\n"))
 	evaluated := metricSum(scrape, "speculapro_stream_events_evaluated_total")
 	hits := metricSum(scrape, "speculapro_stream_rule_hits_total")
 	memAfter := redisUsedMemory(b, s)
+	rstats := redisStats(b, s).minus(statsBefore)
+	b.Logf("Redis during the stream's run: %s", rstats.describe(n))
 	keyBytes, keys := s.memoryOfKeys(b)
 	accounts := map[string]bool{}
 	for i := range n {
@@ -219,6 +232,8 @@ func BenchmarkStreamThroughput(b *testing.B) {
 		{"stream events/s (stream.yaml)", streamRate, "/s", fmt.Sprintf("persister %.0f/s", persistRate), streamRate / persistRate, "ratio >= 1.0"},
 		{"stream events/s vs the issue's aim", streamRate, "/s", "25,000/s", streamRate / 25000, ">= 25,000/s"},
 		{"stream peak RSS", float64(rss) / (1 << 20), "MB", fmt.Sprintf("persister %.0f MB", float64(persistRSS)/(1<<20)), float64(rss) / float64(persistRSS), "-"},
+		{"Redis CPU per event (user+sys)", rstats.cpu / float64(n) * 1e6, "µs", "", 0, "-"},
+		{"Redis bytes in+out per event", float64(rstats.netIn+rstats.netOut) / float64(n), "B", "", 0, "-"},
 		{"Redis bytes per account (MEMORY USAGE)", perAccount, "B", fmt.Sprintf("%d keys", keys), 0, "-"},
 		{"Redis used_memory growth per account", usedPerAccount, "B", "", 0, "-"},
 	})
@@ -322,4 +337,95 @@ JOIN speculapro.rules r ON r.id = a.rule_id WHERE r.name = 't_every_transaction'
 		{"produce-to-alert max", pmax, "ms", "", 0, "-"},
 		{"stream peak RSS", float64(rss) / (1 << 20), "MB", "", 0, "-"},
 	})
+}
+
+// redisCounters are cumulative Redis counters (summed over a Cluster's
+// masters): CPU seconds, network bytes, calls and µs per command.
+type redisCounters struct {
+	cpu           float64
+	netIn, netOut int64
+	calls, usec   map[string]int64
+}
+
+func (c redisCounters) minus(o redisCounters) redisCounters {
+	d := redisCounters{cpu: c.cpu - o.cpu, netIn: c.netIn - o.netIn, netOut: c.netOut - o.netOut,
+		calls: map[string]int64{}, usec: map[string]int64{}}
+	for k, v := range c.calls {
+		if v -= o.calls[k]; v > 0 {
+			d.calls[k], d.usec[k] = v, c.usec[k]-o.usec[k]
+		}
+	}
+	return d
+}
+
+// describe says, per event of n, Redis's CPU, bytes and the commands that
+// took the most time.
+func (c redisCounters) describe(n int) string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "CPU %.1f µs/event, in %.0f B/event, out %.0f B/event; commands:",
+		c.cpu/float64(n)*1e6, float64(c.netIn)/float64(n), float64(c.netOut)/float64(n))
+	names := make([]string, 0, len(c.calls))
+	for k := range c.calls {
+		names = append(names, k)
+	}
+	sort.Slice(names, func(i, j int) bool { return c.usec[names[i]] > c.usec[names[j]] })
+	for _, k := range names[:min(6, len(names))] {
+		fmt.Fprintf(&sb, " %s %d calls %.1f µs/event (%.1f µs/call);", k, c.calls[k],
+			float64(c.usec[k])/float64(n), float64(c.usec[k])/float64(c.calls[k]))
+	}
+	return sb.String()
+}
+
+// redisStats reads INFO's CPU, network and command counters.
+func redisStats(b *testing.B, s *proofStack) redisCounters {
+	b.Helper()
+	ctx := context.Background()
+	c := redisCounters{calls: map[string]int64{}, usec: map[string]int64{}}
+	parse := func(info string) {
+		for _, l := range strings.Split(info, "\n") {
+			k, v, ok := strings.Cut(strings.TrimSpace(l), ":")
+			if !ok {
+				continue
+			}
+			switch {
+			case k == "used_cpu_user" || k == "used_cpu_sys":
+				f, _ := strconv.ParseFloat(v, 64)
+				c.cpu += f
+			case k == "total_net_input_bytes":
+				n, _ := strconv.ParseInt(v, 10, 64)
+				c.netIn += n
+			case k == "total_net_output_bytes":
+				n, _ := strconv.ParseInt(v, 10, 64)
+				c.netOut += n
+			case strings.HasPrefix(k, "cmdstat_"):
+				for _, f := range strings.Split(v, ",") {
+					fk, fv, _ := strings.Cut(f, "=")
+					n, _ := strconv.ParseInt(fv, 10, 64)
+					switch fk {
+					case "calls":
+						c.calls[k[len("cmdstat_"):]] += n
+					case "usec":
+						c.usec[k[len("cmdstat_"):]] += n
+					}
+				}
+			}
+		}
+	}
+	read := func(ctx context.Context, c redis.UniversalClient) error {
+		info, err := c.Info(ctx, "cpu", "stats", "commandstats").Result()
+		if err == nil {
+			parse(info)
+		}
+		return err
+	}
+	var err error
+	if cc, ok := s.redis.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return read(ctx, c) })
+	} else {
+		err = read(ctx, s.redis)
+	}
+	if err != nil {
+		b.Fatalf("INFO: %v", err)
+	}
+	return c
 }
