@@ -183,6 +183,7 @@ func BenchmarkStreamThroughput(b *testing.B) {
 	streamTime := time.Since(start)
 	b.StopTimer()
 	rss := p.peakRSS(b)
+	streamCPU := processCPU(b, p)
 	scrape, _ := p.scrape()
 	if code := p.signal(b, syscall.SIGTERM, time.Minute); code != 0 {
 		b.Errorf("the stream exited with %d on SIGTERM", code)
@@ -215,6 +216,7 @@ func BenchmarkStreamThroughput(b *testing.B) {
 	ls.waitStored(b, int64(n), time.Duration(n/1000)*time.Second+3*time.Minute)
 	persistTime := time.Since(start)
 	persistRSS := pp.peakRSS(b)
+	persistCPU := processCPU(b, pp)
 	if code := pp.signal(b, syscall.SIGTERM, time.Minute); code != 0 {
 		b.Errorf("the persister exited with %d on SIGTERM", code)
 	}
@@ -232,6 +234,7 @@ func BenchmarkStreamThroughput(b *testing.B) {
 		{"stream events/s (stream.yaml)", streamRate, "/s", fmt.Sprintf("persister %.0f/s", persistRate), streamRate / persistRate, "ratio >= 1.0"},
 		{"stream events/s vs the issue's aim", streamRate, "/s", "25,000/s", streamRate / 25000, ">= 25,000/s"},
 		{"stream peak RSS", float64(rss) / (1 << 20), "MB", fmt.Sprintf("persister %.0f MB", float64(persistRSS)/(1<<20)), float64(rss) / float64(persistRSS), "-"},
+		{"stream process CPU per event", streamCPU / float64(n) * 1e6, "µs", fmt.Sprintf("persister %.1f µs", persistCPU/float64(n)*1e6), streamCPU / persistCPU, "-"},
 		{"Redis CPU per event (user+sys)", rstats.cpu / float64(n) * 1e6, "µs", "", 0, "-"},
 		{"Redis bytes in+out per event", float64(rstats.netIn+rstats.netOut) / float64(n), "B", "", 0, "-"},
 		{"Redis bytes per account (MEMORY USAGE)", perAccount, "B", fmt.Sprintf("%d keys", keys), 0, "-"},
@@ -428,4 +431,19 @@ func redisStats(b *testing.B, s *proofStack) redisCounters {
 		b.Fatalf("INFO: %v", err)
 	}
 	return c
+}
+
+// processCPU is the CPU time (user + system, seconds) p has used so far.
+func processCPU(b *testing.B, p *binProcess) float64 {
+	b.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	if err != nil {
+		b.Fatalf("reading the stat of %s: %v", p.name, err)
+	}
+	// The fields after the command name (in parentheses): utime and stime
+	// are the 12th and 13th, in clock ticks (100 a second on Linux).
+	f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (ut + st) / 100
 }

@@ -30,70 +30,82 @@ func second(t *testing.T, tg target) redis.UniversalClient {
 // Two writers hammering the same customer and counterparty: the CAS loses
 // no update, and every event's features are those of one serial order (the
 // customer's count right after each event is 1..n, each exactly once).
+//
+// The same with one Store and two goroutines (two pipeline threads of one
+// process): its batches hold their entities and write in turn (cache.go).
 func TestConcurrentWritersKeepExactTotals(t *testing.T) {
 	for _, tg := range targets {
-		t.Run(tg.name, func(t *testing.T) {
-			c, prefix, _ := open(t, tg)
-			stores := []*Store{New(c, Options{KeyPrefix: prefix}), New(second(t, tg), Options{KeyPrefix: prefix})}
-			const perWriter, batch = 300, 10
-			at := time.Date(2026, 8, 1, 12, 0, 0, 0, time.UTC)
-			counts := make([][]int64, len(stores))
-			errs := make([]error, len(stores))
-			var wg sync.WaitGroup
-			for w, s := range stores {
-				wg.Go(func() {
-					ctx := context.Background()
-					for i := 0; i < perWriter; i += batch {
-						var evs []*event.Envelope
-						for j := i; j < i+batch; j++ {
-							evs = append(evs, txn(fmt.Sprintf("w%d-%d", w, j), fmt.Sprintf("acc-%d", w), "cust", "fp",
-								"1.0001", "EUR", event.DirectionOut, at.Add(time.Duration(j)*time.Second)))
-						}
-						got, err := s.Apply(ctx, evs)
-						if err != nil {
-							errs[w] = err
-							return
-						}
-						for _, f := range got {
-							counts[w] = append(counts[w], f["customer"].(map[string]any)["out_count_30d"].(int64))
-						}
-					}
-				})
+		for _, shared := range []bool{false, true} {
+			name := tg.name
+			if shared {
+				name += "/one_store"
 			}
-			wg.Wait()
-			for _, err := range errs {
+			t.Run(name, func(t *testing.T) {
+				c, prefix, _ := open(t, tg)
+				stores := []*Store{New(c, Options{KeyPrefix: prefix}), New(second(t, tg), Options{KeyPrefix: prefix})}
+				if shared {
+					stores[1] = stores[0]
+				}
+				const perWriter, batch = 300, 10
+				at := time.Date(2026, 8, 1, 12, 0, 0, 0, time.UTC)
+				counts := make([][]int64, len(stores))
+				errs := make([]error, len(stores))
+				var wg sync.WaitGroup
+				for w, s := range stores {
+					wg.Go(func() {
+						ctx := context.Background()
+						for i := 0; i < perWriter; i += batch {
+							var evs []*event.Envelope
+							for j := i; j < i+batch; j++ {
+								evs = append(evs, txn(fmt.Sprintf("w%d-%d", w, j), fmt.Sprintf("acc-%d", w), "cust", "fp",
+									"1.0001", "EUR", event.DirectionOut, at.Add(time.Duration(j)*time.Second)))
+							}
+							got, err := s.Apply(ctx, evs)
+							if err != nil {
+								errs[w] = err
+								return
+							}
+							for _, f := range got {
+								counts[w] = append(counts[w], f["customer"].(map[string]any)["out_count_30d"].(int64))
+							}
+						}
+					})
+				}
+				wg.Wait()
+				for _, err := range errs {
+					if err != nil {
+						t.Fatal(err)
+					}
+				}
+				seen := map[int64]bool{}
+				for _, cs := range counts {
+					for _, n := range cs {
+						if seen[n] || n < 1 || n > 2*perWriter {
+							t.Fatalf("customer out_count_30d %d returned twice or out of range", n)
+						}
+						seen[n] = true
+					}
+				}
+				ctx := context.Background()
+				cust, err := stores[0].ReadCustomer(ctx, testWorkspace, "cust", "EUR")
 				if err != nil {
 					t.Fatal(err)
 				}
-			}
-			seen := map[int64]bool{}
-			for _, cs := range counts {
-				for _, n := range cs {
-					if seen[n] || n < 1 || n > 2*perWriter {
-						t.Fatalf("customer out_count_30d %d returned twice or out of range", n)
-					}
-					seen[n] = true
+				cp, err := stores[0].ReadCounterparty(ctx, testWorkspace, "fp", "EUR")
+				if err != nil {
+					t.Fatal(err)
 				}
-			}
-			ctx := context.Background()
-			cust, err := stores[0].ReadCustomer(ctx, testWorkspace, "cust", "EUR")
-			if err != nil {
-				t.Fatal(err)
-			}
-			cp, err := stores[0].ReadCounterparty(ctx, testWorkspace, "fp", "EUR")
-			if err != nil {
-				t.Fatal(err)
-			}
-			n := int64(2 * perWriter)
-			sum := json.Number(fmt.Sprintf("%d.%04d", n, n)) // n × 1.0001
-			if cust["out_count_30d"] != n || cust["out_sum_30d"] != sum || cust["distinct_payees_30d"] != int64(1) {
-				t.Errorf("customer: %v", cust)
-			}
-			if cp["paid_count_30d"] != n || cp["paid_sum_30d"] != sum || cp["distinct_payers_30d"] != int64(2) {
-				t.Errorf("counterparty: %v", cp)
-			}
-			t.Logf("%d entity writes lost to the other writer and redone", stores[0].conflicts.Load()+stores[1].conflicts.Load())
-		})
+				n := int64(2 * perWriter)
+				sum := json.Number(fmt.Sprintf("%d.%04d", n, n)) // n × 1.0001
+				if cust["out_count_30d"] != n || cust["out_sum_30d"] != sum || cust["distinct_payees_30d"] != int64(1) {
+					t.Errorf("customer: %v", cust)
+				}
+				if cp["paid_count_30d"] != n || cp["paid_sum_30d"] != sum || cp["distinct_payers_30d"] != int64(2) {
+					t.Errorf("counterparty: %v", cp)
+				}
+				t.Logf("%d entity writes lost to the other writer and redone", stores[0].conflicts.Load()+stores[1].conflicts.Load())
+			})
+		}
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"strings"
 
 	"github.com/speculapro/speculapro/internal/event"
 )
@@ -16,7 +17,9 @@ import (
 //	[9:]   the state, in varints (below)
 const (
 	genLen        = 8
-	formatVersion = 1
+	formatVersion = 2
+	// formatV1 is the format before delta records: read, never written.
+	formatV1 = 1
 )
 
 // Field flags of a bucket.
@@ -278,18 +281,45 @@ func generation(v string) uint64 {
 
 // decode parses a value. An error wraps errCorrupt.
 func decode(v string) (*state, error) {
+	st, _, err := decodeBase(v)
+	return st, err
+}
+
+// decodeBase parses a value and returns the length of its base (the state
+// as last written whole; the delta records follow it).
+func decodeBase(v string) (*state, int, error) {
 	if len(v) < genLen+1 {
-		return nil, fmt.Errorf("%w: %d bytes", errCorrupt, len(v))
+		return nil, 0, fmt.Errorf("%w: %d bytes", errCorrupt, len(v))
 	}
-	if v[genLen] != formatVersion {
-		return nil, fmt.Errorf("%w: unknown format version %d", errCorrupt, v[genLen])
+	if v[genLen] != formatVersion && v[genLen] != formatV1 {
+		return nil, 0, fmt.Errorf("%w: unknown format version %d", errCorrupt, v[genLen])
 	}
 	r := &reader{s: v, off: genLen + 1}
+	st, err := r.base()
+	if err != nil {
+		return nil, 0, err
+	}
+	base := r.off
+	if v[genLen] == formatV1 && r.off != len(r.s) {
+		r.fail("trailing bytes")
+	}
+	for r.err == nil && r.off < len(r.s) {
+		r.record(st)
+	}
+	if r.err != nil {
+		return nil, 0, r.err
+	}
+	return st, base, nil
+}
+
+// base reads the state as written whole.
+func (r *reader) base() (*state, error) {
 	st := newState()
 	st.mx, st.lt, st.ls[0], st.ls[1] = r.time(), r.time(), r.time(), r.time()
 	strs := make([]string, r.count(1))
 	for i := range strs {
-		strs[i] = r.bytes(int(min(r.uvarint(), 1<<16)))
+		// A copy: a state may outlive the value (the cache keeps states).
+		strs[i] = strings.Clone(r.bytes(int(min(r.uvarint(), 1<<16))))
 	}
 	str := func(i uint64) string {
 		if i >= uint64(len(strs)) {
@@ -364,9 +394,6 @@ func decode(v string) (*state, error) {
 			seen.keys[i] = binary.LittleEndian.Uint64([]byte(h))
 			seen.vals[i] = base + int64(min(r.uvarint(), 1<<40))
 		}
-	}
-	if r.err == nil && r.off != len(r.s) {
-		r.fail("trailing bytes")
 	}
 	if r.err != nil {
 		return nil, r.err

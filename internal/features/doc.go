@@ -33,12 +33,13 @@
 // counterparty's events are the payments to it: a transaction in which it
 // pays in only reads its features.
 //
-// # Value format (version 1)
+// # Value format (version 2)
 //
 //	[0:8]  generation: big-endian uint64, +1 on every write (a new key
 //	       starts at a random one); the CAS compares these 8 bytes
-//	[8]    format version: 1
-//	then, as unsigned / zigzag varints:
+//	[8]    format version: 2 (1, written before delta records, is read too)
+//	then the base, the state as last written whole, as unsigned / zigzag
+//	varints:
 //	       head, latest transaction, latest sim_swap, latest profile_change
 //	         (unix s + 1; 0 = none)
 //	       string table: count, then length + bytes (currencies, event types)
@@ -52,6 +53,20 @@
 //	         and head − its latest occurred_at
 //	       replay memory: count, the earliest expiry (unix ms), then per
 //	         event an 8-byte hash of its id and its expiry − the earliest
+//	then zero or more delta records (delta.go), one per write since the
+//	base: the events that write counted (id hash, occurred_at, direction,
+//	currency, amount, the other side's id; or type), which a reader
+//	applies to the base in order, exactly as the writer did, pruning after
+//	each as the writer did (the record carries the write's wall-clock time
+//	and replay TTL).
+//
+// A write appends its record (SETRANGE of the generation, APPEND, in the
+// CAS script) while the records after the base stay at most the base's
+// size (and at least 2 KB may always be appended); otherwise it writes the
+// whole value again, as a new base. So a busy entity, whose base grows with
+// its distinct other sides and its replay memory, costs each batch about
+// 40 bytes per event it counts, not its whole value, and a value is at
+// most about twice its state.
 //
 // Amounts are integers in units of 0.0001 (transactions.amount is
 // numeric(20,4)): uvarint(zigzag(n) << 1) below 2^62 in magnitude, else
@@ -65,22 +80,31 @@
 // 2.7 KB, plus about 10 bytes per event id remembered. A value grows with the
 // distinct other sides of its 30 days (17–21 bytes each) and the events of its
 // last replay TTL: a counterparty paid by 100,000 accounts a month is a 2 MB
-// value, read and written once per batch that pays it.
+// state, read when the process does not hold it and written whole only when
+// its delta records reach its size.
 //
 // # Apply
 //
 // A batch's events are grouped by entity in order. Round trip 1: one
-// pipeline of GET for every entity touched (on a Cluster, go-redis sends one
-// pipeline per node, in parallel). Go decodes each value, applies the
+// pipeline of GET for every entity touched that the Store does not hold in
+// its cache (cache.go: the states this process last wrote, kept between
+// batches within Options.CacheBytes, checked by the write's CAS; an entity
+// only read is always read), on a Cluster one pipeline per node, in
+// parallel. Go decodes each value, applies the
 // entity's events in order and records each event's features right after it.
 // Round trip 2: one pipeline writing every changed entity with its events'
 // snapshots: per entity, for a key that did not exist SET NX EX, else a
-// CAS (GETRANGE 0 7 must equal the generation read, then SET EX), and only
+// CAS (GETRANGE 0 7 must equal the generation read, then SET EX, or
+// SETRANGE and APPEND of its delta record and EXPIRE), and only
 // if that wrote, HDEL of the snapshots of the events the state forgot,
 // HSET, EXPIRE, all in one script call. On a single Redis one call writes
 // up to 100 entities (the call itself costs about as much as its
 // commands); on a Cluster, whose scripts cannot span slots, one call per
-// entity. A write lost to another writer
+// entity. Within one process, a batch holds the entities it writes while
+// it computes them (another batch needing one waits), then publishes their
+// new states to the cache, so the next batch computes on them while this
+// one is written; the process's writes reach Redis one batch after the
+// other, in that order. A write lost to another writer
 // (another stream process, the ingest API's best-effort account events)
 // changes nothing; those entities alone are read again, recomputed from the
 // new value and their features replaced, up to 12 rounds (a short random

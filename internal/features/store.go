@@ -21,13 +21,20 @@ import (
 // read with (its first 8 bytes), and in the same call the entity's replay
 // snapshots (doc.go "Replays"): KEYS[2] is its snapshot hash (same hash
 // tag). ARGV: generation, value, TTL (s), snapshot hash TTL (s), "1" to drop
-// every snapshot first (a reset state remembers no event), the number of
+// every snapshot first (a reset state remembers no event) or "a" to append
+// (the value is then the new generation and a delta record: delta.go), the number of
 // fields to delete (the events the state forgot), those fields, then
 // field/snapshot pairs. HDEL and HSET go in chunks (unpack's stack limit).
 const casLua = `if redis.call('GETRANGE', KEYS[1], 0, 7) ~= ARGV[1] then
   return 0
 end
-redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3])
+if ARGV[5] == 'a' then
+  redis.call('SETRANGE', KEYS[1], 0, string.sub(ARGV[2], 1, 8))
+  redis.call('APPEND', KEYS[1], string.sub(ARGV[2], 9))
+  redis.call('EXPIRE', KEYS[1], ARGV[3])
+else
+  redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3])
+end
 if ARGV[5] == '1' then
   redis.call('DEL', KEYS[2])
 end
@@ -73,7 +80,9 @@ var cas, create = redis.NewScript(casLua), redis.NewScript(createLua)
 // pairs of an entity's key and its snapshot hash (same hash tag). ARGV:
 // TTL (s), snapshot hash TTL (s), then per entity: mode ("n" new key, "c"
 // compare, "r" compare and drop every snapshot first: a reset state
-// remembers no event), generation read ("" for "n"), value, the number of
+// remembers no event, "a" compare and append: the value is then the new
+// generation and a delta record, delta.go), generation read ("" for "n"),
+// value, the number of
 // fields to delete (the events the state forgot), the number of
 // field/snapshot arguments, those fields, then the field/snapshot pairs.
 // It returns one 1 (written) or 0 (lost to another writer) per entity.
@@ -90,7 +99,14 @@ for k = 1, #KEYS, 2 do
   if mode == 'n' then
     ok = redis.call('SET', key, ARGV[a + 2], 'NX', 'EX', ttl)
   elseif redis.call('GETRANGE', key, 0, 7) == ARGV[a + 1] then
-    ok = redis.call('SET', key, ARGV[a + 2], 'EX', ttl)
+    if mode == 'a' then
+      local v = ARGV[a + 2]
+      redis.call('SETRANGE', key, 0, string.sub(v, 1, 8))
+      redis.call('APPEND', key, string.sub(v, 9))
+      ok = redis.call('EXPIRE', key, ttl)
+    else
+      ok = redis.call('SET', key, ARGV[a + 2], 'EX', ttl)
+    end
   end
   a = a + 5
   if ok then
@@ -139,6 +155,8 @@ const snapMargin = time.Minute
 const (
 	DefaultKeyPrefix = "sp:"
 	DefaultReplayTTL = 30 * time.Minute
+	// DefaultCacheBytes is Options.CacheBytes' default.
+	DefaultCacheBytes = 64 << 20
 )
 
 // keyTTL is every key's TTL, from the wall clock, refreshed on write: the
@@ -157,6 +175,11 @@ type Options struct {
 	// ReplayTTL is how long an event id is remembered as counted
 	// (SP_STREAM_REPLAY_TTL); default 30 minutes.
 	ReplayTTL time.Duration
+	// CacheBytes bounds the entity states kept in memory between batches
+	// (doc.go "Apply": an entity this process wrote last is not read
+	// again), as an estimate of their Go memory; 0 is DefaultCacheBytes,
+	// negative turns the cache off.
+	CacheBytes int64
 }
 
 // Store keeps the running totals of the stream's features in Redis.
@@ -176,6 +199,16 @@ type Store struct {
 	// restored and missing count replayed entity sections given their
 	// first application's features from a snapshot, and those without one.
 	restored, missing atomic.Int64
+	// cache holds entity states between batches (cache.go); hits and
+	// reads count the entities taken from it and those read from Redis.
+	cache       *cache
+	hits, reads atomic.Int64
+}
+
+// CacheStats reports how many entities batches took from the cache (not
+// read from Redis) and how many they read.
+func (s *Store) CacheStats() (hits, reads int64) {
+	return s.hits.Load(), s.reads.Load()
 }
 
 // Snapshots reports how many replayed entity sections got their first
@@ -194,7 +227,11 @@ func New(client redis.UniversalClient, o Options) *Store {
 	if o.ReplayTTL <= 0 {
 		o.ReplayTTL = DefaultReplayTTL
 	}
-	return &Store{client: client, prefix: o.KeyPrefix, ttl: o.ReplayTTL, now: time.Now, snapMargin: snapMargin}
+	if o.CacheBytes == 0 {
+		o.CacheBytes = DefaultCacheBytes
+	}
+	return &Store{client: client, prefix: o.KeyPrefix, ttl: o.ReplayTTL, now: time.Now, snapMargin: snapMargin,
+		cache: newCache(o.CacheBytes)}
 }
 
 // Entity letters of the keys' hash tags.
@@ -255,15 +292,25 @@ type op struct {
 // entity is the work of a batch on one entity: its events in order, its
 // value as read, its state after them.
 type entity struct {
-	kind    byte
-	key     string
-	ops     []op
-	raw     string // the value as read
-	exists  bool
+	kind   byte
+	key    string
+	ops    []op
+	raw    string // the value as read
+	exists bool
+	gen    string // the generation read (the value's first 8 bytes), "" for none
+	// hit is the state taken from the cache instead of read (the
+	// generation in gen); the write's CAS checks it is still current.
+	hit     *state
 	corrupt error // the value as read did not decode: counted from empty
 	st      *state
 	changed bool
-	val     []byte // the value to write
+	// vlen and blen are the value's length in Redis and its base's (the
+	// delta records follow the base); d is this batch's record; appended
+	// says val is the new generation and that record, to append.
+	vlen, blen int
+	d          delta
+	appended   bool
+	val        []byte // the value to write
 	// snaps are the snapshots of the events counted (doc.go "Replays"),
 	// replays the events it had counted before (indexes into the batch),
 	// dropped the event hashes its state forgot (their snapshots go).
@@ -379,9 +426,15 @@ func (s *Store) ApplyReplays(ctx context.Context, events []*event.Envelope) ([]m
 		return out, replayed, nil
 	}
 	r := &run{events: events, preps: preps, out: out, replayed: replayed}
+	// Entities this process wrote last come from the cache (cache.go);
+	// the write's CAS proves them current (or they are read again, as
+	// below). Those only read are read: nothing would check a cached state
+	// of theirs.
 	pending := ents
 	for attempt := 1; ; attempt++ {
+		s.cache.take(pending, attempt == 1)
 		if err := s.load(ctx, pending); err != nil {
+			s.cache.abort(pending)
 			return nil, nil, err
 		}
 		r.now = s.now()
@@ -404,19 +457,30 @@ func (s *Store) ApplyReplays(ctx context.Context, events []*event.Envelope) ([]m
 				}
 			}
 		}
+		// The new states go to the cache now, for the next batch to
+		// compute on while this one is written; the writes go to Redis in
+		// the order of their batches (cache.go).
+		turn := s.cache.publish(pending)
 		if s.beforeWrite != nil {
 			s.beforeWrite(attempt)
 		}
+		s.cache.waitTurn(turn)
 		lost, err := s.write(ctx, pending)
+		s.cache.done(turn)
 		if err != nil {
+			s.cache.invalidate(pending)
 			return nil, nil, err
 		}
 		if len(lost) == 0 {
 			break
 		}
+		s.cache.invalidate(lost)
 		s.conflicts.Add(int64(len(lost)))
 		if attempt == maxAttempts {
 			return nil, nil, fmt.Errorf("features: %d of %d entities still changed by another writer after %d attempts", len(lost), len(ents), attempt)
+		}
+		for _, e := range lost {
+			e.hit = nil
 		}
 		pending = lost
 		// Another writer changed them between our read and write: read them
@@ -468,9 +532,22 @@ func (e *CorruptError) Unwrap() error { return e.Err }
 // load reads the values of ents in one pipeline.
 func (s *Store) load(ctx context.Context, ents []*entity) error {
 	cmds := make([]*redis.StringCmd, len(ents))
+	reads := 0
+	for _, e := range ents {
+		if e.hit == nil {
+			reads++
+		}
+	}
+	s.hits.Add(int64(len(ents) - reads))
+	s.reads.Add(int64(reads))
+	if reads == 0 {
+		return nil
+	}
 	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, e := range ents {
-			cmds[i] = p.Get(ctx, e.key)
+			if e.hit == nil {
+				cmds[i] = p.Get(ctx, e.key)
+			}
 		}
 		return nil
 	})
@@ -478,14 +555,17 @@ func (s *Store) load(ctx context.Context, ents []*entity) error {
 		return fmt.Errorf("features: redis: reading %d entities: %w", len(ents), err)
 	}
 	for i, e := range ents {
+		if e.hit != nil {
+			continue
+		}
 		v, err := cmds[i].Result()
 		switch {
 		case errors.Is(err, redis.Nil):
-			e.raw, e.exists = "", false
+			e.raw, e.exists, e.gen, e.vlen = "", false, "", 0
 		case err != nil:
 			return fmt.Errorf("features: redis: reading a %s: %w", kindName(e.kind), err)
 		default:
-			e.raw, e.exists = v, true
+			e.raw, e.exists, e.gen, e.vlen = v, true, strings.Clone(v[:min(genLen, len(v))]), len(v)
 		}
 	}
 	return nil
@@ -496,18 +576,24 @@ func (s *Store) load(ctx context.Context, ents []*entity) error {
 func (s *Store) compute(e *entity, r *run) {
 	e.corrupt = nil
 	e.st = newState()
-	if e.exists {
-		st, err := decode(e.raw)
+	switch {
+	case e.hit != nil:
+		e.st = e.hit
+	case e.exists:
+		st, base, err := decodeBase(e.raw)
 		if err != nil {
 			e.corrupt = err
 		} else {
-			e.st = st
+			e.st, e.blen = st, base
 		}
 	}
+	// The value read is not needed any more (the cache keeps states).
+	e.raw = ""
 	st := e.st
 	nowMs, ttlMs := r.now.UnixMilli(), s.ttl.Milliseconds()
 	e.changed = e.corrupt != nil
 	e.snaps, e.replays, e.dropped, e.arena = e.snaps[:0], e.replays[:0], e.dropped[:0], e.arena[:0]
+	e.d.reset()
 	keep := func(ev int, idh uint64, start int) {
 		e.snaps = append(e.snaps, snap{idh: idh, ev: ev, b: e.arena[start:len(e.arena):len(e.arena)]})
 	}
@@ -527,6 +613,7 @@ func (s *Store) compute(e *entity, r *run) {
 			seen := st.replay(p.idh, nowMs, ttlMs)
 			if !seen {
 				st.applyEvent(p.at, ev.Type)
+				e.d.event(p.idh, p.at, ev.Type)
 				e.changed = true
 			}
 			r.replayed[o.ev] = seen
@@ -554,6 +641,7 @@ func (s *Store) compute(e *entity, r *run) {
 					member = &p.cp
 				}
 				newcp, ssp = st.applyTxn(p.at, p.in, ev.Currency, p.units, p.sum, member)
+				e.d.txn(p.idh, p.at, p.in, ev.Currency, p.units, p.sum, member)
 				e.changed = true
 			}
 			start := len(e.arena)
@@ -603,9 +691,21 @@ func (s *Store) compute(e *entity, r *run) {
 		// writer's CAS still fails.
 		gen := rand.Uint64()
 		if e.exists {
-			gen = generation(e.raw) + 1
+			gen = generation(e.gen) + 1
 		}
-		e.val = encode(e.val[:0], gen, st)
+		// Append this batch's record while the records stay smaller than
+		// the base (delta.go); else write the whole value again.
+		e.appended = false
+		if e.exists && e.corrupt == nil && e.blen > 0 {
+			e.val = binary.BigEndian.AppendUint64(e.val[:0], gen)
+			e.val = e.d.appendRecord(e.val, nowMs, ttlMs)
+			if e.vlen-e.blen+len(e.val)-genLen <= max(e.blen, deltaMin) {
+				e.appended = true
+			}
+		}
+		if !e.appended {
+			e.val = encode(e.val[:0], gen, st)
+		}
 	}
 }
 
@@ -728,9 +828,12 @@ func (s *Store) write(ctx context.Context, ents []*entity) ([]*entity, error) {
 		cur.keys = append(cur.keys, e.key, snapKey(e.key))
 		mode, gen := "n", ""
 		if e.exists {
-			mode, gen = "c", e.raw[:min(genLen, len(e.raw))]
-			if e.corrupt != nil {
+			mode, gen = "c", e.gen
+			switch {
+			case e.corrupt != nil:
 				mode = "r"
+			case e.appended:
+				mode = "a"
 			}
 		}
 		cur.args = append(cur.args, mode, gen, e.val, len(e.dropped), 2*len(e.snaps))
@@ -814,11 +917,14 @@ func (s *Store) writeEach(ctx context.Context, ents []*entity) ([]*entity, error
 		x := w{e: e, sc: cas, keys: []string{e.key, snapKey(e.key)}}
 		if e.exists {
 			reset := "0"
-			if e.corrupt != nil {
+			switch {
+			case e.corrupt != nil:
 				reset = "1"
+			case e.appended:
+				reset = "a"
 			}
 			x.args = make([]any, 0, 6+len(e.dropped)+2*len(e.snaps))
-			x.args = append(x.args, e.raw[:min(genLen, len(e.raw))], e.val, ttlArg, snapTTL, reset, len(e.dropped))
+			x.args = append(x.args, e.gen, e.val, ttlArg, snapTTL, reset, len(e.dropped))
 			for _, h := range e.dropped {
 				x.args = append(x.args, snapField(h))
 			}

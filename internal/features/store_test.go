@@ -544,7 +544,8 @@ func TestTwoRoundTripsPerBatch(t *testing.T) {
 	for _, tg := range targets {
 		t.Run(tg.name, func(t *testing.T) {
 			c, prefix, cnt := open(t, tg)
-			s := New(c, Options{KeyPrefix: prefix})
+			// Without the cache: every entity is read (TestCacheSkipsReads).
+			s := New(c, Options{KeyPrefix: prefix, CacheBytes: -1})
 			ctx := context.Background()
 			evs := realistic(1200, 300, time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC), 7)
 			// Warm up: the first batch loads the CAS script (NOSCRIPT, then
@@ -596,6 +597,77 @@ func TestTwoRoundTripsPerBatch(t *testing.T) {
 	}
 }
 
+// With the cache, a batch reads only the entities this Store has not
+// written or read before, and those it only reads (a counterparty paying
+// in); every feature equals that of a Store without a cache.
+func TestCacheSkipsReads(t *testing.T) {
+	for _, tg := range targets {
+		t.Run(tg.name, func(t *testing.T) {
+			c, prefix, cnt := open(t, tg)
+			s := New(c, Options{KeyPrefix: prefix})
+			ref := New(c, Options{KeyPrefix: prefix + "ref:", CacheBytes: -1})
+			ctx := context.Background()
+			evs := realistic(1200, 300, time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC), 9)
+			known := map[string]bool{}
+			for off := 0; off < len(evs); off += 200 {
+				batch := evs[off : off+200]
+				// Per entity of the batch: is it written (some event counts
+				// on it)?
+				written := map[string]bool{}
+				for _, e := range batch {
+					if e.Kind == event.KindAccountEvent {
+						written["c"+e.CustomerExternalID] = true
+						continue
+					}
+					written["a"+e.AccountExternalID], written["c"+e.CustomerExternalID] = true, true
+					if e.Counterparty != nil {
+						k := "p" + e.Counterparty.Fingerprint
+						written[k] = written[k] || e.Direction == event.DirectionOut
+					}
+				}
+				reads, writes := 0, 0
+				for k, w := range written {
+					if !known[k] || !w {
+						reads++
+					}
+					if w {
+						writes++
+					}
+				}
+				calls := writes
+				if _, ok := c.(*redis.ClusterClient); !ok {
+					calls = (writes + perCall - 1) / perCall
+				}
+				cnt.reset()
+				got, err := s.Apply(ctx, batch)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if off > 0 {
+					// (The first batch also loads the script.)
+					if n := cnt.piped.Load(); n != int64(reads+calls) {
+						t.Errorf("batch at %d: %d commands piped, want %d reads and %d write calls", off, n, reads, calls)
+					}
+				}
+				want, err := ref.Apply(ctx, batch)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !reflect.DeepEqual(got, want) {
+					t.Fatalf("batch at %d: features differ from a Store without a cache", off)
+				}
+				for k, w := range written {
+					// (A counterparty only ever read has no key to cache.)
+					known[k] = known[k] || w
+				}
+			}
+			if hits, reads := s.CacheStats(); hits == 0 || reads == 0 {
+				t.Errorf("cache hits %d, reads %d: want both", hits, reads)
+			}
+		})
+	}
+}
+
 func TestScriptReloadAfterFlush(t *testing.T) {
 	c, prefix, _ := open(t, targets[0])
 	s := New(c, Options{KeyPrefix: prefix})
@@ -641,6 +713,54 @@ func TestHugeSumsStayExact(t *testing.T) {
 			if a := got[12]["account"].(map[string]any); a["out_sum_1h"] != want || a["out_sum_30d"] != want || a["out_count_24h"] != int64(13) {
 				t.Fatalf("huge sums: %v", a)
 			}
+		})
+	}
+}
+
+// A value written as a base and appended delta records decodes to exactly
+// the state its writer holds (delta.go), replays and account events
+// included, and busy entities do get records appended.
+func TestDeltaRecordsDecodeToTheWritersState(t *testing.T) {
+	for _, tg := range targets {
+		t.Run(tg.name, func(t *testing.T) {
+			c, prefix, _ := open(t, tg)
+			s := New(c, Options{KeyPrefix: prefix})
+			ctx := context.Background()
+			evs := realistic(3000, 40, time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC), 11)
+			for off := 0; off < len(evs); off += 150 {
+				batch := evs[off : off+150]
+				if off >= 300 {
+					// Replays of the previous batch's first events ride along.
+					batch = append(append([]*event.Envelope(nil), evs[off-20:off]...), batch...)
+				}
+				if _, err := s.Apply(ctx, batch); err != nil {
+					t.Fatal(err)
+				}
+			}
+			appended := 0
+			for k, x := range s.cache.m {
+				v, err := c.Get(ctx, k).Result()
+				if err != nil {
+					t.Fatalf("%s: %v", k, err)
+				}
+				st, base, err := decodeBase(v)
+				if err != nil {
+					t.Fatalf("%s: %v", k, err)
+				}
+				if len(v) != x.vlen || base != x.blen {
+					t.Fatalf("%s: %d bytes with a %d-byte base, the cache says %d and %d", k, len(v), base, x.vlen, x.blen)
+				}
+				if base < len(v) {
+					appended++
+				}
+				if got, want := encode(nil, 1, st), encode(nil, 1, x.st); string(got) != string(want) {
+					t.Fatalf("%s: the value decodes to another state than its writer's", k)
+				}
+			}
+			if appended == 0 {
+				t.Fatal("no value has delta records")
+			}
+			t.Logf("%d of %d values with delta records", appended, len(s.cache.m))
 		})
 	}
 }

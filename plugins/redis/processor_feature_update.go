@@ -25,6 +25,7 @@ const (
 	fuFieldKinds      = "kinds"
 	fuFieldBestEffort = "best_effort"
 	fuFieldTimeout    = "timeout"
+	fuFieldCacheBytes = "cache_bytes"
 )
 
 // Metric names (the stream role's prefix; the ingest role records them too).
@@ -94,6 +95,10 @@ Metrics: `+"`"+metricRoundtrip+"`"+` (per pipeline to a node) and `+"`"+metricFe
 			service.NewDurationField(fuFieldTimeout).
 				Description("Bound of one attempt at a batch.").
 				Default("5s").
+				Advanced(),
+			service.NewIntField(fuFieldCacheBytes).
+				Description("Memory (an estimate, in bytes) for the running totals this process last wrote, kept between batches so they are not read from Redis again (the write's compare-and-set still checks them); 0 keeps none.").
+				Default(features.DefaultCacheBytes).
 				Advanced(),
 		)
 }
@@ -166,6 +171,17 @@ func newFeatureUpdate(conf *service.ParsedConfig, mgr *service.Resources) (*feat
 	}
 	if p.timeout <= 0 {
 		return nil, fmt.Errorf("feature_update: %s must be positive", fuFieldTimeout)
+	}
+	cacheBytes, err := conf.FieldInt(fuFieldCacheBytes)
+	if err != nil {
+		return nil, err
+	}
+	if cacheBytes < 0 {
+		return nil, fmt.Errorf("feature_update: %s must not be negative, got %d", fuFieldCacheBytes, cacheBytes)
+	}
+	p.opts.CacheBytes = int64(cacheBytes)
+	if cacheBytes == 0 {
+		p.opts.CacheBytes = -1
 	}
 	// The URL is checked now (no I/O), so a typo fails at start; the
 	// client itself is opened on the first batch.

@@ -1,0 +1,222 @@
+package features
+
+import (
+	"sync"
+	"unsafe"
+)
+
+// cache keeps, between batches, the state of entities as this process last
+// wrote (or read) them, with the generation Redis holds them at, so that a
+// batch does not read again what the process already has (doc.go "Apply").
+// It is only ever a guess: the write's CAS compares the generation, and an
+// entity somebody else wrote since is read again and recomputed, exactly as
+// after a lost race. An entity only read in a batch (a counterparty paying
+// in) is always read, since nothing would check a cached state of it.
+//
+// A batch holds the entities it writes while it computes them: another
+// batch of the same process that needs one of them waits until all of its
+// own are free (all at once: no batch holds some while waiting for others,
+// so none waits forever). Once computed, the batch publishes the new states
+// to the cache and lets go, so the next batch computes on them while this
+// one is written; writes then go to Redis one batch after the other, in
+// the order the batches published, so a batch's CAS expects exactly what
+// the batch before it writes. A write that fails or is lost drops the
+// states it published (a batch that computed on them fails its own CAS and
+// reads again).
+type cache struct {
+	max   int64 // negative: keep nothing (entities are still held)
+	mu    sync.Mutex
+	free  *sync.Cond // signalled when a batch releases its entities
+	held  map[string]bool
+	m     map[string]cached
+	bytes int64
+	// next is the turn the next publishing batch gets; turn the one
+	// writing now.
+	next, turn uint64
+}
+
+type cached struct {
+	gen        string
+	st         *state
+	size       int64
+	vlen, blen int // the value's length in Redis, its base's
+}
+
+func newCache(max int64) *cache {
+	c := &cache{max: max, m: map[string]cached{}, held: map[string]bool{}}
+	c.free = sync.NewCond(&c.mu)
+	return c
+}
+
+// take holds ents (those it writes: not those only read), waiting until
+// no other batch holds any of them, and with fromCache moves each one's
+// cached state (if any) into e.hit, e.gen, e.vlen and e.blen.
+func (c *cache) take(ents []*entity, fromCache bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for busy := true; busy; {
+		busy = false
+		for _, e := range ents {
+			if c.held[e.key] && !readOnly(e) {
+				busy = true
+				c.free.Wait()
+				break
+			}
+		}
+	}
+	for _, e := range ents {
+		if readOnly(e) {
+			continue
+		}
+		c.held[e.key] = true
+		x, ok := c.m[e.key]
+		if !ok || !fromCache {
+			continue
+		}
+		delete(c.m, e.key)
+		c.bytes -= x.size
+		e.hit, e.gen, e.exists, e.vlen, e.blen = x.st, x.gen, true, x.vlen, x.blen
+	}
+}
+
+func readOnly(e *entity) bool {
+	for _, o := range e.ops {
+		if o.mode != modeRead {
+			return false
+		}
+	}
+	return true
+}
+
+// abort lets go of ents without publishing anything.
+func (c *cache) abort(ents []*entity) {
+	c.mu.Lock()
+	for _, e := range ents {
+		if !readOnly(e) {
+			delete(c.held, e.key)
+		}
+	}
+	c.mu.Unlock()
+	c.free.Broadcast()
+}
+
+// publish puts every entity's new state (the one Redis will hold at its
+// new generation once written) in the cache, lets go of ents, and returns
+// the batch's turn to write.
+func (c *cache) publish(ents []*entity) uint64 {
+	c.mu.Lock()
+	for _, e := range ents {
+		ro := readOnly(e)
+		if !ro {
+			delete(c.held, e.key)
+		}
+		gen, vlen, blen := e.gen, e.vlen, e.blen
+		switch {
+		case e.changed && e.appended:
+			gen, vlen = string(e.val[:genLen]), e.vlen+len(e.val)-genLen
+		case e.changed:
+			gen, vlen, blen = string(e.val[:genLen]), len(e.val), len(e.val)
+		}
+		if c.max < 0 || gen == "" || e.st == nil || e.corrupt != nil && !e.changed {
+			continue // no key in Redis, or nothing readable
+		}
+		old, ok := c.m[e.key]
+		if ro && (ok || c.held[e.key]) {
+			// Only read: another batch may have published a newer state.
+			continue
+		}
+		if ok {
+			c.bytes -= old.size
+		}
+		size := e.st.footprint() + int64(len(e.key))
+		c.m[e.key] = cached{gen: gen, st: e.st, size: size, vlen: vlen, blen: blen}
+		c.bytes += size
+	}
+	if c.bytes > c.max {
+		c.evict(ents)
+	}
+	turn := c.next
+	c.next++
+	c.mu.Unlock()
+	c.free.Broadcast()
+	return turn
+}
+
+// evict drops states until the cache is within its budget: others than
+// ents' first, then (a batch larger than the budget) ents' own.
+func (c *cache) evict(ents []*entity) {
+	used := make(map[string]bool, len(ents))
+	for _, e := range ents {
+		used[e.key] = true
+	}
+	for pass := 0; pass < 2 && c.bytes > c.max; pass++ {
+		for k, x := range c.m {
+			if c.bytes <= c.max {
+				break
+			}
+			if pass == 0 && used[k] {
+				continue
+			}
+			delete(c.m, k)
+			c.bytes -= x.size
+		}
+	}
+}
+
+// waitTurn returns once every batch that published before turn has
+// written (or failed).
+func (c *cache) waitTurn(turn uint64) {
+	c.mu.Lock()
+	for c.turn != turn {
+		c.free.Wait()
+	}
+	c.mu.Unlock()
+}
+
+// done ends turn's write.
+func (c *cache) done(turn uint64) {
+	c.mu.Lock()
+	c.turn = turn + 1
+	c.mu.Unlock()
+	c.free.Broadcast()
+}
+
+// invalidate drops the states ents published, where no later batch has
+// replaced them: their write failed or was lost.
+func (c *cache) invalidate(ents []*entity) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, e := range ents {
+		if !e.changed {
+			continue
+		}
+		if x, ok := c.m[e.key]; ok && x.gen == string(e.val[:genLen]) {
+			delete(c.m, e.key)
+			c.bytes -= x.size
+		}
+	}
+}
+
+// footprint estimates st's Go memory.
+func (st *state) footprint() int64 {
+	n := int64(unsafe.Sizeof(*st))
+	for l := range st.lv {
+		n += int64(cap(st.lv[l])) * int64(unsafe.Sizeof(bucket{}))
+		for i := range st.lv[l] {
+			b := &st.lv[l][i]
+			n += int64(cap(b.sums))*int64(unsafe.Sizeof(csum{})) + int64(cap(b.evs))*int64(unsafe.Sizeof(tcount{}))
+		}
+	}
+	for d := range st.members {
+		m := &st.members[d]
+		n += int64(cap(m.keys))*16 + int64(cap(m.vals))*8
+		if m.idx != nil {
+			n += int64(len(m.idx)) * 40
+		}
+	}
+	n += int64(cap(st.seen.keys))*8 + int64(cap(st.seen.vals))*8
+	if st.seen.idx != nil {
+		n += int64(len(st.seen.idx)) * 32
+	}
+	return n
+}
