@@ -590,6 +590,9 @@ func TestMissingPartitionHandsBackOnlyItsPartition(t *testing.T) {
 	if waited[1] < waited[0] {
 		t.Errorf("waits %v ms: the second wait is shorter than the first", waited)
 	}
+	if f, r := h.m.get("faults{transactions}"), h.m.get("retries{transactions}"); f != 1 || r != 2 {
+		t.Errorf("faults=%d retries=%d, want one fault (the partition started waiting) and a retry per hand-back", f, r)
+	}
 	if n := h.count("SELECT count(*) FROM speculapro.transactions"); n != 20 {
 		t.Errorf("stored %d, want the 20 rows of partitions 0 and 2", n)
 	}

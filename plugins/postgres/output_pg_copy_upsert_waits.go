@@ -184,6 +184,11 @@ func (o *pgCopyUpsert) storeAroundWaits(ctx context.Context, batch service.Messa
 	}
 	policy := retry.Policy{Initial: o.initialBackoff, Max: o.maxBackoff, Jitter: retryJitter}
 	w.wait = policy.Backoff(attempts)
+	if attempts > 1 {
+		// These records were handed back before: the fault was counted
+		// when they first waited; this is one more retry of it.
+		*faulted = true
+	}
 	o.retrying(w.rows, w.err, w.wait, faulted)
 	return res, w, nil
 }
