@@ -3,6 +3,7 @@ package event
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,9 +39,30 @@ type stageTimes map[string]int
 
 func (s stageTimes) Timing(_ int64, labels ...string) { s[labels[len(labels)-1]]++ }
 
+// A record no partition will hold (2100) is flagged like any undecodable
+// one, with the reason.
+func TestEventDecodeFlagsAnOccurredAtNoPartitionHolds(t *testing.T) {
+	ws := event.UUID{1}
+	at := time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)
+	b, err := event.Encode(event.Envelope{
+		Kind: event.KindTransaction, ID: event.TransactionID(ws, "far", at), WorkspaceID: ws,
+		ExternalID: "far", OccurredAt: at, AccountExternalID: "acc-1",
+		Amount: "1.00", Currency: "EUR", Direction: event.DirectionOut,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = event.Decode(b)
+	if !errors.Is(err, event.ErrOutOfLimits) || !strings.Contains(err.Error(), "occurred_at") {
+		t.Fatalf("Decode of a record dated 2100 = %v, want ErrOutOfLimits naming occurred_at", err)
+	}
+}
+
 func testTransaction(t *testing.T, ws event.UUID, ext string) []byte {
 	t.Helper()
-	at := time.Date(2026, 11, 3, 10, 0, 0, 0, time.UTC)
+	// Inside the partition window whenever the test runs: the decoder
+	// refuses an occurred_at no partition will hold.
+	at := time.Now().UTC().Truncate(time.Hour).Add(-2 * time.Hour)
 	b, err := event.Encode(event.Envelope{
 		Kind: event.KindTransaction, ID: event.TransactionID(ws, ext, at), WorkspaceID: ws,
 		ExternalID: ext, OccurredAt: at, AccountExternalID: "acc-1",
