@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -369,7 +370,9 @@ func (a *ingestAPI) decide(ctx context.Context, ws event.UUID, kind event.Kind, 
 			// external_id: the lookup only covers entries Redis lost or
 			// expired, and Kafka, not PostgreSQL, is where an item must be
 			// safe. Sending keeps ingest up while PostgreSQL is down.
-			a.log.Warnf("ingest_api: looking up %d external IDs in the database, sending them anyway: %v", len(exts), err)
+			if a.rateLimited(&a.dbLogged) {
+				a.log.Warnf("ingest_api: looking up %d external IDs in the database, sending them anyway: %v", len(exts), err)
+			}
 		}
 		var upKeys []string
 		var upEntries []idemEntry
@@ -423,12 +426,18 @@ func (a *ingestAPI) decide(ctx context.Context, ws event.UUID, kind event.Kind, 
 
 // logRedis logs a Redis failure at most once every 10 s.
 func (a *ingestAPI) logRedis(err error) {
-	now := time.Now().UnixNano()
-	last := a.redisLogged.Load()
-	if now-last < int64(10*time.Second) || !a.redisLogged.CompareAndSwap(last, now) {
-		return
+	if a.rateLimited(&a.redisLogged) {
+		a.log.Warnf("ingest_api: Redis (resend check): %v", err)
 	}
-	a.log.Warnf("ingest_api: Redis (resend check): %v", err)
+}
+
+// rateLimited reports whether a WARN of the kind last (UnixNano of its last
+// one) may be logged now: at most one every 10 s, so an outage logs a line
+// every 10 s, not one per request.
+func (a *ingestAPI) rateLimited(last *atomic.Int64) bool {
+	now := time.Now().UnixNano()
+	l := last.Load()
+	return now-l >= int64(10*time.Second) && last.CompareAndSwap(l, now)
 }
 
 // deliver hands items to the pipeline as one batch and sets each one's

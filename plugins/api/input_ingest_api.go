@@ -156,6 +156,7 @@ type ingestAPI struct {
 	idem        *idemStore
 	redisURL    string
 	redisLogged atomic.Int64 // UnixNano of the last Redis WARN
+	dbLogged    atomic.Int64 // UnixNano of the last stored-ID lookup WARN
 
 	// jobs hands batches from handlers to ReadBatch; unbuffered so a batch
 	// is only ever in the pipeline's hands or its handler's, never parked.
