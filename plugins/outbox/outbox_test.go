@@ -85,8 +85,8 @@ func TestParseSMTPURL(t *testing.T) {
 	}
 	for _, bad := range []string{
 		"smtps://u:s3cret@mail.example?from=a@b.example", // implicit TLS is not offered: STARTTLS always
-		"smtp://u:s3cret@mail.example",                  // no from
-		"smtp://u:s3cret@mail.example?from=nope",        // from not an address
+		"smtp://u:s3cret@mail.example",                   // no from
+		"smtp://u:s3cret@mail.example?from=nope",         // from not an address
 		"smtp://u:s3cret@mail.example?from=a@b.example&ca_file=/does/not/exist",
 		"::not a url s3cret",
 	} {
