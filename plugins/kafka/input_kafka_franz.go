@@ -203,7 +203,8 @@ type kafkaFranzInput struct {
 	// stop at once instead of waiting out their backoff.
 	running     context.Context
 	stopRunning context.CancelCauseFunc
-	watchedRead context.Context // the ReadBatch context watched for the stop
+	lastRead    context.Context // the context of the last ReadBatch
+	watching    context.Context // the one watched for the stop
 
 	// mu guards tracker, changed, client, closing and stop. It is never
 	// held while calling into the client except for pause/resume, which
@@ -507,16 +508,22 @@ func (in *kafkaFranzInput) checkTopics(ctx context.Context, cl *kgo.Client) erro
 }
 
 // watchForStop ends every lease with lease.ErrShutdown once ctx, the
-// engine's reading context, is cancelled: the engine cancels it when it
-// stops the stream, before it waits for the batches in flight. A deadline
-// (a caller's timeout on one read) is no stop.
+// engine's reading context, is cancelled: the engine passes the same context
+// to every ReadBatch and cancels it when it stops the stream, before it waits
+// for the batches in flight. Only a context passed twice in a row is
+// watched, so a caller's context for one read (cancelled when that read
+// returns) is no stop; nor is a deadline.
 func (in *kafkaFranzInput) watchForStop(ctx context.Context) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	if in.watchedRead == ctx || ctx.Done() == nil {
+	if ctx.Done() == nil || in.watching == ctx {
 		return
 	}
-	in.watchedRead = ctx
+	if in.lastRead != ctx {
+		in.lastRead = ctx
+		return
+	}
+	in.watching = ctx
 	context.AfterFunc(ctx, func() {
 		if errors.Is(ctx.Err(), context.Canceled) {
 			in.stopRunning(lease.ErrShutdown)
