@@ -437,6 +437,27 @@ func (s *decisionStack) checkStoredOnce(t testing.TB, answers map[string]decisio
 		bad = append(bad, fmt.Sprintf("decision.created deliveries: %d (%d distinct), want %d", hooks, decs, want))
 	}
 	sort.Strings(bad)
+	if len(bad) > 0 {
+		// Where the missing ones are: on the topic (then the persister
+		// did not store them) or not (then the decision role lost them).
+		onTopic := s.externalIDsOnTopic(t, 5*time.Second)
+		missing, there := 0, 0
+		for ext := range answers {
+			if got[ext] == nil && !lost[ext] {
+				missing++
+				if onTopic[ext] > 0 {
+					there++
+				}
+			}
+		}
+		dup := 0
+		for _, c := range onTopic {
+			if c > 1 {
+				dup++
+			}
+		}
+		bad = append([]string{fmt.Sprintf("diagnosis: %d answered but not stored, %d of them on the topic; %d records on the topic, %d external_ids there more than once", missing, there, len(onTopic), dup)}, bad...)
+	}
 	if len(bad) > 10 {
 		bad = append(bad[:10], fmt.Sprintf("… and %d more", len(bad)-10))
 	}
@@ -480,4 +501,32 @@ func consumeFor(t testing.TB, s *decisionStack, d time.Duration) int {
 		n += cl.PollFetches(ctx).NumRecords()
 	}
 	return n
+}
+
+// externalIDsOnTopic counts the records of each external_id on the stack's
+// txn.ingested.
+func (s *decisionStack) externalIDsOnTopic(t testing.TB, idle time.Duration) map[string]int {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(s.brokers...), kgo.ConsumeTopics(s.prefix+"txn.ingested"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	out := map[string]int{}
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), idle)
+		f := cl.PollFetches(ctx)
+		cancel()
+		if f.NumRecords() == 0 {
+			return out
+		}
+		f.EachRecord(func(r *kgo.Record) {
+			var e struct {
+				ExternalID string `json:"external_id"`
+			}
+			_ = json.Unmarshal(r.Value, &e)
+			out[e.ExternalID]++
+		})
+	}
 }

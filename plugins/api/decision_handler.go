@@ -141,7 +141,9 @@ func (a *decisionAPI) handleDecision(w http.ResponseWriter, r *http.Request, ws 
 	a.handlers.Add(1)
 	defer a.handlers.Done()
 	arrived, _ := r.Context().Value(arrivalKey{}).(time.Time)
-	deadline := arrived.Add(a.timeout)
+	// The answer must be written by arrival + timeout: the fallback is
+	// chosen a little earlier, leaving room to encode and send it.
+	deadline := arrived.Add(a.timeout - min(a.timeout/10, 20*time.Millisecond))
 
 	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(strings.ToLower(ct), "application/json") {
 		return writeError(w, http.StatusUnsupportedMediaType, fmt.Errorf("content type %.40q: send application/json", ct))
@@ -249,20 +251,36 @@ func (a *decisionAPI) rememberKey(env *event.Envelope) string {
 	return a.fopts.KeyPrefix + "decision:" + env.WorkspaceID.String() + ":" + hex.EncodeToString(h.Sum(nil)[:16])
 }
 
-// redisPaused reports whether a recent Redis failure leaves it alone.
-func (a *decisionAPI) redisPaused() bool {
+// redisPaused reports whether decisions leave Redis alone: for a second
+// after it failed, then while one request probes it (a hung Redis must not
+// cost every request its whole timeout). It returns a done func that
+// reports how the call went.
+func (a *decisionAPI) redisPaused() (paused bool) {
 	a.redisMu.Lock()
 	defer a.redisMu.Unlock()
-	return time.Now().Before(a.redisPausedTil)
+	if !a.redisBroken {
+		return false
+	}
+	if time.Now().Before(a.redisPausedTil) || a.redisProbing {
+		return true
+	}
+	a.redisProbing = true // this request probes; the others fall back
+	return false
 }
 
-func (a *decisionAPI) redisFailed(ctx context.Context, err error) {
-	if ctx.Err() != nil && errors.Is(err, context.DeadlineExceeded) {
-		// Our own deadline, not necessarily Redis's fault.
-		return
-	}
+// redisFailed pauses Redis after a failure or a call that did not finish
+// within the decision's deadline.
+func (a *decisionAPI) redisFailed(_ context.Context, _ error) {
 	a.redisMu.Lock()
+	a.redisBroken, a.redisProbing = true, false
 	a.redisPausedTil = time.Now().Add(daRedisPause)
+	a.redisMu.Unlock()
+}
+
+// redisAnswered closes the circuit again.
+func (a *decisionAPI) redisAnswered() {
+	a.redisMu.Lock()
+	a.redisBroken, a.redisProbing = false, false
 	a.redisMu.Unlock()
 }
 
@@ -296,6 +314,7 @@ func (a *decisionAPI) decide(ctx context.Context, env *event.Envelope, arrived t
 		a.redisFailed(ctx, err)
 		return a.fallbackFor(env, degradedRedis), true
 	}
+	a.redisAnswered()
 	resp := decisionResponse{ID: env.ID.String(), ExternalID: env.ExternalID, Decision: event.OutcomeApprove, Rules: []decisionRule{}}
 	if prog != nil {
 		hits, _ := prog.Evaluate(env, feats[0])

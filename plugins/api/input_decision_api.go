@@ -122,6 +122,8 @@ type decisionAPI struct {
 
 	redisMu        sync.Mutex
 	redisPausedTil time.Time
+	redisBroken    bool // Redis failed: left alone until redisPausedTil, then probed
+	redisProbing   bool // one request probes a broken Redis
 
 	mu      sync.Mutex
 	srv     *http.Server

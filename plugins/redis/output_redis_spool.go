@@ -388,15 +388,25 @@ func (s *redisSpool) write(ctx context.Context, entries []*spoolEntry) []*spoolE
 	}
 	var berr *service.BatchError
 	if errors.As(err, &berr) && berr.IndexedErrors() > 0 {
+		// The wrapped output reports per message on the batch it was
+		// handed, which holds our messages in our order (OwnedOutput
+		// copies the parts, so WalkMessagesIndexedBy cannot trace them
+		// back and walks nothing: every failure would pass for a
+		// delivery). A walk of another length is not trusted: then
+		// everything counts as failed (a delivered one is sent again;
+		// storing is idempotent).
 		var failed []*spoolEntry
-		berr.WalkMessagesIndexedBy(batch.Index(), func(i int, _ *service.Message, err error) bool {
-			if err != nil {
+		walked := 0
+		berr.WalkMessages(func(i int, _ *service.Message, err error) bool { //nolint:staticcheck // see above
+			walked++
+			if err != nil && i >= 0 && i < len(entries) {
 				failed = append(failed, entries[i])
 			}
 			return true
 		})
-		// WalkMessagesIndexedBy visits the batch in order, so failed keeps
-		// the oldest first.
+		if walked != len(entries) || len(failed) < berr.IndexedErrors() {
+			return entries
+		}
 		return failed
 	}
 	return entries
