@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"sync"
 	"time"
 
@@ -89,7 +90,9 @@ killed between the acknowledgement and the removal replays its last chunk again;
 On a clean stop the buffer is given `+"`stop_wait`"+` (10 s) to reach Kafka, then whatever is left is parked, and
 only then is Redis closed.
 
-A message is lost only when it cannot be parked (Redis failing too) or a spool entry is unreadable: then
+A message Redis refuses too stays in memory and is tried on both again, until one takes it. It is lost only
+when the process stops with Kafka and Redis both still refusing it, when it arrives with the buffer full and
+Redis refuses it, or when a spool entry is unreadable: then
 `+"`level=ERROR msg=\"decision: event LOST\" workspace=… external_id=…`"+` is logged (the message's `+"`workspace_id`"+`
 and `+"`external_id`"+`, nothing else) and `+"`speculapro_decision_events_lost_total`"+` counts it.
 
@@ -127,6 +130,9 @@ type spoolEntry struct {
 	B64   string            `json:"b64,omitempty"` // a value that is not JSON
 	enq   time.Time
 	size  int
+	// unparked: the spool refused it once; it stays in memory, tried on
+	// Kafka and the spool again, until the process stops.
+	unparked bool
 }
 
 func entryOf(m *service.Message) (*spoolEntry, error) {
@@ -302,7 +308,8 @@ func (s *redisSpool) WriteBatch(ctx context.Context, batch service.MessageBatch)
 	s.cond.Broadcast()
 	s.mu.Unlock()
 	if len(overflow) > 0 {
-		s.park(overflow, "buffer full")
+		// No room in memory: parked at once, lost if Redis refuses too.
+		s.parkOrLose(overflow, "buffer full")
 	}
 	return nil
 }
@@ -329,23 +336,26 @@ func (s *redisSpool) send() {
 		s.inflight += n
 		s.mu.Unlock()
 
+		// An entry that waited max_wait is parked without another Kafka
+		// try; one the spool refused before tries Kafka again first.
 		now := time.Now()
 		var expired, fresh []*spoolEntry
 		for _, e := range take {
-			if now.Sub(e.enq) >= s.wait {
+			if now.Sub(e.enq) >= s.wait && !e.unparked {
 				expired = append(expired, e)
 			} else {
 				fresh = append(fresh, e)
 			}
 		}
+		var requeue []*spoolEntry
 		if len(expired) > 0 {
-			s.park(expired, fmt.Sprintf("Kafka did not take them within %v", s.wait))
+			requeue = append(requeue, s.park(expired, fmt.Sprintf("Kafka did not take them within %v", s.wait))...)
 		}
 		var failed []*spoolEntry
 		if len(fresh) > 0 {
 			failed = s.write(s.sendCtx, fresh)
 		}
-		var requeue, toPark []*spoolEntry
+		var toPark []*spoolEntry
 		for _, e := range failed {
 			if time.Since(e.enq) >= s.wait || s.sendCtx.Err() != nil {
 				toPark = append(toPark, e)
@@ -354,8 +364,17 @@ func (s *redisSpool) send() {
 			}
 		}
 		if len(toPark) > 0 {
-			s.park(toPark, fmt.Sprintf("Kafka did not take them within %v", s.wait))
+			requeue = append(requeue, s.park(toPark, fmt.Sprintf("Kafka did not take them within %v", s.wait))...)
 		}
+		// Kafka and Redis both refused these: they stay in memory (at the
+		// front, oldest first) and are tried again, both ways, until one
+		// takes them or the process stops (Close loses what is left).
+		for _, e := range requeue {
+			if time.Since(e.enq) >= s.wait {
+				e.unparked = true
+			}
+		}
+		sortByAge(requeue)
 		s.mu.Lock()
 		if len(requeue) > 0 {
 			s.queue = append(requeue, s.queue...)
@@ -367,7 +386,7 @@ func (s *redisSpool) send() {
 		s.bufGauge.Set(int64(len(s.queue) + s.inflight))
 		s.cond.Broadcast()
 		s.mu.Unlock()
-		if len(failed) > 0 {
+		if len(failed) > 0 || len(requeue) > 0 {
 			select {
 			case <-time.After(sendRetryPause):
 			case <-s.sendCtx.Done():
@@ -412,9 +431,10 @@ func (s *redisSpool) write(ctx context.Context, entries []*spoolEntry) []*spoolE
 	return entries
 }
 
-// park appends entries to the spool, oldest first; an entry that cannot be
-// parked is lost, and logged and counted as such.
-func (s *redisSpool) park(entries []*spoolEntry, why string) {
+// park appends entries to the spool, oldest first, and returns them all
+// when Redis refused them (the caller keeps them or, when it cannot, loses
+// them).
+func (s *redisSpool) park(entries []*spoolEntry, why string) []*spoolEntry {
 	vals := make([]any, len(entries))
 	for i, e := range entries {
 		b, err := json.Marshal(e)
@@ -428,14 +448,19 @@ func (s *redisSpool) park(entries []*spoolEntry, why string) {
 	n, err := s.client.RPush(ctx, s.key, vals...).Result()
 	if err != nil {
 		s.warn("park", logSpoolFailed, "err", err.Error(), "events", len(entries))
-		for _, e := range entries {
-			s.lose(e)
-		}
-		return
+		return entries
 	}
 	s.spooled.Incr(int64(len(entries)))
 	s.spoolGauge.Set(n)
 	s.warn("parked", logParked, "events", len(entries), "spool_events", n, "why", why)
+	return nil
+}
+
+// parkOrLose parks entries; those Redis refuses are lost.
+func (s *redisSpool) parkOrLose(entries []*spoolEntry, why string) {
+	for _, e := range s.park(entries, why) {
+		s.lose(e)
+	}
 }
 
 func (s *redisSpool) lose(e *spoolEntry) {
@@ -612,7 +637,7 @@ func (s *redisSpool) Close(ctx context.Context) error {
 		s.bufGauge.Set(0)
 		s.mu.Unlock()
 		if len(left) > 0 {
-			s.park(left, "stopping")
+			s.parkOrLose(left, "stopping")
 			applog.With(s.log, "events", len(left)).Warn(logStopParked)
 		}
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -626,4 +651,8 @@ func (s *redisSpool) Close(ctx context.Context) error {
 		_ = s.client.Close()
 	})
 	return nil
+}
+
+func sortByAge(es []*spoolEntry) {
+	sort.SliceStable(es, func(i, j int) bool { return es[i].enq.Before(es[j].enq) })
 }
