@@ -7,6 +7,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -46,9 +49,9 @@ func newCountingReceiver(b *testing.B) *countingReceiver {
 // 100). Each run queues n deliveries to running workers and times until the
 // last is recorded delivered.
 func BenchmarkWorkerDeliveries(b *testing.B) {
-	n := 10000
+	n := 30000
 	if fullScale() {
-		n = 50000
+		n = 100000
 	}
 	s := newWorkerStack(b)
 	rcv := newCountingReceiver(b)
@@ -75,15 +78,26 @@ func BenchmarkWorkerDeliveries(b *testing.B) {
 	results := map[int]float64{}
 	for _, workers := range []int{1, 4} {
 		var procs []*binProcess
+		// SP_TEST_BENCH_CPUPROFILE=<file> saves a 3 s CPU profile of the
+		// single worker under load.
+		profile := os.Getenv("SP_TEST_BENCH_CPUPROFILE")
 		for i := range workers {
-			procs = append(procs, startWorker(b, fmt.Sprintf("bench worker %d", i+1), s.env))
+			p := newBinProcess(b).named(fmt.Sprintf("bench worker %d", i+1))
+			p.start(b, s.env, "run", "--set", "http.address="+p.httpAddr, "--set", "http.debug_endpoints=true", "pipelines/worker.yaml")
+			procs = append(procs, p)
 		}
 		for _, p := range procs {
 			waitUntil(b, waitBound, p.name+" to serve /metrics", func() error { _, err := p.scrape(); return err })
 		}
 		before := rcv.n.Load()
+		cpuBefore := procCPU(b, procs)
 		start := time.Now()
 		s.queueDeliveries(b, ep, n)
+		var profiled sync.WaitGroup
+		if profile != "" && workers == 1 {
+			profiled.Add(1)
+			go func() { defer profiled.Done(); saveCPUProfile(b, procs[0], "one worker", profile, 3) }()
+		}
 		waitUntil(b, 10*time.Minute, "every delivery recorded", func() error {
 			if left := s.count(b, "SELECT count(*) FROM speculapro.webhook_deliveries WHERE status = 'pending'"); left > 0 {
 				return fmt.Errorf("%d pending", left)
@@ -91,8 +105,11 @@ func BenchmarkWorkerDeliveries(b *testing.B) {
 			return nil
 		})
 		elapsed := time.Since(start)
+		cpu := procCPU(b, procs) - cpuBefore
+		profiled.Wait()
 		results[workers] = float64(n) / elapsed.Seconds()
-		b.Logf("%d worker(s): %d deliveries in %s = %.0f/s (%d requests arrived)", workers, n, elapsed.Round(time.Millisecond), results[workers], rcv.n.Load()-before)
+		b.Logf("%d worker(s): %d deliveries in %s = %.0f/s (%d requests arrived); worker CPU %.2f s (%.0f %% of one core)",
+			workers, n, elapsed.Round(time.Millisecond), results[workers], rcv.n.Load()-before, cpu.Seconds(), 100*cpu.Seconds()/elapsed.Seconds())
 		for _, p := range procs {
 			p.stop(b)
 		}
@@ -135,4 +152,22 @@ func benchReceiverCeiling(b *testing.B, url string, bodies []string, conc int) f
 	}
 	wg.Wait()
 	return float64(len(bodies)) / time.Since(start).Seconds()
+}
+
+// procCPU is the CPU time (user and system) the processes used so far.
+func procCPU(b *testing.B, procs []*binProcess) time.Duration {
+	var ticks int64
+	for _, p := range procs {
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+		if err != nil {
+			b.Fatal(err)
+		}
+		// Fields after the command's closing parenthesis; utime and stime
+		// are the 14th and 15th fields of the line.
+		f := strings.Fields(string(raw[bytes.LastIndexByte(raw, ')')+2:]))
+		u, _ := strconv.ParseInt(f[11], 10, 64)
+		s, _ := strconv.ParseInt(f[12], 10, 64)
+		ticks += u + s
+	}
+	return time.Duration(ticks) * time.Second / 100 // USER_HZ
 }
