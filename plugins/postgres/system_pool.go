@@ -22,6 +22,7 @@ type systemPoolOptions struct {
 	maxConns       int                                          // writers; one more is added for checks and reconnects
 	afterConnect   func(ctx context.Context, c *pgx.Conn) error // per-connection set-up, may be nil
 	startupTimeout time.Duration
+	tracer         pgx.QueryTracer // counts the statements a batch sends (store_work_test.go); nil in production
 }
 
 // newSystemPool builds the pool without connecting: pgxpool connects on
@@ -39,6 +40,9 @@ func newSystemPool(o systemPoolOptions) (*pgxpool.Pool, error) {
 		pcfg.ConnConfig.ConnectTimeout = 10 * time.Second
 	}
 	pcfg.AfterConnect = o.afterConnect
+	if o.tracer != nil {
+		pcfg.ConnConfig.Tracer = o.tracer
+	}
 	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
 	if err != nil {
 		return nil, fmt.Errorf("%s: creating the connection pool: %w", o.component, err)
