@@ -15,7 +15,7 @@ E2E_PKGS  = ./tests/...
 # Integration tests must not skip under make: a missing service is a failure here.
 export SP_TEST_REQUIRE_SERVICES = 1
 
-.PHONY: help build go-check run test chaos bench fmt vet lint stack-up stack-down clean
+.PHONY: help build go-check run test chaos bench bench-summary fmt vet lint stack-up stack-down clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -55,8 +55,27 @@ test: stack-up vet lint ## run every test against real services (under 20 minute
 chaos: stack-up ## the crash, outage and stream exactness/replay scenarios at full size
 	SP_TEST_SCALE=full go test -count=1 -timeout 60m -run 'Crash|Outage|Poison|Shutdown|NeverCommits|StreamExactness|StreamReplay|WorkerDelivers|IngestInFlightLimit|RevokedBatch|ResumesSeconds|ForeignRecords' -v $(E2E_PKGS)
 
-bench: stack-up ## benchmarks, each reported against a baseline measured in the same run
-	go test -run '^$$' -bench . -benchmem -count=1 -timeout 60m ./...
+# make bench: every benchmark (BENCH=<regexp> picks some), then one summary table of the rows they
+# reported with benchSummary (tests/bench_summary_test.go), printed and written to BENCH_SUMMARY.
+BENCH         ?= .
+BENCH_ROWS    := .cache/bench-summary.tsv
+BENCH_SUMMARY := docs/bench/summary.md
+
+bench: stack-up ## benchmarks, each reported against a baseline measured in the same run, then the summary table
+	@mkdir -p $(dir $(BENCH_ROWS)) && rm -f $(BENCH_ROWS)
+	status=0; SP_BENCH_SUMMARY_ROWS=$(CURDIR)/$(BENCH_ROWS) go test -p 1 -run '^$$' -bench '$(BENCH)' -benchmem -count=1 -timeout 60m ./... || status=$$?; \
+	  $(MAKE) --no-print-directory bench-summary; exit $$status
+
+bench-summary: ## print the summary table of the last make bench and write it to docs/bench/summary.md
+	@test -s $(BENCH_ROWS) || { echo "no benchmark rows in $(BENCH_ROWS): run make bench"; exit 1; }
+	@mkdir -p $(dir $(BENCH_SUMMARY))
+	@awk -F'\t' -v when="$$(date -u +'%Y-%m-%d %H:%M UTC')" -v cores="$$(nproc)" -v bench='$(BENCH)' ' \
+	  !($$1 in row) { order[n++] = $$1 } { row[$$1] = $$0 } \
+	  END { printf "Measured by `make bench BENCH=%s` on %s, %s cores (PostgreSQL, Kafka and Redis on the same machine).\n\n", bench, when, cores; \
+	        print "| Metric | Value | Baseline (same run) | Ratio | Aim |"; print "| --- | ---: | --- | ---: | --- |"; \
+	        for (i = 0; i < n; i++) { split(row[order[i]], f, "\t"); printf "| %s | %s | %s | %s | %s |\n", f[1], f[2], f[3], f[4], f[5] } }' \
+	  $(BENCH_ROWS) > $(BENCH_SUMMARY)
+	@cat $(BENCH_SUMMARY)
 
 fmt: ## gofmt every Go file
 	gofmt -w $$(git ls-files '*.go')
