@@ -1,0 +1,142 @@
+package tests
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// What the persister benchmarks measure besides the clock: where the
+// machine's CPU went and what PostgreSQL's backends were doing.
+
+// cpuTicks is the busy and total time of the whole machine (/proc/stat, in
+// clock ticks of 10 ms).
+func cpuTicks(t testing.TB) (busy, total int64) {
+	t.Helper()
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		t.Fatalf("reading /proc/stat: %v", err)
+	}
+	f := strings.Fields(strings.SplitN(string(b), "\n", 2)[0]) // cpu user nice system idle iowait irq softirq steal
+	for i, s := range f[1:] {
+		v, _ := strconv.ParseInt(s, 10, 64)
+		total += v
+		if i != 3 && i != 4 { // idle, iowait
+			busy += v
+		}
+	}
+	return busy, total
+}
+
+// totalAlloc is the bytes the process's Go heap has allocated since it
+// started (runtime.MemStats.TotalAlloc, from /debug/pprof/heap, which needs
+// http.debug_endpoints); 0 when it cannot be read.
+func totalAlloc(t testing.TB, p *binProcess) int64 {
+	client := http.Client{Timeout: 30 * time.Second}
+	resp, err := client.Get("http://" + p.httpAddr + "/debug/pprof/heap?debug=1")
+	if err != nil {
+		t.Logf("heap profile of %s: %v", p.name, err)
+		return 0
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, "# TotalAlloc = "); ok {
+			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			return n
+		}
+	}
+	t.Logf("heap profile of %s: no TotalAlloc", p.name)
+	return 0
+}
+
+// waitSampler samples pg_stat_activity of one database every 50 ms while
+// it runs: what each of its client backends is doing (CPU: active with no
+// wait event; else the wait event), so a benchmark can say where
+// PostgreSQL's side of the time went.
+type waitSampler struct {
+	mu      sync.Mutex
+	counts  map[string]int
+	samples int
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+func startWaitSampler(t testing.TB, superURL, database string) *waitSampler {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, superURL)
+	if err != nil {
+		t.Fatalf("wait sampler: %v", err)
+	}
+	w := &waitSampler{counts: map[string]int{}, stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		defer conn.Close(context.WithoutCancel(ctx))
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-w.stop:
+				return
+			case <-tick.C:
+			}
+			rows, err := conn.Query(ctx, `
+SELECT CASE WHEN state = 'active' AND wait_event IS NULL THEN 'CPU'
+            WHEN state = 'active' THEN wait_event_type || ':' || wait_event
+            ELSE 'idle: ' || coalesce(wait_event, state) END
+  FROM pg_stat_activity
+ WHERE datname = $1 AND backend_type = 'client backend' AND pid <> pg_backend_pid()`, database)
+			if err != nil {
+				return
+			}
+			var what string
+			_, err = pgx.ForEachRow(rows, []any{&what}, func() error {
+				w.mu.Lock()
+				w.counts[what]++
+				w.mu.Unlock()
+				return nil
+			})
+			if err != nil {
+				return
+			}
+			w.mu.Lock()
+			w.samples++
+			w.mu.Unlock()
+		}
+	}()
+	return w
+}
+
+// report stops the sampler and says, per state, the average number of
+// backends in it ("CPU 1.62, LWLock:WALWrite 0.31, ...").
+func (w *waitSampler) report() string {
+	close(w.stop)
+	<-w.done
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	type kv struct {
+		k string
+		v int
+	}
+	var all []kv
+	for k, v := range w.counts {
+		all = append(all, kv{k, v})
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].v > all[j].v })
+	var parts []string
+	for _, e := range all {
+		parts = append(parts, fmt.Sprintf("%s %.2f", e.k, float64(e.v)/float64(max(w.samples, 1))))
+	}
+	return fmt.Sprintf("backends on average over %d samples: %s", w.samples, strings.Join(parts, ", "))
+}
