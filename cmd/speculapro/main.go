@@ -43,6 +43,7 @@ const aboutDescription = `SpeculaPro accepts transactions and account events ove
      speculapro workspace create --name demo   a tenant and its first API key`
 
 func main() {
+	setMemoryLimit()
 	version, commit, built := buildInfo(version, commit, built)
 	if topLevelHelp(os.Args[1:]) {
 		os.Exit(printHelp(version, commit, built))
