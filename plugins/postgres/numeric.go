@@ -26,3 +26,42 @@ func decimalToNumeric(s string) (pgtype.Numeric, error) {
 	}
 	return pgtype.Numeric{Int: n, Exp: exp, Valid: true}, nil
 }
+
+// decimalIntoNumeric is decimalToNumeric into n, reusing i for its digits
+// (the COPY of a batch converts one amount at a time): without an
+// allocation when the digits fit in an int64, as every amount the table's
+// numeric(20,4) holds but the largest do.
+func decimalIntoNumeric(n *pgtype.Numeric, i *big.Int, s string) error {
+	var v int64
+	digits, exp, neg := 0, int32(0), false
+	fits := len(s) > 0
+	for k := 0; k < len(s) && fits; k++ {
+		switch c := s[k]; {
+		case c == '-' && k == 0:
+			neg = true
+		case c == '.' && exp == 0 && k > 0:
+			exp = -int32(len(s) - k - 1)
+		case c >= '0' && c <= '9' && digits < 18:
+			v = v*10 + int64(c-'0')
+			digits++
+		default:
+			fits = false
+		}
+	}
+	if !fits || digits == 0 {
+		// Rare (more than 18 digits) or not a decimal: the general path
+		// says which.
+		num, err := decimalToNumeric(s)
+		if err != nil {
+			return err
+		}
+		*n = num
+		return nil
+	}
+	if neg {
+		v = -v
+	}
+	i.SetInt64(v)
+	*n = pgtype.Numeric{Int: i, Exp: exp, Valid: true}
+	return nil
+}
