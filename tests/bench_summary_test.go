@@ -10,7 +10,7 @@ import (
 
 // benchSummaryEnv names the file make bench collects the summary rows in; a
 // benchmark run without it (go test -bench directly) only logs its rows.
-const benchSummaryEnv = "SP_BENCH_SUMMARY_ROWS"
+const benchSummaryEnv = "SP_TEST_BENCH_SUMMARY"
 
 var benchSummaryMu sync.Mutex
 
