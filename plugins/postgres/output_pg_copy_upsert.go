@@ -207,6 +207,7 @@ type pgCopyUpsert struct {
 	log            *service.Logger
 	m              *persistMetrics
 	waits          *partitionWaits
+	known          *knownParties // customers and accounts seen committed (store.go)
 }
 
 // pcuOptions are the settings of a pgCopyUpsert.
@@ -277,11 +278,18 @@ func newPgCopyUpsert(o pcuOptions, dl deadLetterSink, mgr *service.Resources) (*
 		m:              newPersistMetrics(mgr.Metrics()),
 		waits:          newPartitionWaits(),
 	}
+	out.known = newKnownParties(knownPartiesMax)
 	switch o.table {
 	case tableTransactions:
-		out.kind, out.write = event.KindTransaction, writeTransactions
+		out.kind = event.KindTransaction
+		out.write = func(ctx context.Context, tx pgx.Tx, rows []*event.Envelope, mode writeMode) (writeStats, error) {
+			return writeTransactions(ctx, tx, rows, mode, out.known)
+		}
 	case tableAccountEvents:
-		out.kind, out.write = event.KindAccountEvent, writeAccountEvents
+		out.kind = event.KindAccountEvent
+		out.write = func(ctx context.Context, tx pgx.Tx, rows []*event.Envelope, mode writeMode) (writeStats, error) {
+			return writeAccountEvents(ctx, tx, rows, mode, out.known)
+		}
 	default:
 		return nil, fmt.Errorf("pg_copy_upsert: unknown %s %q", pcuFieldTable, o.table)
 	}
@@ -401,6 +409,10 @@ func (o *pgCopyUpsert) WriteBatch(ctx context.Context, batch service.MessageBatc
 			return o.stopped(ctx, err, len(rows))
 		}
 		o.m.stage.Timing(time.Since(start).Nanoseconds(), o.table, "write")
+		if waiting == nil && len(res.rejected) == 0 {
+			// Committed: its placeholders exist now.
+			o.known.add(res.stats.named)
+		}
 		for _, rj := range res.rejected {
 			dead = append(dead, rj.deadLetter(rowIndex))
 		}

@@ -9,6 +9,7 @@ import (
 	"math/big"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -156,6 +157,10 @@ type writeStats struct {
 	customerPlaceholders  int64
 	accountPlaceholders   int64
 	counterpartiesCreated int64
+	// The customers and accounts the write's placeholder inserts named,
+	// known to exist once it commits; add leaves them out, so a write put
+	// together from several (isolating) names none.
+	named []event.UUID
 }
 
 func (s *writeStats) add(o writeStats) {
@@ -177,6 +182,7 @@ type naturalKey struct {
 type placeholderSet struct {
 	customers map[event.UUID]naturalKey
 	accounts  map[event.UUID]accountRef
+	known     *knownParties
 }
 
 type accountRef struct {
@@ -184,13 +190,15 @@ type accountRef struct {
 	customer event.UUID
 }
 
-func newPlaceholderSet() *placeholderSet {
-	return &placeholderSet{customers: map[event.UUID]naturalKey{}, accounts: map[event.UUID]accountRef{}}
+func newPlaceholderSet(known *knownParties) *placeholderSet {
+	return &placeholderSet{customers: map[event.UUID]naturalKey{}, accounts: map[event.UUID]accountRef{}, known: known}
 }
 
+// customer names a customer; one this process has seen committed is left
+// out of the placeholder insert (it exists: nothing deletes parties).
 func (p *placeholderSet) customer(ws event.UUID, ext string) event.UUID {
 	id := event.CustomerID(ws, ext)
-	if _, ok := p.customers[id]; !ok {
+	if _, ok := p.customers[id]; !ok && !p.known.has(id) {
 		p.customers[id] = naturalKey{ws, ext}
 	}
 	return id
@@ -198,10 +206,56 @@ func (p *placeholderSet) customer(ws event.UUID, ext string) event.UUID {
 
 func (p *placeholderSet) account(ws event.UUID, ext string, customer event.UUID) event.UUID {
 	id := event.AccountID(ws, ext)
-	if _, ok := p.accounts[id]; !ok {
+	if _, ok := p.accounts[id]; !ok && !p.known.has(id) {
 		p.accounts[id] = accountRef{naturalKey{ws, ext}, customer}
 	}
 	return id
+}
+
+// knownParties are the customers and accounts this output has seen exist:
+// named by a batch that committed (created, or found stored). A batch's
+// placeholder inserts leave them out, so a steady stream naming the same
+// accounts costs PostgreSQL no index probe per row for them. It holds IDs
+// only (16 bytes and the map's overhead each) and starts over when it
+// reaches max, which then costs the probes again, never correctness: a
+// placeholder insert skips what is stored anyway. nil knows nothing.
+type knownParties struct {
+	mu  sync.RWMutex
+	ids map[event.UUID]struct{}
+	max int
+}
+
+// knownPartiesMax bounds the set: about 10 MB of heap at most.
+const knownPartiesMax = 1 << 17
+
+func newKnownParties(max int) *knownParties {
+	return &knownParties{ids: make(map[event.UUID]struct{}), max: max}
+}
+
+func (k *knownParties) has(id event.UUID) bool {
+	if k == nil {
+		return false
+	}
+	k.mu.RLock()
+	_, ok := k.ids[id]
+	k.mu.RUnlock()
+	return ok
+}
+
+// add records ids as existing; call it only after their transaction
+// committed.
+func (k *knownParties) add(ids []event.UUID) {
+	if k == nil || len(ids) == 0 {
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if len(k.ids)+len(ids) > k.max {
+		clear(k.ids)
+	}
+	for _, id := range ids {
+		k.ids[id] = struct{}{}
+	}
 }
 
 // queue adds the placeholder inserts to b, customers first (accounts refer
@@ -214,6 +268,7 @@ func (p *placeholderSet) queue(b *pgx.Batch, stats *writeStats) {
 		for i, id := range ids {
 			wss[i], exts[i] = p.customers[id].ws, p.customers[id].ext
 		}
+		stats.named = append(stats.named, ids...)
 		b.Queue(insertCustomerPlaceholders, ids, wss, exts).Exec(func(tag pgconn.CommandTag) error {
 			stats.customerPlaceholders += tag.RowsAffected()
 			return nil
@@ -226,6 +281,7 @@ func (p *placeholderSet) queue(b *pgx.Batch, stats *writeStats) {
 			a := p.accounts[id]
 			wss[i], exts[i], custs[i] = a.ws, a.ext, a.customer
 		}
+		stats.named = append(stats.named, ids...)
 		b.Queue(insertAccountPlaceholders, ids, wss, exts, custs).Exec(func(tag pgconn.CommandTag) error {
 			stats.accountPlaceholders += tag.RowsAffected()
 			return nil
@@ -297,9 +353,9 @@ var emptyJSON = []byte("{}")
 // writeTransactions stores rows (already de-duplicated by ID) in tx, moving
 // them as mode says. A direct write falls back to staged when a row lacks
 // received_at, which the table then defaults to the transaction's time.
-func writeTransactions(ctx context.Context, tx pgx.Tx, rows []*event.Envelope, mode writeMode) (writeStats, error) {
+func writeTransactions(ctx context.Context, tx pgx.Tx, rows []*event.Envelope, mode writeMode, known *knownParties) (writeStats, error) {
 	var stats writeStats
-	ph := newPlaceholderSet()
+	ph := newPlaceholderSet(known)
 
 	// A transaction that does not name its customer belongs to its
 	// account's. The account may already be stored (one lookup); if not, its
@@ -579,9 +635,9 @@ const orphanCustomerPrefix = "account:"
 
 // writeAccountEvents stores rows (already de-duplicated by ID) in tx; see
 // writeTransactions.
-func writeAccountEvents(ctx context.Context, tx pgx.Tx, rows []*event.Envelope, mode writeMode) (writeStats, error) {
+func writeAccountEvents(ctx context.Context, tx pgx.Tx, rows []*event.Envelope, mode writeMode, known *knownParties) (writeStats, error) {
 	var stats writeStats
-	ph := newPlaceholderSet()
+	ph := newPlaceholderSet(known)
 	values := make([][]any, 0, len(rows))
 	allReceived := true
 	for _, e := range rows {

@@ -133,11 +133,19 @@ func TestWorkPerBatchIsBounded(t *testing.T) {
 	const rows = 1000
 	h.write(realisticBatch(t, h.ws, 100000, 10)) // the connection opened (its staging tables created)
 	w.reset()
-	// A cold batch (every party new) and a warm one (every party known)
-	// cost the same statements: nothing per row, nothing per party.
+	// A cold batch (every party new) and a warm one (every party known):
+	// nothing per row, nothing per party; the warm one leaves the
+	// placeholder inserts out (the customers and accounts were seen
+	// committed).
+	coldStatements := 0
 	for i, from := range []int{0, rows} {
 		h.write(realisticBatch(t, h.ws, from, rows))
 		trips, stmts, copies, sql := w.reset()
+		if i == 0 {
+			coldStatements = stmts
+		} else if stmts != coldStatements-2 {
+			t.Errorf("warm batch: %d statements, want the cold batch's %d without the 2 placeholder inserts (%s)", stmts, coldStatements, strings.Join(sql, "; "))
+		}
 		t.Logf("batch %d of %d rows: %d round trips, %d statements: %s", i, rows, trips, stmts, strings.Join(sql, "; "))
 		if trips > maxRoundTripsPerBatch {
 			t.Errorf("batch %d: %d round trips, want at most %d (%s)", i, trips, maxRoundTripsPerBatch, strings.Join(sql, "; "))
@@ -188,5 +196,22 @@ func TestAllocationsPerRecordAreBounded(t *testing.T) {
 	t.Logf("%.1f allocations per record (%.0f per %d-row batch)", perRecord, allocs, rows)
 	if perRecord > maxAllocsPerRecord {
 		t.Errorf("%.1f allocations per record, want at most %d", perRecord, maxAllocsPerRecord)
+	}
+}
+
+func TestKnownPartiesStartOverWhenFull(t *testing.T) {
+	var none *knownParties
+	none.add([]event.UUID{{1}})
+	if none.has(event.UUID{1}) {
+		t.Fatal("a nil set knows something")
+	}
+	k := newKnownParties(3)
+	k.add([]event.UUID{{1}, {2}})
+	if !k.has(event.UUID{1}) || k.has(event.UUID{3}) {
+		t.Fatal("has disagrees with add")
+	}
+	k.add([]event.UUID{{3}, {4}}) // 4 > max: starts over
+	if k.has(event.UUID{1}) || !k.has(event.UUID{4}) || len(k.ids) != 2 {
+		t.Fatalf("after overflowing: %d ids", len(k.ids))
 	}
 }
