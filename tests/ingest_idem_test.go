@@ -26,6 +26,7 @@ func TestIngestResendStoredOnce(t *testing.T) {
 	env := func(addr string) map[string]string {
 		e := ingestEnv(k.brokers, k.prefix, k.group, db, addr)
 		e["SP_REDIS_URL"], e["SP_REDIS_KEY_PREFIX"] = testenv.RedisURL(t), redisPrefix
+		e["SP_INGEST_IDEMPOTENCY_TTL"] = "10m" // the test's keys leave the shared Redis soon
 		return e
 	}
 	persister := newBinProcess(t).named("persist")

@@ -56,6 +56,7 @@ func TestIngestInFlightLimit(t *testing.T) {
 	base := "http://" + addr
 	env := ingestEnv(broker.Brokers(), prefix, "unused", db, addr)
 	env["SP_REDIS_KEY_PREFIX"] = prefix
+	env["SP_INGEST_IDEMPOTENCY_TTL"] = "10m" // the test's keys leave the shared Redis soon
 	p := newBinProcess(t).named("ingest")
 	p.start(t, env, p.runArgs("pipelines/ingest.yaml")...)
 	ingestWaitReady(t, p, base)
