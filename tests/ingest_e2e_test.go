@@ -72,17 +72,21 @@ func ingestWorkspace(t testing.TB, appURL string) (event.UUID, string) {
 }
 
 // ingestEnv is the environment of one process running ingest and persist.
+// The test's topic prefix is its Redis key prefix too, and its resend keys
+// expire after 10 minutes, so the shared Redis is left clean.
 func ingestEnv(brokers []string, prefix, group string, db *dbtest.DB, ingestAddr string) map[string]string {
 	enc, fp := identity.DevKeys()
 	return map[string]string{
-		"SP_KAFKA_BROKERS":      strings.Join(brokers, ","),
-		"SP_KAFKA_TOPIC_PREFIX": prefix,
-		"SP_PERSIST_GROUP":      group,
-		"SP_DB_URL":             db.AppURL,
-		"SP_DB_SYSTEM_URL":      db.SystemURL,
-		"SP_INGEST_ADDR":        ingestAddr,
-		"SP_ENCRYPTION_KEY":     enc,
-		"SP_FINGERPRINT_KEY":    fp,
+		"SP_REDIS_KEY_PREFIX":       prefix,
+		"SP_INGEST_IDEMPOTENCY_TTL": "10m",
+		"SP_KAFKA_BROKERS":          strings.Join(brokers, ","),
+		"SP_KAFKA_TOPIC_PREFIX":     prefix,
+		"SP_PERSIST_GROUP":          group,
+		"SP_DB_URL":                 db.AppURL,
+		"SP_DB_SYSTEM_URL":          db.SystemURL,
+		"SP_INGEST_ADDR":            ingestAddr,
+		"SP_ENCRYPTION_KEY":         enc,
+		"SP_FINGERPRINT_KEY":        fp,
 	}
 }
 
