@@ -13,6 +13,7 @@ import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/speculapro/speculapro/internal/event"
+	"github.com/speculapro/speculapro/internal/retry"
 )
 
 const (
@@ -113,7 +114,8 @@ type outboxClaim struct {
 	statsInterval time.Duration
 	log           *service.Logger
 
-	next int // the outbox to claim from first, in turn
+	next     int // the outbox to claim from first, in turn
+	failures int // claims failed in a row
 
 	depth     *service.MetricGauge
 	oldest    *service.MetricGauge
@@ -209,9 +211,12 @@ RETURNING n.id, n.workspace_id, n.attempts, n.kind, n.channel, n.recipient, n.pa
 )
 
 // ReadBatch claims the next due rows, from each outbox in turn, waiting
-// poll_interval while none is due.
+// poll_interval while none is due. While PostgreSQL fails it backs off
+// (the retry policy, up to claimBackoffMax) and logs the first failure and
+// then one line per claimLogEvery failures, not one per poll.
 func (in *outboxClaim) ReadBatch(ctx context.Context) (service.MessageBatch, service.AckFunc, error) {
 	for {
+		wait := in.poll
 		for range in.outboxes {
 			outbox := in.outboxes[in.next%len(in.outboxes)]
 			in.next++
@@ -220,8 +225,16 @@ func (in *outboxClaim) ReadBatch(ctx context.Context) (service.MessageBatch, ser
 				if ctx.Err() != nil {
 					return nil, nil, ctx.Err()
 				}
-				in.log.Errorf("worker: claiming due %s rows failed: %v", outbox, err)
+				in.failures++
+				if in.failures%claimLogEvery == 1 {
+					in.log.With("failures_in_a_row", in.failures, "err", err.Error()).Error("worker: claiming due rows failed, retrying")
+				}
+				wait = claimBackoff.Delay(in.failures)
 				break
+			}
+			if in.failures > 0 {
+				in.log.With("failures_in_a_row", in.failures).Info("worker: claiming due rows works again")
+				in.failures = 0
 			}
 			if len(batch) > 0 {
 				return batch, in.ackFunc(outbox, ids), nil
@@ -230,10 +243,15 @@ func (in *outboxClaim) ReadBatch(ctx context.Context) (service.MessageBatch, ser
 		select {
 		case <-ctx.Done():
 			return nil, nil, ctx.Err()
-		case <-time.After(in.poll):
+		case <-time.After(wait):
 		}
 	}
 }
+
+// The claim's backoff while PostgreSQL fails, and how often it is logged.
+const claimLogEvery = 20
+
+var claimBackoff = retry.Policy{Initial: 200 * time.Millisecond, Max: 5 * time.Second, Jitter: backoffJitter}
 
 func (in *outboxClaim) claim(ctx context.Context, outbox string) (service.MessageBatch, []event.UUID, error) {
 	query := claimWebhooks

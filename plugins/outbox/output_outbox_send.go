@@ -528,11 +528,13 @@ RETURNING workspace_id`
 )
 
 // record stores every outcome in one transaction, retried through the
-// retry policy while the database fails.
+// retry policy while the database fails, until it succeeds or the worker
+// stops: giving up would only send again what was delivered. A row whose
+// lease ran out meanwhile and was claimed again is fenced out, harmlessly.
 func (o *outboxSend) record(ctx context.Context, jobs []*job) error {
 	var suspended, gone []event.UUID
 	err := retry.Do(ctx, retry.Policy{
-		MaxAttempts: 8, Initial: 100 * time.Millisecond, Max: 5 * time.Second, Jitter: backoffJitter,
+		Initial: 100 * time.Millisecond, Max: 5 * time.Second, Jitter: backoffJitter,
 		OnRetry: func(attempt int, err error, backoff time.Duration) {
 			o.recRetries.Incr(1)
 			o.log.With("err", err.Error(), "backoff", backoff.String()).Warn("worker: recording outcomes failed, retrying")
