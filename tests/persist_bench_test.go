@@ -72,7 +72,8 @@ func benchTuning(b *testing.B) (workers, batch int) {
 // parallel COPYs (binary, which is faster than text) into a fresh, identical
 // schema, the same server settings; each contender starts right after a
 // CHECKPOINT. N is 1,000,000 with SP_TEST_SCALE=full,
-// else 100,000. SP_TEST_BENCH_CPUPROFILE=<file> also saves a CPU profile of the
+// else 100,000. SP_TEST_BENCH_PROCESSES=2 runs two persist processes on the
+// one group (peak RSS of the larger, CPU summed). SP_TEST_BENCH_CPUPROFILE=<file> also saves a CPU profile of the
 // persister taken while it writes (http.debug_endpoints).
 func BenchmarkPersistThroughput(b *testing.B) {
 	n := 100000
@@ -118,8 +119,20 @@ func BenchmarkPersistThroughput(b *testing.B) {
 	waits := startWaitSampler(b, s.db.SuperuserURL, s.db.Name)
 	busy0, total0 := cpuTicks(b)
 	start := time.Now()
-	p := startPersister(b, s, "persister",
-		map[string]string{"SP_PERSIST_WORKERS": strconv.Itoa(workers), "SP_PERSIST_BATCH_MAX": strconv.Itoa(batch)}, extra...)
+	// SP_TEST_BENCH_PROCESSES persist processes on the one group (scale-out),
+	// each with the writers and batch size above.
+	procs := 1
+	if v := os.Getenv("SP_TEST_BENCH_PROCESSES"); v != "" {
+		if procs, err = strconv.Atoi(v); err != nil || procs < 1 {
+			b.Fatalf("SP_TEST_BENCH_PROCESSES=%q: want a whole number of at least 1", v)
+		}
+	}
+	var ps []*binProcess
+	for i := range procs {
+		ps = append(ps, startPersister(b, s, fmt.Sprintf("persister-%d", i+1),
+			map[string]string{"SP_PERSIST_WORKERS": strconv.Itoa(workers), "SP_PERSIST_BATCH_MAX": strconv.Itoa(batch)}, extra...))
+	}
+	p := ps[0]
 	var firstRow time.Time
 	var profileDone sync.WaitGroup
 	var c int64
@@ -140,8 +153,10 @@ func BenchmarkPersistThroughput(b *testing.B) {
 		if c >= int64(n) {
 			return true
 		}
-		if !p.running() {
-			b.Fatalf("the persister exited at %d of %d rows:\n%s", c, n, p.tail(3000))
+		for _, p := range ps {
+			if !p.running() {
+				b.Fatalf("%s exited at %d of %d rows:\n%s", p.name, c, n, p.tail(3000))
+			}
 		}
 		return false
 	}) {
@@ -153,11 +168,18 @@ func BenchmarkPersistThroughput(b *testing.B) {
 	b.StopTimer()
 	waitReport := waits.report()
 	profileDone.Wait()
-	rss := p.peakRSS(b)
-	cpu := processCPU(b, p)
-	allocated := totalAlloc(b, p)
-	if code := p.signal(b, syscall.SIGTERM, time.Minute); code != 0 {
-		b.Errorf("the persister exited with %d on SIGTERM", code)
+	// Peak RSS is the largest process's; CPU and allocations are summed.
+	var rss, allocated int64
+	var cpu float64
+	for _, p := range ps {
+		rss = max(rss, p.peakRSS(b))
+		cpu += processCPU(b, p)
+		allocated += totalAlloc(b, p)
+	}
+	for _, p := range ps {
+		if code := p.signal(b, syscall.SIGTERM, time.Minute); code != 0 {
+			b.Errorf("%s exited with %d on SIGTERM", p.name, code)
+		}
 	}
 
 	rate := float64(n) / elapsed.Seconds()
@@ -176,6 +198,9 @@ func BenchmarkPersistThroughput(b *testing.B) {
 		perRow, cpu/elapsed.Seconds(), machine, runtime.NumCPU(), copyCPU, float64(allocated)/float64(n), waitReport)
 
 	scale := fmt.Sprintf("%dk rows", n/1000)
+	if procs > 1 {
+		scale += fmt.Sprintf(", %d processes", procs)
+	}
 	benchSummary(b, "persister rows/s ("+scale+", start-up included)", fmt.Sprintf("%.0f", rate),
 		fmt.Sprintf("raw COPY ceiling %.0f rows/s", copyRate), ratioOf(rate, copyRate), "≥ 0.80 at 1000k")
 	benchSummary(b, "persister peak RSS ("+scale+")", fmt.Sprintf("%.0f MB", float64(rss)/(1<<20)), "", "", "≤ 200 MB")
