@@ -71,7 +71,7 @@ bench-summary: ## print the summary table of the last make bench and write it to
 	@mkdir -p $(dir $(BENCH_SUMMARY))
 	@awk -F'\t' -v when="$$(date -u +'%Y-%m-%d %H:%M UTC')" -v cores="$$(nproc)" -v bench='$(BENCH)' ' \
 	  !($$1 in row) { order[n++] = $$1 } { row[$$1] = $$0 } \
-	  END { printf "Measured by `make bench BENCH=%s` on %s, %s cores (PostgreSQL, Kafka and Redis on the same machine).\n\n", bench, when, cores; \
+	  END { printf "The last `make bench BENCH=%s`, table written %s, %s cores (PostgreSQL, Kafka and Redis on the same machine).\n\n", bench, when, cores; \
 	        print "| Metric | Value | Baseline (same run) | Ratio | Aim |"; print "| --- | ---: | --- | ---: | --- |"; \
 	        for (i = 0; i < n; i++) { split(row[order[i]], f, "\t"); printf "| %s | %s | %s | %s | %s |\n", f[1], f[2], f[3], f[4], f[5] } }' \
 	  $(BENCH_ROWS) > $(BENCH_SUMMARY)
