@@ -269,7 +269,7 @@ func (p *placeholderSet) queue(b *pgx.Batch, stats *writeStats) {
 			wss[i], exts[i] = p.customers[id].ws, p.customers[id].ext
 		}
 		stats.named = append(stats.named, ids...)
-		b.Queue(insertCustomerPlaceholders, ids, wss, exts).Exec(func(tag pgconn.CommandTag) error {
+		b.Queue(insertCustomerPlaceholders, uuidArray(ids), uuidArray(wss), stringArray(exts)).Exec(func(tag pgconn.CommandTag) error {
 			stats.customerPlaceholders += tag.RowsAffected()
 			return nil
 		})
@@ -282,7 +282,7 @@ func (p *placeholderSet) queue(b *pgx.Batch, stats *writeStats) {
 			wss[i], exts[i], custs[i] = a.ws, a.ext, a.customer
 		}
 		stats.named = append(stats.named, ids...)
-		b.Queue(insertAccountPlaceholders, ids, wss, exts, custs).Exec(func(tag pgconn.CommandTag) error {
+		b.Queue(insertAccountPlaceholders, uuidArray(ids), uuidArray(wss), stringArray(exts), uuidArray(custs)).Exec(func(tag pgconn.CommandTag) error {
 			stats.accountPlaceholders += tag.RowsAffected()
 			return nil
 		})
@@ -457,12 +457,13 @@ func writeTransactions(ctx context.Context, tx pgx.Tx, rows []*event.Envelope, m
 			kinds[i], maskeds[i], names[i] = cp.kind, cp.masked, cp.name
 			firsts[i], lasts[i] = cp.firstSeen, cp.lastSeen
 		}
-		b.Queue(insertCounterparties, ids, wss, fps, kinds, encs, maskeds, names, ifps, firsts, lasts).
+		b.Queue(insertCounterparties, uuidArray(ids), uuidArray(wss), byteaArray(fps), textArray(kinds), byteaArray(encs),
+			textArray(maskeds), textArray(names), byteaArray(ifps), timeArray(firsts), timeArray(lasts)).
 			Exec(func(tag pgconn.CommandTag) error {
 				stats.counterpartiesCreated += tag.RowsAffected()
 				return nil
 			})
-		b.Queue(updateCounterparties, wss, fps, ifps, lasts)
+		b.Queue(updateCounterparties, uuidArray(wss), byteaArray(fps), byteaArray(ifps), timeArray(lasts))
 	}
 	// Decided transactions: their decisions rows and decision.created
 	// webhooks, in this same transaction (store_decisions.go).
