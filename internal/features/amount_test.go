@@ -1,6 +1,9 @@
 package features
 
-import "testing"
+import (
+	"strconv"
+	"testing"
+)
 
 func TestUnits(t *testing.T) {
 	tests := []struct {
@@ -40,5 +43,14 @@ func TestUnits(t *testing.T) {
 	}
 	if got := fromUnits(nil); got != "0.0000" {
 		t.Errorf("fromUnits(nil) = %q", got)
+	}
+}
+
+func TestUnitsNumber(t *testing.T) {
+	for _, n := range []int64{1, -1, 9, 10, 9999, 10000, -10000, 12345678, -5, 1 << 62, -(1 << 62), 1<<63 - 1} {
+		want := fromUnits(strconv.FormatInt(n, 10))
+		if got := unitsNumber(n); got != want {
+			t.Errorf("unitsNumber(%d) = %q, want %q", n, got, want)
+		}
 	}
 }

@@ -3,7 +3,6 @@ package features
 import (
 	"encoding/json"
 	"math/big"
-	"strconv"
 
 	"github.com/speculapro/speculapro/internal/event"
 )
@@ -70,7 +69,35 @@ func (a amt) number() json.Number {
 	if a.n == 0 {
 		return "0.0000"
 	}
-	return fromUnits(strconv.FormatInt(a.n, 10))
+	return unitsNumber(a.n)
+}
+
+// unitsNumber is fromUnits(strconv.FormatInt(n, 10)) in one allocation
+// (the feature maps hold about 20 sums per event).
+func unitsNumber(n int64) json.Number {
+	var buf [24]byte
+	i := len(buf)
+	u := uint64(n)
+	if n < 0 {
+		u = uint64(-n)
+	}
+	for range scale {
+		i--
+		buf[i] = byte('0' + u%10)
+		u /= 10
+	}
+	i--
+	buf[i] = '.'
+	for first := true; first || u > 0; first = false {
+		i--
+		buf[i] = byte('0' + u%10)
+		u /= 10
+	}
+	if n < 0 {
+		i--
+		buf[i] = '-'
+	}
+	return json.Number(buf[i:])
 }
 
 // bucket is one minute, hour or day of an entity.

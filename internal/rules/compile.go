@@ -53,6 +53,10 @@ type kindProgram struct {
 	rules  []*Rule
 	single []*bloblang.Executor
 	reads  [][]readPath
+	// fields are the envelope fields the expressions name (event.<f>);
+	// nil when one uses the event as a whole: the input then holds all.
+	fields map[string]bool
+	exprs  []string
 }
 
 // readPath is one features.* path an expression names.
@@ -101,6 +105,7 @@ func Compile(rules []Rule) (*Program, error) {
 		kp.rules = append(kp.rules, &r)
 		kp.single = append(kp.single, single)
 		kp.reads = append(kp.reads, featureReads(r.Expression))
+		kp.exprs = append(kp.exprs, r.Expression)
 		// Each expression sits alone between its own parentheses (checked
 		// balanced by compileOne), so no rule can reach into another's.
 		fmt.Fprintf(texts[r.AppliesTo], "(\n%s\n).catch(null),\n", r.Expression)
@@ -113,8 +118,56 @@ func Compile(rules []Rule) (*Program, error) {
 			return nil, fmt.Errorf("compiling the %d %s rules together: %w", len(kp.rules), kind, err)
 		}
 		kp.exec = exec
+		kp.fields = eventFields(kp.exprs)
 	}
 	return p, nil
+}
+
+// eventWord finds the words event and this (the input as a whole).
+var eventWord = regexp.MustCompile(`\b(?:event|this)\b`)
+
+// eventFields lists the envelope fields the expressions name as
+// event.<field> (or this.event.<field>); nil when any expression uses the
+// event (or the whole input) otherwise: `event` alone, `event.keys()`,
+// `this`, a quoted path. The extraction is textual and errs towards
+// including: a name inside a string literal counts too.
+func eventFields(exprs []string) map[string]bool {
+	out := map[string]bool{}
+	// field returns the identifier after a dot at x[i:] and whether a
+	// method call follows it; ok false when no .identifier follows.
+	field := func(x string, i int) (f string, call, ok bool) {
+		if i >= len(x) || x[i] != '.' {
+			return "", false, false
+		}
+		j := i + 1
+		for j < len(x) && (x[j] == '_' || x[j] >= 'a' && x[j] <= 'z' || x[j] >= 'A' && x[j] <= 'Z' || j > i+1 && x[j] >= '0' && x[j] <= '9') {
+			j++
+		}
+		if j == i+1 {
+			return "", false, false
+		}
+		return x[i+1 : j], j < len(x) && x[j] == '(', true
+	}
+	for _, x := range exprs {
+		for _, m := range eventWord.FindAllStringIndex(x, -1) {
+			word := x[m[0]:m[1]]
+			if m[0] > 0 && x[m[0]-1] == '.' && !(word == "event" && m[0] >= 5 && x[m[0]-5:m[0]] == "this.") {
+				continue // a field named event or this of something else
+			}
+			f, call, ok := field(x, m[1])
+			if !ok || call {
+				return nil // the event (or input) as a whole, or a method on it
+			}
+			switch {
+			case word == "event":
+				out[f] = true
+			case f != "event" && f != "features":
+				return nil // this.<something else>
+			}
+			// this.event: the match of "event" itself names the field.
+		}
+	}
+	return out
 }
 
 // compileOne compiles one rule's expression alone, the way it runs inside the
@@ -279,7 +332,7 @@ func (p *Program) Evaluate(env *event.Envelope, features map[string]any) (hits [
 	if kp == nil {
 		return nil, nil
 	}
-	in := Input(env, features)
+	in := input(env, features, kp.fields)
 	res, err := kp.exec.Query(in)
 	results, ok := res.([]any)
 	if err != nil || !ok || len(results) != len(kp.rules) {

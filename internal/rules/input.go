@@ -15,38 +15,66 @@ import (
 // for a cash withdrawal. Evaluate and `speculapro rules test` both build their
 // input here, so a rule test sees exactly what the stream sees.
 func Input(env *event.Envelope, features map[string]any) map[string]any {
+	return input(env, features, nil)
+}
+
+// input is Input with only the envelope fields in fields (all when nil):
+// a program builds only what its expressions can read.
+func input(env *event.Envelope, features map[string]any, fields map[string]bool) map[string]any {
 	var f any
 	if features != nil {
 		f = features
 	}
-	return map[string]any{"event": envelopeValue(env), "features": f}
+	return map[string]any{"event": envelopeValue(env, fields), "features": f}
 }
 
 // envelopeValue builds the envelope's JSON shape directly (no encode and
-// decode round trip: it runs once per event in the stream).
-func envelopeValue(e *event.Envelope) map[string]any {
-	m := make(map[string]any, 20)
-	m["v"] = int64(e.V)
-	m["kind"] = string(e.Kind)
-	m["id"] = e.ID.String()
-	m["workspace_id"] = e.WorkspaceID.String()
-	m["external_id"] = e.ExternalID
-	m["occurred_at"] = e.OccurredAt.UTC().Format(time.RFC3339Nano)
-	if !e.ReceivedAt.IsZero() {
+// decode round trip: it runs once per event in the stream), only the
+// fields in fields when not nil.
+func envelopeValue(e *event.Envelope, fields map[string]bool) map[string]any {
+	want := func(k string) bool { return fields == nil || fields[k] }
+	m := make(map[string]any, min(20, len(fields)+1))
+	if fields == nil {
+		m = make(map[string]any, 20)
+	}
+	put := func(k string, v string) {
+		if v != "" && want(k) {
+			m[k] = v
+		}
+	}
+	if want("v") {
+		m["v"] = int64(e.V)
+	}
+	if want("kind") {
+		m["kind"] = string(e.Kind)
+	}
+	if want("id") {
+		m["id"] = e.ID.String()
+	}
+	if want("workspace_id") {
+		m["workspace_id"] = e.WorkspaceID.String()
+	}
+	if want("external_id") {
+		m["external_id"] = e.ExternalID
+	}
+	if want("occurred_at") {
+		m["occurred_at"] = e.OccurredAt.UTC().Format(time.RFC3339Nano)
+	}
+	if !e.ReceivedAt.IsZero() && want("received_at") {
 		m["received_at"] = e.ReceivedAt.UTC().Format(time.RFC3339Nano)
 	}
-	putString(m, "customer_external_id", e.CustomerExternalID)
-	putString(m, "account_external_id", e.AccountExternalID)
-	putString(m, "type", e.Type)
-	if e.Amount != "" {
+	put("customer_external_id", e.CustomerExternalID)
+	put("account_external_id", e.AccountExternalID)
+	put("type", e.Type)
+	if e.Amount != "" && want("amount") {
 		m["amount"] = json.Number(e.Amount)
 	}
-	putString(m, "currency", e.Currency)
-	putString(m, "direction", string(e.Direction))
-	putString(m, "status", e.Status)
-	putString(m, "reference", e.Reference)
-	putString(m, "channel", e.Channel)
-	if c := e.Counterparty; c != nil {
+	put("currency", e.Currency)
+	put("direction", string(e.Direction))
+	put("status", e.Status)
+	put("reference", e.Reference)
+	put("channel", e.Channel)
+	if c := e.Counterparty; c != nil && want("counterparty") {
 		cp := make(map[string]any, 7)
 		putString(cp, "name", c.Name)
 		putString(cp, "identifier_kind", c.IdentifierKind)
@@ -56,10 +84,12 @@ func envelopeValue(e *event.Envelope) map[string]any {
 		putString(cp, "fingerprint", c.Fingerprint)
 		m["counterparty"] = cp
 	}
-	if v, ok := jsonObject(e.Metadata); ok {
-		m["metadata"] = v
+	if want("metadata") {
+		if v, ok := jsonObject(e.Metadata); ok {
+			m["metadata"] = v
+		}
 	}
-	if d := e.Decision; d != nil {
+	if d := e.Decision; d != nil && want("decision") {
 		dm := map[string]any{"outcome": string(d.Outcome), "score": d.Score}
 		if len(d.Reasons) > 0 {
 			reasons := make([]any, len(d.Reasons))
@@ -73,8 +103,10 @@ func envelopeValue(e *event.Envelope) map[string]any {
 		}
 		m["decision"] = dm
 	}
-	if v, ok := jsonObject(e.Attributes); ok {
-		m["attributes"] = v
+	if want("attributes") {
+		if v, ok := jsonObject(e.Attributes); ok {
+			m["attributes"] = v
+		}
 	}
 	return m
 }

@@ -2,6 +2,7 @@ package rules
 
 import (
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -36,5 +37,77 @@ func TestStarterPack(t *testing.T) {
 	var out strings.Builder
 	if failed := Report(&out, results); failed != 0 {
 		t.Fatalf("%d starter pack tests failed:\n%s", failed, out.String())
+	}
+}
+
+// The envelope fields a program's input holds: those its expressions name,
+// or all of them when one uses the event (or the input) as a whole.
+func TestEventFields(t *testing.T) {
+	for _, tc := range []struct {
+		exprs []string
+		want  []string // nil: every field
+	}{
+		{[]string{`event.amount >= 5 && event.direction == "out"`}, []string{"amount", "direction"}},
+		{[]string{`this.event.amount > 1 && features.account.x > 1`, `event.counterparty.name == "a"`}, []string{"amount", "counterparty"}},
+		{[]string{`this.features.account.out_count_1h > 3`}, []string{}},
+		{[]string{`event.amount > 1`, `event.keys().length() > 3`}, nil},
+		{[]string{`event.get("amount") > 1`}, nil},
+		{[]string{`(event | {}).amount > 1`}, nil},
+		{[]string{`this.keys().contains("event")`}, nil},
+		{[]string{`this.event.keys().length() > 1`}, nil},
+		{[]string{`features.account.event.x == 1 && event.type == "cash"`}, []string{"type"}},
+		{[]string{`"prevent.this" == event.channel`}, []string{"channel"}},
+	} {
+		got := eventFields(tc.exprs)
+		if tc.want == nil {
+			if got != nil {
+				t.Errorf("%q: fields %v, want all", tc.exprs, got)
+			}
+			continue
+		}
+		if got == nil || len(got) != len(tc.want) {
+			t.Errorf("%q: fields %v, want %v", tc.exprs, got, tc.want)
+			continue
+		}
+		for _, f := range tc.want {
+			if !got[f] {
+				t.Errorf("%q: fields %v, want %v", tc.exprs, got, tc.want)
+			}
+		}
+	}
+}
+
+// The starter pack's program reads only some envelope fields, and on every
+// one of its test cases decides exactly as on the whole envelope.
+func TestPrunedInputDecidesAsWhole(t *testing.T) {
+	paths, _ := filepath.Glob("../../config/rules/*.yaml")
+	defs, err := ParseFiles(paths...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rs []Rule
+	for _, d := range defs {
+		rs = append(rs, d.Rule)
+	}
+	prog, err := Compile(rs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for kind, kp := range prog.kinds {
+		if kp.fields == nil {
+			t.Errorf("%s: the starter pack's program reads the whole envelope", kind)
+		}
+		for _, d := range defs {
+			for _, tc := range d.Tests {
+				if tc.Event.Kind != kind {
+					continue
+				}
+				got, err1 := kp.exec.Query(input(tc.Event, tc.Features, kp.fields))
+				want, err2 := kp.exec.Query(Input(tc.Event, tc.Features))
+				if !reflect.DeepEqual(got, want) || (err1 == nil) != (err2 == nil) {
+					t.Errorf("%s %q: %v (%v) on the pruned input, %v (%v) on the whole", d.Rule.Name, tc.Name, got, err1, want, err2)
+				}
+			}
+		}
 	}
 }
