@@ -11,9 +11,10 @@ import (
 // format"): the events it counted, in order, which a reader applies to the
 // base after it, exactly as the writer did, then prunes as the writer did.
 // A write appends its record instead of writing the whole value again
-// while the records after the base stay smaller than the base (and
-// deltaMin), so a busy entity's write costs what its batch added, not its
-// whole history; past that the whole value is written again.
+// while the records after the base stay at most half the base's size, so a
+// busy entity's write costs what its batch added, not its whole history,
+// and a value is at most 1.5 times its state; past that the whole value is
+// written again.
 //
 //	uvarint(body length), then the body:
 //	uvarint(wall-clock unix ms of the write), uvarint(replay TTL in ms),
@@ -24,8 +25,6 @@ import (
 //	      the other side's 16-byte id (flag 4)
 //	  'e' (an account event): 8-byte hash of the event id,
 //	      uvarint(occurred_at unix s), uvarint(len) and the type
-const deltaMin = 2048
-
 const (
 	opTxn   = 't'
 	opEvent = 'e'

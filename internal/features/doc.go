@@ -61,12 +61,11 @@
 //	and replay TTL).
 //
 // A write appends its record (SETRANGE of the generation, APPEND, in the
-// CAS script) while the records after the base stay at most the base's
-// size (and at least 2 KB may always be appended); otherwise it writes the
-// whole value again, as a new base. So a busy entity, whose base grows with
-// its distinct other sides and its replay memory, costs each batch about
-// 40 bytes per event it counts, not its whole value, and a value is at
-// most about twice its state.
+// CAS script) while the records after the base stay at most half the
+// base's size; otherwise it writes the whole value again, as a new base.
+// So a busy entity, whose base grows with its distinct other sides and its
+// replay memory, costs each batch about 40 bytes per event it counts, not
+// its whole value, and a value is at most 1.5 times its state.
 //
 // Amounts are integers in units of 0.0001 (transactions.amount is
 // numeric(20,4)): uvarint(zigzag(n) << 1) below 2^62 in magnitude, else

@@ -693,13 +693,13 @@ func (s *Store) compute(e *entity, r *run) {
 		if e.exists {
 			gen = generation(e.gen) + 1
 		}
-		// Append this batch's record while the records stay smaller than
+		// Append this batch's record while the records stay at most half
 		// the base (delta.go); else write the whole value again.
 		e.appended = false
 		if e.exists && e.corrupt == nil && e.blen > 0 {
 			e.val = binary.BigEndian.AppendUint64(e.val[:0], gen)
 			e.val = e.d.appendRecord(e.val, nowMs, ttlMs)
-			if e.vlen-e.blen+len(e.val)-genLen <= max(e.blen, deltaMin) {
+			if e.vlen-e.blen+len(e.val)-genLen <= e.blen/2 {
 				e.appended = true
 			}
 		}
