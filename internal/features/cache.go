@@ -1,13 +1,11 @@
 package features
 
-import (
-	"sync"
-	"unsafe"
-)
+import "sync"
 
-// cache keeps, between batches, the state of entities as this process last
-// wrote (or read) them, with the generation Redis holds them at, so that a
-// batch does not read again what the process already has (doc.go "Apply").
+// cache keeps, between batches, the values of entities as this process last
+// wrote (or read) them (encoded: a decoded state takes about ten times the
+// memory), with the generation Redis holds them at, so that a batch does
+// not read again what the process already has (doc.go "Apply").
 // It is only ever a guess: the write's CAS compares the generation, and an
 // entity somebody else wrote since is read again and recomputed, exactly as
 // after a lost race. An entity only read in a batch (a counterparty paying
@@ -37,7 +35,8 @@ type cache struct {
 
 type cached struct {
 	gen        string
-	st         *state
+	base       string   // the base (its first 8 bytes may be an older generation)
+	recs       []string // the delta records after it, in pieces
 	size       int64
 	vlen, blen int // the value's length in Redis, its base's
 }
@@ -50,7 +49,7 @@ func newCache(max int64) *cache {
 
 // take holds ents (those it writes: not those only read), waiting until
 // no other batch holds any of them, and with fromCache moves each one's
-// cached state (if any) into e.hit, e.gen, e.vlen and e.blen.
+// cached value (if any) into the entity.
 func (c *cache) take(ents []*entity, fromCache bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -75,7 +74,8 @@ func (c *cache) take(ents []*entity, fromCache bool) {
 		}
 		delete(c.m, e.key)
 		c.bytes -= x.size
-		e.hit, e.gen, e.exists, e.vlen, e.blen = x.st, x.gen, true, x.vlen, x.blen
+		e.hit, e.gen, e.exists, e.vlen, e.blen = true, x.gen, true, x.vlen, x.blen
+		e.base, e.recs = x.base, x.recs
 	}
 }
 
@@ -110,12 +110,14 @@ func (c *cache) publish(ents []*entity) uint64 {
 		if !ro {
 			delete(c.held, e.key)
 		}
-		gen, vlen, blen := e.gen, e.vlen, e.blen
+		gen, vlen, blen, base, recs := e.gen, e.vlen, e.blen, e.base, e.recs
 		switch {
 		case e.changed && e.appended:
 			gen, vlen = string(e.val[:genLen]), e.vlen+len(e.val)-genLen
+			recs = append(recs[:len(recs):len(recs)], string(e.val[genLen:]))
 		case e.changed:
 			gen, vlen, blen = string(e.val[:genLen]), len(e.val), len(e.val)
+			base, recs = string(e.val), nil
 		}
 		if c.max < 0 || gen == "" || e.st == nil || e.corrupt != nil && !e.changed {
 			continue // no key in Redis, or nothing readable
@@ -128,8 +130,8 @@ func (c *cache) publish(ents []*entity) uint64 {
 		if ok {
 			c.bytes -= old.size
 		}
-		size := e.st.footprint() + int64(len(e.key))
-		c.m[e.key] = cached{gen: gen, st: e.st, size: size, vlen: vlen, blen: blen}
+		size := int64(vlen + len(e.key) + 64)
+		c.m[e.key] = cached{gen: gen, base: base, recs: recs, size: size, vlen: vlen, blen: blen}
 		c.bytes += size
 	}
 	if c.bytes > c.max {
@@ -195,28 +197,4 @@ func (c *cache) invalidate(ents []*entity) {
 			c.bytes -= x.size
 		}
 	}
-}
-
-// footprint estimates st's Go memory.
-func (st *state) footprint() int64 {
-	n := int64(unsafe.Sizeof(*st))
-	for l := range st.lv {
-		n += int64(cap(st.lv[l])) * int64(unsafe.Sizeof(bucket{}))
-		for i := range st.lv[l] {
-			b := &st.lv[l][i]
-			n += int64(cap(b.sums))*int64(unsafe.Sizeof(csum{})) + int64(cap(b.evs))*int64(unsafe.Sizeof(tcount{}))
-		}
-	}
-	for d := range st.members {
-		m := &st.members[d]
-		n += int64(cap(m.keys))*16 + int64(cap(m.vals))*8
-		if m.idx != nil {
-			n += int64(len(m.idx)) * 40
-		}
-	}
-	n += int64(cap(st.seen.keys))*8 + int64(cap(st.seen.vals))*8
-	if st.seen.idx != nil {
-		n += int64(len(st.seen.idx)) * 32
-	}
-	return n
 }

@@ -156,7 +156,7 @@ const (
 	DefaultKeyPrefix = "sp:"
 	DefaultReplayTTL = 30 * time.Minute
 	// DefaultCacheBytes is Options.CacheBytes' default.
-	DefaultCacheBytes = 64 << 20
+	DefaultCacheBytes = 128 << 20
 )
 
 // keyTTL is every key's TTL, from the wall clock, refreshed on write: the
@@ -177,7 +177,7 @@ type Options struct {
 	ReplayTTL time.Duration
 	// CacheBytes bounds the entity states kept in memory between batches
 	// (doc.go "Apply": an entity this process wrote last is not read
-	// again), as an estimate of their Go memory; 0 is DefaultCacheBytes,
+	// again), (their encoded size); 0 is DefaultCacheBytes,
 	// negative turns the cache off.
 	CacheBytes int64
 }
@@ -191,6 +191,8 @@ type Store struct {
 	// snapMargin is how much longer than the replay TTL a snapshot hash
 	// lives after its last write (tests shorten it).
 	snapMargin time.Duration
+	// wholeValues (tests) writes every value whole, never a delta record.
+	wholeValues bool
 	// beforeWrite, when set (tests), runs between computing a batch and
 	// writing it: another writer can be made to step in.
 	beforeWrite func(attempt int)
@@ -292,15 +294,18 @@ type op struct {
 // entity is the work of a batch on one entity: its events in order, its
 // value as read, its state after them.
 type entity struct {
-	kind   byte
-	key    string
-	ops    []op
-	raw    string // the value as read
+	kind byte
+	key  string
+	ops  []op
+	// base and recs are the value, read or taken from the cache: its base
+	// and the delta records after it (delta.go), in one or more pieces.
+	base   string
+	recs   []string
 	exists bool
 	gen    string // the generation read (the value's first 8 bytes), "" for none
-	// hit is the state taken from the cache instead of read (the
-	// generation in gen); the write's CAS checks it is still current.
-	hit     *state
+	// hit: the value came from the cache instead of Redis; the write's
+	// CAS checks it is still current.
+	hit     bool
 	corrupt error // the value as read did not decode: counted from empty
 	st      *state
 	changed bool
@@ -480,7 +485,7 @@ func (s *Store) ApplyReplays(ctx context.Context, events []*event.Envelope) ([]m
 			return nil, nil, fmt.Errorf("features: %d of %d entities still changed by another writer after %d attempts", len(lost), len(ents), attempt)
 		}
 		for _, e := range lost {
-			e.hit = nil
+			e.hit = false
 		}
 		pending = lost
 		// Another writer changed them between our read and write: read them
@@ -534,7 +539,7 @@ func (s *Store) load(ctx context.Context, ents []*entity) error {
 	cmds := make([]*redis.StringCmd, len(ents))
 	reads := 0
 	for _, e := range ents {
-		if e.hit == nil {
+		if !e.hit {
 			reads++
 		}
 	}
@@ -545,7 +550,7 @@ func (s *Store) load(ctx context.Context, ents []*entity) error {
 	}
 	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, e := range ents {
-			if e.hit == nil {
+			if !e.hit {
 				cmds[i] = p.Get(ctx, e.key)
 			}
 		}
@@ -555,17 +560,17 @@ func (s *Store) load(ctx context.Context, ents []*entity) error {
 		return fmt.Errorf("features: redis: reading %d entities: %w", len(ents), err)
 	}
 	for i, e := range ents {
-		if e.hit != nil {
+		if e.hit {
 			continue
 		}
 		v, err := cmds[i].Result()
 		switch {
 		case errors.Is(err, redis.Nil):
-			e.raw, e.exists, e.gen, e.vlen = "", false, "", 0
+			e.base, e.recs, e.exists, e.gen, e.vlen = "", nil, false, "", 0
 		case err != nil:
 			return fmt.Errorf("features: redis: reading a %s: %w", kindName(e.kind), err)
 		default:
-			e.raw, e.exists, e.gen, e.vlen = v, true, strings.Clone(v[:min(genLen, len(v))]), len(v)
+			e.base, e.recs, e.exists, e.gen, e.vlen = v, nil, true, v[:min(genLen, len(v))], len(v)
 		}
 	}
 	return nil
@@ -576,19 +581,19 @@ func (s *Store) load(ctx context.Context, ents []*entity) error {
 func (s *Store) compute(e *entity, r *run) {
 	e.corrupt = nil
 	e.st = newState()
-	switch {
-	case e.hit != nil:
-		e.st = e.hit
-	case e.exists:
-		st, base, err := decodeBase(e.raw)
+	if e.exists {
+		st, base, err := decodeParts(e.base, e.recs)
 		if err != nil {
 			e.corrupt = err
 		} else {
-			e.st, e.blen = st, base
+			e.st = st
+			if !e.hit && base < len(e.base) {
+				// As read: split into the base and its records.
+				e.base, e.recs = e.base[:base], []string{e.base[base:]}
+			}
+			e.blen = base
 		}
 	}
-	// The value read is not needed any more (the cache keeps states).
-	e.raw = ""
 	st := e.st
 	nowMs, ttlMs := r.now.UnixMilli(), s.ttl.Milliseconds()
 	e.changed = e.corrupt != nil
@@ -696,7 +701,7 @@ func (s *Store) compute(e *entity, r *run) {
 		// Append this batch's record while the records stay at most half
 		// the base (delta.go); else write the whole value again.
 		e.appended = false
-		if e.exists && e.corrupt == nil && e.blen > 0 {
+		if e.exists && e.corrupt == nil && e.blen > 0 && !s.wholeValues {
 			e.val = binary.BigEndian.AppendUint64(e.val[:0], gen)
 			e.val = e.d.appendRecord(e.val, nowMs, ttlMs)
 			if e.vlen-e.blen+len(e.val)-genLen <= e.blen/2 {

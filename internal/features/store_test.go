@@ -717,14 +717,20 @@ func TestHugeSumsStayExact(t *testing.T) {
 	}
 }
 
-// A value written as a base and appended delta records decodes to exactly
-// the state its writer holds (delta.go), replays and account events
-// included, and busy entities do get records appended.
+// A value written as a base and appended delta records is byte for byte
+// the one the writer's cache holds and decodes to the same state (delta.go),
+// replays and account events included, and busy entities do get records
+// appended.
 func TestDeltaRecordsDecodeToTheWritersState(t *testing.T) {
 	for _, tg := range targets {
 		t.Run(tg.name, func(t *testing.T) {
 			c, prefix, _ := open(t, tg)
 			s := New(c, Options{KeyPrefix: prefix})
+			// The reference writes every value whole: its writer's state.
+			ref := New(c, Options{KeyPrefix: prefix + "ref:"})
+			ref.wholeValues = true
+			clock := time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC)
+			s.now, ref.now = func() time.Time { return clock }, func() time.Time { return clock }
 			ctx := context.Background()
 			evs := realistic(3000, 40, time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC), 11)
 			for off := 0; off < len(evs); off += 150 {
@@ -733,9 +739,12 @@ func TestDeltaRecordsDecodeToTheWritersState(t *testing.T) {
 					// Replays of the previous batch's first events ride along.
 					batch = append(append([]*event.Envelope(nil), evs[off-20:off]...), batch...)
 				}
-				if _, err := s.Apply(ctx, batch); err != nil {
-					t.Fatal(err)
+				for _, st := range []*Store{s, ref} {
+					if _, err := st.Apply(ctx, batch); err != nil {
+						t.Fatal(err)
+					}
 				}
+				clock = clock.Add(7 * time.Minute) // the replay memory expires too
 			}
 			appended := 0
 			for k, x := range s.cache.m {
@@ -753,8 +762,26 @@ func TestDeltaRecordsDecodeToTheWritersState(t *testing.T) {
 				if base < len(v) {
 					appended++
 				}
-				if got, want := encode(nil, 1, st), encode(nil, 1, x.st); string(got) != string(want) {
-					t.Fatalf("%s: the value decodes to another state than its writer's", k)
+				if whole := x.gen + (x.base + strings.Join(x.recs, ""))[genLen:]; whole != v {
+					t.Fatalf("%s: the cached value differs from Redis'", k)
+				}
+				cst, _, err := decodeParts(x.base, x.recs)
+				if err != nil {
+					t.Fatalf("%s: %v", k, err)
+				}
+				if got, want := encode(nil, 1, st), encode(nil, 1, cst); string(got) != string(want) {
+					t.Fatalf("%s: the value decodes to another state than the cached one", k)
+				}
+				rv, err := c.Get(ctx, strings.Replace(k, prefix, prefix+"ref:", 1)).Result()
+				if err != nil {
+					t.Fatalf("%s (reference): %v", k, err)
+				}
+				rst, rbase, err := decodeBase(rv)
+				if err != nil || rbase != len(rv) {
+					t.Fatalf("%s (reference): %v, base %d of %d bytes", k, err, rbase, len(rv))
+				}
+				if got, want := encode(nil, 1, st), encode(nil, 1, rst); string(got) != string(want) {
+					t.Fatalf("%s: base and delta records decode to another state than the writer's", k)
 				}
 			}
 			if appended == 0 {
