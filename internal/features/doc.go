@@ -86,7 +86,7 @@
 //
 // A batch's events are grouped by entity in order. Round trip 1: one
 // pipeline of GET for every entity touched that the Store does not hold in
-// its cache (cache.go: the states this process last wrote, kept between
+// its cache (cache.go: the values this process last wrote, kept between
 // batches within Options.CacheBytes, checked by the write's CAS; an entity
 // only read is always read), on a Cluster one pipeline per node, in
 // parallel. Go decodes each value, applies the

@@ -175,10 +175,10 @@ type Options struct {
 	// ReplayTTL is how long an event id is remembered as counted
 	// (SP_STREAM_REPLAY_TTL); default 30 minutes.
 	ReplayTTL time.Duration
-	// CacheBytes bounds the entity states kept in memory between batches
-	// (doc.go "Apply": an entity this process wrote last is not read
-	// again), (their encoded size); 0 is DefaultCacheBytes,
-	// negative turns the cache off.
+	// CacheBytes bounds the entity values (as encoded) kept in memory
+	// between batches (doc.go "Apply": an entity this process wrote last
+	// is not read again); 0 is DefaultCacheBytes, negative turns the cache
+	// off.
 	CacheBytes int64
 }
 
