@@ -443,6 +443,10 @@ func stopAll(t testing.TB, ps ...*binProcess) {
 		if p == nil || !p.running() {
 			continue
 		}
+		// A process started a moment ago (a restart after a kill that
+		// found nothing left to do) has no signal handler yet, and SIGTERM
+		// would kill it outright: wait until it serves HTTP.
+		poll(30*time.Second, 50*time.Millisecond, func() bool { _, err := p.scrape(); return err == nil })
 		if code := p.signal(t, syscall.SIGTERM, time.Minute); code != 0 {
 			t.Errorf("%s exited with %d on SIGTERM:\n%s", p.name, code, p.tail(3000))
 		}
