@@ -12,9 +12,10 @@ import "sync"
 // in) is always read, since nothing would check a cached state of it.
 //
 // A batch holds the entities it writes while it computes them: another
-// batch of the same process that needs one of them waits until all of its
-// own are free (all at once: no batch holds some while waiting for others,
-// so none waits forever). Once computed, the batch publishes the new states
+// batch of the same process that needs a large one (waitBytes or more)
+// waits until all of those are free (all at once: no batch holds some
+// while waiting for others, so none waits forever); a small one it reads
+// from Redis, and the CAS sorts out which of the two writes first. Once computed, the batch publishes the new states
 // to the cache and lets go, so the next batch computes on them while this
 // one is written; writes then go to Redis one batch after the other, in
 // the order the batches published, so a batch's CAS expects exactly what
@@ -24,8 +25,8 @@ import "sync"
 type cache struct {
 	max   int64 // negative: keep nothing (entities are still held)
 	mu    sync.Mutex
-	free  *sync.Cond // signalled when a batch releases its entities
-	held  map[string]bool
+	free  *sync.Cond     // signalled when a batch releases its entities
+	held  map[string]int // entity key → the holder's value length
 	m     map[string]cached
 	bytes int64
 	// next is the turn the next publishing batch gets; turn the one
@@ -41,8 +42,12 @@ type cached struct {
 	vlen, blen int // the value's length in Redis, its base's
 }
 
+// waitBytes: a batch waits for an entity another batch holds from this
+// size on, rather than read it again.
+const waitBytes = 16 << 10
+
 func newCache(max int64) *cache {
-	c := &cache{max: max, m: map[string]cached{}, held: map[string]bool{}}
+	c := &cache{max: max, m: map[string]cached{}, held: map[string]int{}}
 	c.free = sync.NewCond(&c.mu)
 	return c
 }
@@ -53,10 +58,13 @@ func newCache(max int64) *cache {
 func (c *cache) take(ents []*entity, fromCache bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	// Wait for the large entities another batch holds (on a retry, for
+	// all): reading one again would cost its whole value. A small one is
+	// read from Redis instead, at the price of a CAS that may fail.
 	for busy := true; busy; {
 		busy = false
 		for _, e := range ents {
-			if c.held[e.key] && !readOnly(e) {
+			if n, ok := c.held[e.key]; ok && (!fromCache || n >= waitBytes) && !readOnly(e) {
 				busy = true
 				c.free.Wait()
 				break
@@ -64,16 +72,22 @@ func (c *cache) take(ents []*entity, fromCache bool) {
 		}
 	}
 	for _, e := range ents {
+		e.holding = false
 		if readOnly(e) {
 			continue
 		}
-		c.held[e.key] = true
+		if _, ok := c.held[e.key]; ok {
+			continue // small, held by another batch: read
+		}
+		e.holding = true
+		c.held[e.key] = 0
 		x, ok := c.m[e.key]
 		if !ok || !fromCache {
 			continue
 		}
 		delete(c.m, e.key)
 		c.bytes -= x.size
+		c.held[e.key] = x.vlen
 		e.hit, e.gen, e.exists, e.vlen, e.blen = true, x.gen, true, x.vlen, x.blen
 		e.base, e.recs = x.base, x.recs
 	}
@@ -92,8 +106,9 @@ func readOnly(e *entity) bool {
 func (c *cache) abort(ents []*entity) {
 	c.mu.Lock()
 	for _, e := range ents {
-		if !readOnly(e) {
+		if e.holding {
 			delete(c.held, e.key)
+			e.holding = false
 		}
 	}
 	c.mu.Unlock()
@@ -106,9 +121,10 @@ func (c *cache) abort(ents []*entity) {
 func (c *cache) publish(ents []*entity) uint64 {
 	c.mu.Lock()
 	for _, e := range ents {
-		ro := readOnly(e)
-		if !ro {
+		ro := !e.holding
+		if e.holding {
 			delete(c.held, e.key)
+			e.holding = false
 		}
 		gen, vlen, blen, base, recs := e.gen, e.vlen, e.blen, e.base, e.recs
 		switch {
@@ -123,8 +139,9 @@ func (c *cache) publish(ents []*entity) uint64 {
 			continue // no key in Redis, or nothing readable
 		}
 		old, ok := c.m[e.key]
-		if ro && (ok || c.held[e.key]) {
-			// Only read: another batch may have published a newer state.
+		if _, held := c.held[e.key]; ro && (ok || held) {
+			// Not held (only read, or read while another batch held it):
+			// another batch may have published a newer value.
 			continue
 		}
 		if ok {

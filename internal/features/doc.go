@@ -35,8 +35,9 @@
 //
 // # Value format (version 2)
 //
-//	[0:8]  generation: big-endian uint64, +1 on every write (a new key
-//	       starts at a random one); the CAS compares these 8 bytes
+//	[0:8]  generation: big-endian uint64, a random one on every write
+//	       (two writers of the same value never write the same); the CAS
+//	       compares these 8 bytes
 //	[8]    format version: 2 (1, written before delta records, is read too)
 //	then the base, the state as last written whole, as unsigned / zigzag
 //	varints:

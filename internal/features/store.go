@@ -305,7 +305,9 @@ type entity struct {
 	gen    string // the generation read (the value's first 8 bytes), "" for none
 	// hit: the value came from the cache instead of Redis; the write's
 	// CAS checks it is still current.
-	hit     bool
+	hit bool
+	// holding: this batch holds the entity in the cache (cache.go).
+	holding bool
 	corrupt error // the value as read did not decode: counted from empty
 	st      *state
 	changed bool
@@ -691,13 +693,13 @@ func (s *Store) compute(e *entity, r *run) {
 	}
 	if e.changed {
 		e.dropped = st.prune(nowMs, e.dropped)
-		// A new key starts at a random generation: should a key expire and
-		// be created again between another writer's read and write, that
-		// writer's CAS still fails.
+		// Every write takes a random generation, never the one read plus
+		// one: two writers that read the same value (a batch of this
+		// process that read it while another held it, or another process)
+		// would both write "+1", and a batch that computed on the loser's
+		// published value (cache.go) would then pass its CAS against the
+		// winner's. Likewise a key that expired and was created again.
 		gen := rand.Uint64()
-		if e.exists {
-			gen = generation(e.gen) + 1
-		}
 		// Append this batch's record while the records stay at most half
 		// the base (delta.go); else write the whole value again.
 		e.appended = false
