@@ -103,7 +103,8 @@
 // up to 100 entities (the call itself costs about as much as its
 // commands); on a Cluster, whose scripts cannot span slots, one call per
 // entity. Within one process, a batch holds the entities it writes while
-// it computes them (another batch needing one waits), then publishes their
+// it computes them (another batch needing a large one waits; a small one
+// it reads from Redis, and one of the two CAS fails), then publishes their
 // new states to the cache, so the next batch computes on them while this
 // one is written; the process's writes reach Redis one batch after the
 // other, in that order. A write lost to another writer
