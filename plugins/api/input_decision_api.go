@@ -116,9 +116,10 @@ type decisionAPI struct {
 	degraded *service.MetricCounter
 	requests *service.MetricCounter
 
-	keys  *keyCache
-	rules *realtimeRules
-	out   chan *service.Message
+	keys    *keyCache
+	rules   *realtimeRules
+	out     chan *service.Message
+	applyCh chan applyReq
 
 	redisMu        sync.Mutex
 	redisPausedTil time.Time
@@ -149,6 +150,7 @@ func newDecisionAPI(conf *service.ParsedConfig, mgr *service.Resources) (*decisi
 		requests: mgr.Metrics().NewCounter(metricDecisionRequests, "code"),
 		keys:     newKeyCache(),
 		out:      make(chan *service.Message, daQueue),
+		applyCh:  make(chan applyReq, daQueue),
 		closing:  make(chan struct{}),
 	}
 	var err error
@@ -255,6 +257,9 @@ func (a *decisionAPI) Connect(ctx context.Context) error {
 	a.stopBg = stop
 	a.bg.Add(1)
 	go func() { defer a.bg.Done(); a.rules.run(bg) }()
+	a.bg.Add(2)
+	go func() { defer a.bg.Done(); a.applyLoop(bg) }()
+	go func() { defer a.bg.Done(); a.applyLoop(bg) }()
 	a.srv = &http.Server{
 		Handler:           a.routes(),
 		ReadHeaderTimeout: 10 * time.Second,

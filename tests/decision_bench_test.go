@@ -1,0 +1,145 @@
+package tests
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/speculapro/speculapro/internal/testenv"
+)
+
+// fixedRate sends n requests to base+/v1/decisions at rate per second, each
+// at its scheduled time (start + i/rate) whatever earlier answers took, so a
+// slow answer cannot delay the next send (no coordinated omission), and
+// returns every latency measured from its scheduled time and the failures.
+func fixedRate(base, key string, n int, rate float64, body func(i int) []byte) (lat []time.Duration, failures int, degraded int) {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := range n {
+		at := start.Add(time.Duration(float64(i) / rate * float64(time.Second)))
+		if d := time.Until(at); d > 0 {
+			time.Sleep(d)
+		}
+		b := body(i)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			code, a, err := postDecision(base, key, b)
+			l := time.Since(at)
+			mu.Lock()
+			defer mu.Unlock()
+			lat = append(lat, l)
+			if err != nil || code != http.StatusOK {
+				failures++
+			}
+			if a.Degraded {
+				degraded++
+			}
+		}()
+	}
+	wg.Wait()
+	return lat, failures, degraded
+}
+
+// fiftyRules are 50 real-time rules over the event and its running totals.
+func fiftyRules() []struct{ name, expr, action string } {
+	var rs []struct{ name, expr, action string }
+	for i := range 50 {
+		var expr string
+		switch i % 5 {
+		case 0:
+			expr = fmt.Sprintf(`event.amount >= %d && features.account.out_count_1h >= %d`, 1000+i*100, 2+i%4)
+		case 1:
+			expr = fmt.Sprintf(`event.direction == "out" && event.amount >= %d && features.account.new_counterparty`, 3000+i*50)
+		case 2:
+			expr = fmt.Sprintf(`features.account.out_count_1h >= %d`, 5+i)
+		case 3:
+			expr = fmt.Sprintf(`event.amount >= %d && event.currency == "EUR"`, 8000+i*10)
+		default:
+			expr = fmt.Sprintf(`event.direction == "in" && event.amount >= %d`, 5000+i*20)
+		}
+		action := "review"
+		if i%7 == 0 {
+			action = "decline"
+		}
+		rs = append(rs, struct{ name, expr, action string }{fmt.Sprintf("b_rule_%02d", i), expr, action})
+	}
+	return rs
+}
+
+// BenchmarkDecisionLatency: decision latency at a fixed 2,000 decisions/s
+// (SP_TEST_BENCH_RATE) with 50 real-time rules, from the scheduled send time,
+// beside the same client against a do-nothing HTTP handler in the same run
+// (the floor: what the client, the loopback and Go's HTTP stack cost). Then
+// the rate is raised step by step to find the highest at which p99 stays
+// under SP_DECISION_TIMEOUT.
+func BenchmarkDecisionLatency(b *testing.B) {
+	rate := 2000.0
+	if v, err := strconv.ParseFloat(os.Getenv("SP_TEST_BENCH_RATE"), 64); err == nil && v > 0 {
+		rate = v
+	}
+	seconds := 10.0
+	testenv.Binary(b)
+	s := newDecisionStack(b, "dec-bench", testenv.KafkaBrokers(b), testenv.RedisURL(b), "")
+	for _, r := range fiftyRules() {
+		if _, err := s.super.Exec(context.Background(), `
+INSERT INTO speculapro.rules (workspace_id, name, description, applies_to, expression, severity, action, alert, score)
+VALUES ($1, $2, 'decision benchmark', 'transaction', $3, 'high', $4, false, 10)`, s.ws, r.name, r.expr, r.action); err != nil {
+			b.Fatalf("inserting %s: %v", r.name, err)
+		}
+	}
+	p := s.startDecision(b, "decision", nil)
+	nothing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var v map[string]any
+		_ = json.NewDecoder(r.Body).Decode(&v)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"decision":"approve"}`))
+	}))
+	defer nothing.Close()
+	now := time.Now().UTC()
+	body := func(run string) func(i int) []byte {
+		return func(i int) []byte {
+			b, _ := json.Marshal(decisionTxn(run, i, now.Add(time.Duration(i)*time.Microsecond)))
+			return b
+		}
+	}
+	// Warm up: connections open, rules compiled, Redis keys created.
+	fixedRate("http://"+s.addr, s.key, 2000, 1000, body("warm"))
+
+	n := int(rate * seconds)
+	b.ResetTimer()
+	lat, fails, degraded := fixedRate("http://"+s.addr, s.key, n, rate, body("run"))
+	b.StopTimer()
+	floor, floorFails, _ := fixedRate(nothing.URL, s.key, n, rate, body("floor"))
+	q := func(l []time.Duration, x float64) float64 { return float64(quantileOf(l, x).Microseconds()) / 1000 }
+	b.ReportMetric(q(lat, 0.5), "p50_ms")
+	b.ReportMetric(q(lat, 0.99), "p99_ms")
+	b.ReportMetric(q(lat, 0.999), "p99.9_ms")
+	b.ReportMetric(q(floor, 0.99), "floor_p99_ms")
+	b.Logf("decision API at %.0f/s for %.0fs, 50 rules: p50 %.2f ms, p99 %.2f ms, p99.9 %.2f ms, max %.2f ms; %d failed, %d degraded",
+		rate, seconds, q(lat, 0.5), q(lat, 0.99), q(lat, 0.999), q(lat, 1), fails, degraded)
+	b.Logf("do-nothing handler, same client, same rate: p50 %.2f ms, p99 %.2f ms, p99.9 %.2f ms; %d failed",
+		q(floor, 0.5), q(floor, 0.99), q(floor, 0.999), floorFails)
+
+	// The highest rate whose p99 stays under the timeout (5 s per step).
+	best := 0.0
+	for _, r := range []float64{2000, 3000, 4000, 5000, 6000, 8000} {
+		l, f, d := fixedRate("http://"+s.addr, s.key, int(r*5), r, body(fmt.Sprintf("step%.0f", r)))
+		p99 := quantileOf(l, 0.99)
+		b.Logf("step %.0f/s: p50 %.2f ms, p99 %.2f ms, %d failed, %d degraded", r, q(l, 0.5), float64(p99.Microseconds())/1000, f, d)
+		if p99 >= decisionTimeout || f > 0 {
+			break
+		}
+		best = r
+	}
+	b.ReportMetric(best, "max_rate_p99_under_timeout")
+	b.Logf("highest rate with p99 under %v: %.0f/s (peak RSS %d MB)", decisionTimeout, best, p.peakRSS(b)>>20)
+}
