@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"strconv"
 	"unicode/utf8"
 )
@@ -51,7 +50,10 @@ func CheckJSONB(raw []byte) error {
 	return CheckJSON(raw)
 }
 
-// CheckJSON checks one JSON value against the rules above (any size).
+// CheckJSON checks one JSON value against the rules above (any size). It
+// scans the bytes itself (no tokens, no maps for objects of up to
+// jsonLinearKeys keys), so checking a whole request body costs about as
+// much as reading it once.
 func CheckJSON(raw []byte) error {
 	if !utf8.Valid(raw) {
 		return fmt.Errorf("%w: not valid UTF-8", ErrJSONB)
@@ -59,92 +61,320 @@ func CheckJSON(raw []byte) error {
 	if err := checkEscapes(raw); err != nil {
 		return fmt.Errorf("%w: %v", ErrJSONB, err)
 	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	type frame struct {
-		obj     bool
-		wantKey bool
-		keys    map[string]struct{}
-		key     string
+	c := jsonChecker{raw: raw}
+	c.skipWS()
+	if c.i >= len(raw) {
+		return fmt.Errorf("%w: invalid JSON", ErrJSONB)
 	}
-	var stack []frame
-	path := func(depth int) string {
-		var b []byte
-		for _, f := range stack[:depth] {
-			if f.obj && f.key != "" {
-				if len(b) > 0 {
-					b = append(b, '.')
-				}
-				b = append(b, f.key...)
-			}
-		}
-		if len(b) > 80 {
-			b = append(b[:80], "…"...)
-		}
-		if len(b) == 0 {
-			return "the top level"
-		}
-		return strconv.Quote(string(b))
+	if err := c.value(); err != nil {
+		return err
 	}
-	values := 0 // top-level values begun
-	valueDone := func() {
-		if n := len(stack); n > 0 && stack[n-1].obj {
-			stack[n-1].wantKey = true
+	c.skipWS()
+	if c.i < len(raw) {
+		// Another value after the first (a stream), or garbage: a value
+		// that begins well is "data after", whatever follows it.
+		if ch := raw[c.i]; ch == '{' || ch == '[' {
+			return fmt.Errorf("%w: data after the JSON value", ErrJSONB)
 		}
-	}
-	for {
-		tok, err := dec.Token()
-		if err == io.EOF {
-			if len(stack) > 0 || values != 1 {
-				return fmt.Errorf("%w: invalid JSON", ErrJSONB)
-			}
-			break
+		c.stack, c.grammarOnly = c.stack[:0], true
+		if c.value() == nil {
+			return fmt.Errorf("%w: data after the JSON value", ErrJSONB)
 		}
-		if err != nil {
-			return fmt.Errorf("%w: invalid JSON", ErrJSONB)
-		}
-		if len(stack) == 0 {
-			if values++; values > 1 {
-				return fmt.Errorf("%w: data after the JSON value", ErrJSONB)
-			}
-		}
-		if n := len(stack); n > 0 && stack[n-1].obj && stack[n-1].wantKey {
-			if d, ok := tok.(json.Delim); ok && d == '}' {
-				stack = stack[:n-1]
-				valueDone()
-				continue
-			}
-			k, _ := tok.(string)
-			top := &stack[n-1]
-			if _, dup := top.keys[k]; dup {
-				return fmt.Errorf("%w: key %.40q appears twice in the object at %s", ErrJSONB, k, path(n-1))
-			}
-			top.keys[k] = struct{}{}
-			top.key, top.wantKey = k, false
-			continue
-		}
-		switch t := tok.(type) {
-		case json.Delim:
-			switch t {
-			case '{', '[':
-				if len(stack) >= MaxJSONDepth {
-					return fmt.Errorf("%w: nested deeper than %d", ErrJSONB, MaxJSONDepth)
-				}
-				stack = append(stack, frame{obj: t == '{', wantKey: t == '{', keys: map[string]struct{}{}})
-			case ']':
-				stack = stack[:len(stack)-1]
-				valueDone()
-			}
-		case json.Number:
-			if err := checkNumber(string(t)); err != nil {
-				return fmt.Errorf("%w: number at %s: %v", ErrJSONB, path(len(stack)), err)
-			}
-			valueDone()
-		default:
-			valueDone()
-		}
+		return errInvalidJSON
 	}
 	return nil
+}
+
+// jsonLinearKeys: an object's keys are compared one by one up to this
+// many, then through a map (a huge object must not cost n² compares).
+const jsonLinearKeys = 16
+
+// jsonFrame is one open object or array.
+type jsonFrame struct {
+	obj  bool
+	key  []byte // the object's current key, decoded
+	keys [][]byte
+	set  map[string]struct{}
+}
+
+type jsonChecker struct {
+	raw         []byte
+	i           int
+	stack       []jsonFrame
+	grammarOnly bool // numbers: their syntax only, not their digits
+}
+
+var errInvalidJSON = fmt.Errorf("%w: invalid JSON", ErrJSONB)
+
+func (c *jsonChecker) skipWS() {
+	for c.i < len(c.raw) {
+		switch c.raw[c.i] {
+		case ' ', '\t', '\r', '\n':
+			c.i++
+		default:
+			return
+		}
+	}
+}
+
+// path is the key path to the frames below depth, as errors name it.
+func (c *jsonChecker) path(depth int) string {
+	var b []byte
+	for _, f := range c.stack[:depth] {
+		if f.obj && len(f.key) > 0 {
+			if len(b) > 0 {
+				b = append(b, '.')
+			}
+			b = append(b, f.key...)
+		}
+	}
+	if len(b) > 80 {
+		b = append(b[:80], "…"...)
+	}
+	if len(b) == 0 {
+		return "the top level"
+	}
+	return strconv.Quote(string(b))
+}
+
+// push opens a frame, reusing the keys slice a frame at that depth had.
+func (c *jsonChecker) push(obj bool) error {
+	if len(c.stack) >= MaxJSONDepth {
+		return fmt.Errorf("%w: nested deeper than %d", ErrJSONB, MaxJSONDepth)
+	}
+	if len(c.stack) < cap(c.stack) {
+		c.stack = c.stack[:len(c.stack)+1]
+		f := &c.stack[len(c.stack)-1]
+		f.obj, f.key, f.keys, f.set = obj, nil, f.keys[:0], nil
+		return nil
+	}
+	c.stack = append(c.stack, jsonFrame{obj: obj})
+	return nil
+}
+
+func (c *jsonChecker) value() error {
+	if c.i >= len(c.raw) {
+		return errInvalidJSON
+	}
+	switch ch := c.raw[c.i]; {
+	case ch == '{':
+		return c.object()
+	case ch == '[':
+		return c.array()
+	case ch == '"':
+		_, _, err := c.str()
+		return err
+	case ch == '-' || (ch >= '0' && ch <= '9'):
+		return c.number()
+	case ch == 't':
+		return c.literal("true")
+	case ch == 'f':
+		return c.literal("false")
+	case ch == 'n':
+		return c.literal("null")
+	}
+	return errInvalidJSON
+}
+
+func (c *jsonChecker) literal(lit string) error {
+	if len(c.raw)-c.i < len(lit) || string(c.raw[c.i:c.i+len(lit)]) != lit {
+		return errInvalidJSON
+	}
+	c.i += len(lit)
+	return nil
+}
+
+// str reads a string at c.i: its content between the quotes and whether
+// it holds escapes.
+func (c *jsonChecker) str() (content []byte, escaped bool, err error) {
+	start := c.i + 1
+	for j := start; j < len(c.raw); j++ {
+		switch ch := c.raw[j]; {
+		case ch == '"':
+			c.i = j + 1
+			return c.raw[start:j], escaped, nil
+		case ch == '\\':
+			escaped = true
+			if j+1 >= len(c.raw) {
+				return nil, false, errInvalidJSON
+			}
+			switch c.raw[j+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				j++
+			case 'u':
+				if _, ok := hex4(c.raw, j+2); !ok {
+					return nil, false, errInvalidJSON
+				}
+				j += 5
+			default:
+				return nil, false, errInvalidJSON
+			}
+		case ch < 0x20:
+			return nil, false, errInvalidJSON
+		}
+	}
+	return nil, false, errInvalidJSON
+}
+
+func (c *jsonChecker) number() error {
+	start, r := c.i, c.raw
+	j := c.i
+	if j < len(r) && r[j] == '-' {
+		j++
+	}
+	digits := func() int {
+		k := j
+		for j < len(r) && r[j] >= '0' && r[j] <= '9' {
+			j++
+		}
+		return j - k
+	}
+	switch {
+	case j < len(r) && r[j] == '0':
+		j++
+	case digits() == 0:
+		return errInvalidJSON
+	}
+	if j < len(r) && r[j] == '.' {
+		j++
+		if digits() == 0 {
+			return errInvalidJSON
+		}
+	}
+	if j < len(r) && (r[j] == 'e' || r[j] == 'E') {
+		j++
+		if j < len(r) && (r[j] == '+' || r[j] == '-') {
+			j++
+		}
+		if digits() == 0 {
+			return errInvalidJSON
+		}
+	}
+	c.i = j
+	if c.grammarOnly {
+		return nil
+	}
+	if err := checkNumber(string(r[start:j])); err != nil {
+		return fmt.Errorf("%w: number at %s: %v", ErrJSONB, c.path(len(c.stack)), err)
+	}
+	return nil
+}
+
+func (c *jsonChecker) array() error {
+	if err := c.push(false); err != nil {
+		return err
+	}
+	c.i++
+	c.skipWS()
+	if c.i < len(c.raw) && c.raw[c.i] == ']' {
+		c.i++
+		c.stack = c.stack[:len(c.stack)-1]
+		return nil
+	}
+	for {
+		c.skipWS()
+		if err := c.value(); err != nil {
+			return err
+		}
+		c.skipWS()
+		if c.i >= len(c.raw) {
+			return errInvalidJSON
+		}
+		switch c.raw[c.i] {
+		case ',':
+			c.i++
+		case ']':
+			c.i++
+			c.stack = c.stack[:len(c.stack)-1]
+			return nil
+		default:
+			return errInvalidJSON
+		}
+	}
+}
+
+func (c *jsonChecker) object() error {
+	if err := c.push(true); err != nil {
+		return err
+	}
+	n := len(c.stack)
+	c.i++
+	c.skipWS()
+	if c.i < len(c.raw) && c.raw[c.i] == '}' {
+		c.i++
+		c.stack = c.stack[:n-1]
+		return nil
+	}
+	for {
+		c.skipWS()
+		if c.i >= len(c.raw) || c.raw[c.i] != '"' {
+			return errInvalidJSON
+		}
+		content, escaped, err := c.str()
+		if err != nil {
+			return err
+		}
+		key := content
+		if escaped {
+			var s string
+			if json.Unmarshal(c.raw[c.i-len(content)-2:c.i], &s) != nil {
+				return errInvalidJSON
+			}
+			key = []byte(s)
+		}
+		f := &c.stack[n-1]
+		if f.seen(key) {
+			return fmt.Errorf("%w: key %.40q appears twice in the object at %s", ErrJSONB, key, c.path(n-1))
+		}
+		f.key = key
+		c.skipWS()
+		if c.i >= len(c.raw) || c.raw[c.i] != ':' {
+			return errInvalidJSON
+		}
+		c.i++
+		c.skipWS()
+		if err := c.value(); err != nil {
+			return err
+		}
+		c.skipWS()
+		if c.i >= len(c.raw) {
+			return errInvalidJSON
+		}
+		switch c.raw[c.i] {
+		case ',':
+			c.i++
+		case '}':
+			c.i++
+			c.stack = c.stack[:n-1]
+			return nil
+		default:
+			return errInvalidJSON
+		}
+	}
+}
+
+// seen reports whether the object named key before, and records it.
+func (f *jsonFrame) seen(key []byte) bool {
+	if f.set != nil {
+		if _, dup := f.set[string(key)]; dup {
+			return true
+		}
+		f.set[string(key)] = struct{}{}
+		return false
+	}
+	for _, k := range f.keys {
+		if bytes.Equal(k, key) {
+			return true
+		}
+	}
+	f.keys = append(f.keys, key)
+	if len(f.keys) > jsonLinearKeys {
+		f.set = make(map[string]struct{}, 2*len(f.keys))
+		for _, k := range f.keys {
+			f.set[string(k)] = struct{}{}
+		}
+	}
+	return false
 }
 
 // checkEscapes refuses \u0000 and unpaired surrogate escapes inside JSON

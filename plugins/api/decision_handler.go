@@ -21,7 +21,6 @@ import (
 	"github.com/speculapro/speculapro/internal/apikey"
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/features"
-	"github.com/speculapro/speculapro/internal/identity"
 	"github.com/speculapro/speculapro/internal/rules"
 )
 
@@ -156,7 +155,7 @@ func (a *decisionAPI) handleDecision(w http.ResponseWriter, r *http.Request, ws 
 		}
 		return writeError(w, http.StatusBadRequest, fmt.Errorf("reading the request body: %w", err))
 	}
-	env, cp, ferrs, err := a.parseTransaction(body, ws, arrived.UTC())
+	env, _, ferrs, err := a.parseTransaction(body, ws, arrived.UTC()) // the counterparty protected on env
 	switch {
 	case errors.Is(err, errMalformed), errors.Is(err, errUnknownField):
 		return writeError(w, http.StatusBadRequest, err)
@@ -164,10 +163,6 @@ func (a *decisionAPI) handleDecision(w http.ResponseWriter, r *http.Request, ws 
 		return writeError(w, http.StatusBadRequest, err)
 	case len(ferrs) > 0:
 		return writeJSON(w, http.StatusBadRequest, rejectedDecision{Error: "validation failed", Errors: ferrs})
-	}
-	if err := a.protectCounterparty(env, cp); err != nil {
-		return writeJSON(w, http.StatusBadRequest, rejectedDecision{Error: "validation failed",
-			Errors: []FieldError{{Field: "counterparty.identifier", Message: err.Error()}}})
 	}
 
 	d, deliver := a.decideInTime(env, arrived, deadline)
@@ -376,44 +371,17 @@ func (a *decisionAPI) parseTransaction(body []byte, ws event.UUID, now time.Time
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("%w: want one transaction as a JSON object", errMalformed)
 	}
-	p := fr.transaction(ws, now)
+	// The field reader protects the counterparty as it parses it (the
+	// ingest API's own path), so nothing is read back or protected twice.
+	p := fr.transaction(ws, now, a.protector)
 	if unknown := fr.unknownFields(); len(unknown) > 0 {
 		return nil, nil, nil, fmt.Errorf("%w %s", errUnknownField, quoteAll(unknown))
 	}
 	if len(p.errors) > 0 {
 		return nil, nil, p.errors, nil
 	}
-	var withCP struct {
-		event.Envelope
-		Counterparty *wireCounterparty `json:"counterparty"`
-	}
-	if err := gojson.Unmarshal(p.item.value, &withCP); err != nil {
-		return nil, nil, nil, fmt.Errorf("%w: %v", errMalformed, "cannot read the transaction back")
-	}
-	env := withCP.Envelope
-	env.Counterparty = nil
-	return &env, withCP.Counterparty, nil, nil
-}
-
-// protectCounterparty puts the counterparty on env in the only form that
-// leaves the API (encrypted, masked, fingerprinted), exactly as the ingest
-// pipeline's counterparty_fingerprint does, so the running totals and the
-// stored counterparty are the same whichever API a transaction came by.
-func (a *decisionAPI) protectCounterparty(env *event.Envelope, cp *wireCounterparty) error {
-	if cp == nil || (cp.Name == "" && cp.Identifier == "") {
-		return nil
-	}
-	c := &event.Counterparty{Name: cp.Name}
-	if cp.Identifier != "" {
-		prot, err := a.protector.Protect(env.WorkspaceID, identity.FieldCounterpartyIdentifier, identity.Kind(cp.IdentifierKind), cp.Identifier)
-		if err != nil {
-			return err
-		}
-		c.IdentifierKind, c.IdentifierEnc, c.IdentifierMasked, c.IdentifierFP = string(prot.Kind), prot.Enc, prot.Masked, prot.FP
-	}
-	c.Fingerprint = a.protector.Fingerprints.Counterparty(env.WorkspaceID, c.IdentifierFP, c.Name)
-	env.Counterparty = c
-	return nil
+	env := p.item.env
+	return &env, p.item.cp, nil, nil
 }
 
 // handleDecisionReady: ready while PostgreSQL (keys, rules) answers and the

@@ -28,7 +28,7 @@ func TestDecisionOpenAPIDocumentsEveryRoute(t *testing.T) {
 			documented = append(documented, strings.ToUpper(m)+" "+p)
 		}
 	}
-	a := &decisionAPI{}
+	a := &decisionAPI{protector: testProt}
 	for _, rt := range a.decisionRoutes() {
 		served = append(served, rt.method+" "+rt.pattern)
 		op := doc.Paths[rt.pattern][strings.ToLower(rt.method)]
@@ -61,7 +61,7 @@ func TestDecisionOpenAPIRequest(t *testing.T) {
 	if errs := doc.validate(reqSchema, v, "POST /v1/decisions"); len(errs) > 0 {
 		t.Errorf("sample does not validate:\n%s", strings.Join(errs, "\n"))
 	}
-	a := &decisionAPI{}
+	a := &decisionAPI{protector: testProt}
 	env, cp, ferrs, err := a.parseTransaction([]byte(sample), testWS, now)
 	if err != nil || len(ferrs) > 0 || env == nil || cp == nil || cp.Identifier == "" {
 		t.Fatalf("the handler refuses the documented sample: %v %v", err, ferrs)
@@ -89,7 +89,7 @@ func TestDecisionOpenAPIResponses(t *testing.T) {
 	decided := decisionResponse{ID: "0193f5a2-7c00-7abc-8def-0123456789ab", ExternalID: "t-1", Decision: event.OutcomeReview,
 		Score: 40, Rules: []decisionRule{{Rule: "velocity", RuleID: "x", Version: 2, Action: "review", Score: 40}},
 		DecidedAt: time.Now().UTC(), TookMS: 1.5}
-	a := &decisionAPI{fallback: event.OutcomeReview}
+	a := &decisionAPI{fallback: event.OutcomeReview, protector: testProt}
 	degraded := a.fallbackFor(&event.Envelope{ExternalID: "t-2"}, degradedTimeout).resp
 	samples := []struct {
 		code string

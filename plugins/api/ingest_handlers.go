@@ -19,7 +19,7 @@ import (
 
 	"github.com/speculapro/speculapro/internal/apikey"
 	"github.com/speculapro/speculapro/internal/event"
-	"github.com/speculapro/speculapro/internal/identity"
+	"github.com/speculapro/speculapro/internal/eventmsg"
 )
 
 // Item outcomes, as answered and as counted.
@@ -213,7 +213,7 @@ func (a *ingestAPI) handleBatch(kind event.Kind) func(http.ResponseWriter, *http
 		if err != nil {
 			return writeError(w, code, err)
 		}
-		parsed, err := decodeBatch(body, kind, ws, time.Now().UTC(), a.maxItems)
+		parsed, err := decodeBatch(body, kind, ws, time.Now().UTC(), a.maxItems, a.protector)
 		switch {
 		case errors.Is(err, errTooManyItems):
 			return writeError(w, http.StatusRequestEntityTooLarge, err)
@@ -292,11 +292,12 @@ func (a *ingestAPI) answerBatch(ctx context.Context, ws event.UUID, kind event.K
 // msgConflict answers a resend whose content differs from the first.
 const msgConflict = "this external_id was accepted with other content; the first is kept (send a new external_id for a new transaction)"
 
-// contentHash is the hash a resend is compared by (see contentHash).
-func (a *ingestAPI) contentHash(ws event.UUID, it *item) [8]byte {
+// contentHash is the hash a resend is compared by (see contentHash); the
+// identifier's fingerprint is the one computed when the item was parsed.
+func (a *ingestAPI) contentHash(_ event.UUID, it *item) [8]byte {
 	fp := ""
-	if cp := it.cp; cp != nil && cp.normalized != "" {
-		fp = a.protector.Fingerprints.Identifier(ws, identity.Kind(cp.IdentifierKind), cp.normalized)
+	if cp := it.cp; cp != nil {
+		fp = cp.fp
 	}
 	return contentHash(&it.env, it.cp, fp)
 }
@@ -450,7 +451,9 @@ func (a *ingestAPI) deliver(topic string, items []item, results []itemResult) {
 		m := service.NewMessage(it.value)
 		m.MetaSetMut("ingest_topic", topic)
 		m.MetaSetMut("ingest_key", it.key)
-		batch[i] = m
+		// The envelope rides along, so a later step (feature_update) reads
+		// it instead of parsing the record again.
+		batch[i] = eventmsg.With(m, &items[i].env)
 	}
 	j := &job{batch: batch, done: make(chan error, 1), index: batch.Index()}
 	timer := time.NewTimer(a.ackTimeout)

@@ -58,25 +58,19 @@ type item struct {
 	id         event.UUID
 	occurredAt time.Time
 	key        string // Kafka key: workspace:account or workspace:customer
-	value      []byte // the envelope, plus a clear counterparty identifier for counterparty_fingerprint
+	value      []byte // the envelope as Kafka gets it: the counterparty protected already
 	env        event.Envelope
 	cp         *wireCounterparty // nil: none
 }
 
 // encode builds the item's message: the envelope (event.Encode, the
-// schema's own checks) and the clear counterparty for the pipeline to
-// protect.
+// schema's own checks), encoded once, with the counterparty in its
+// protected form (the API protects it while the item is parsed, so no step
+// of the pipeline parses the record again).
 func (it *item) encode() error {
 	b, err := event.Encode(it.env)
 	if err != nil {
 		return err
-	}
-	if cp := it.cp; cp != nil && (cp.Name != "" || cp.Identifier != "") {
-		cpJSON, err := json.Marshal(cp)
-		if err != nil {
-			return fmt.Errorf("encoding the counterparty: %w", err)
-		}
-		b = append(append(append(b[:len(b)-1:len(b)-1], `,"counterparty":`...), cpJSON...), '}')
 	}
 	it.value = b
 	return nil
@@ -104,7 +98,11 @@ type parsedItem struct {
 // decodeBatch reads {"items": [...]} from body. It returns a request-level
 // error (errMalformed, errUnknownField, errTooManyItems, errNoItems) when the
 // request must be refused as a whole, else every item with its errors.
-func decodeBatch(body []byte, kind event.Kind, ws event.UUID, now time.Time, maxItems int) ([]parsedItem, error) {
+//
+// prot protects each counterparty identifier (AES-GCM, mask, keyed
+// fingerprints) while the item is parsed, exactly as the
+// counterparty_fingerprint processor would.
+func decodeBatch(body []byte, kind event.Kind, ws event.UUID, now time.Time, maxItems int, prot *identity.Protector) ([]parsedItem, error) {
 	var req map[string]json.RawMessage
 	// The fast decoder first; encoding/json only to explain a failure.
 	if gojson.Unmarshal(body, &req) != nil {
@@ -160,7 +158,7 @@ func decodeBatch(body []byte, kind event.Kind, ws event.UUID, now time.Time, max
 			return nil, err
 		}
 		if kind == event.KindTransaction {
-			out[i] = r.transaction(ws, now)
+			out[i] = r.transaction(ws, now, prot)
 		} else {
 			out[i] = r.accountEvent(ws, now)
 		}
@@ -442,8 +440,7 @@ func (r *fieldReader) sub(field string) *fieldReader {
 }
 
 // identifier validates a clear identifier (its kind given or inferred the
-// way counterparty_fingerprint infers it) without keeping it normalised: the
-// pipeline's processor protects it. The message never quotes the value.
+// way counterparty_fingerprint infers it). The message never quotes the value.
 func (r *fieldReader) identifier(field, kindField string) (value, kind string) {
 	value, kind, _ = r.identifierNormalized(field, kindField)
 	return value, kind
@@ -488,16 +485,36 @@ func (r *fieldReader) unknownFields() []string {
 	return out
 }
 
-// wireCounterparty is the counterparty as handed to counterparty_fingerprint,
-// which replaces identifier with identifier_enc, _masked and _fp.
+// wireCounterparty is the counterparty as the client sent it (validated);
+// only its protected form (event.Counterparty) leaves the API.
 type wireCounterparty struct {
 	Name           string `json:"name,omitempty"`
 	Identifier     string `json:"identifier,omitempty"`
 	IdentifierKind string `json:"identifier_kind,omitempty"`
-	normalized     string // the identifier's normalised form, for the content hash's fingerprint
+	normalized     string // the identifier's normalised form
+	fp             string // its keyed fingerprint (content hash, identifier_fp)
 }
 
-func (r *fieldReader) transaction(ws event.UUID, now time.Time) parsedItem {
+// protectCounterparty is the counterparty_fingerprint processor's work on
+// one parsed counterparty: the identifier (already normalised) encrypted
+// for ws and the field counterparty.identifier, masked and fingerprinted,
+// and the counterparty's de-duplication fingerprint.
+func protectCounterparty(prot *identity.Protector, ws event.UUID, cp *wireCounterparty) (*event.Counterparty, error) {
+	c := &event.Counterparty{Name: cp.Name}
+	if cp.Identifier != "" {
+		k := identity.Kind(cp.IdentifierKind)
+		enc, err := prot.Keys.Encrypt(ws, identity.FieldCounterpartyIdentifier, cp.normalized)
+		if err != nil {
+			return nil, err
+		}
+		cp.fp = prot.Fingerprints.Identifier(ws, k, cp.normalized)
+		c.IdentifierKind, c.IdentifierEnc, c.IdentifierMasked, c.IdentifierFP = cp.IdentifierKind, enc, identity.Mask(k, cp.normalized), cp.fp
+	}
+	c.Fingerprint = prot.Fingerprints.Counterparty(ws, c.IdentifierFP, c.Name)
+	return c, nil
+}
+
+func (r *fieldReader) transaction(ws event.UUID, now time.Time, prot *identity.Protector) parsedItem {
 	e := event.Envelope{
 		V: event.Version, Kind: event.KindTransaction, WorkspaceID: ws, ReceivedAt: now,
 		ExternalID:         r.externalID("external_id", true),
@@ -526,6 +543,13 @@ func (r *fieldReader) transaction(ws event.UUID, now time.Time) parsedItem {
 	var cpp *wireCounterparty
 	if cp.Name != "" || cp.Identifier != "" {
 		cpp = &cp
+		c, err := protectCounterparty(prot, ws, cpp)
+		if err != nil {
+			// A failing cipher, not the client's fault; never the value.
+			r.fail("counterparty.identifier", "cannot be encrypted now")
+			return parsedItem{item: item{externalID: e.ExternalID}, errors: *r.errs}
+		}
+		e.Counterparty = c
 	}
 	return r.finish(e, cpp, ws.String()+":"+e.AccountExternalID)
 }
@@ -548,7 +572,7 @@ func (r *fieldReader) accountEvent(ws event.UUID, now time.Time) parsedItem {
 }
 
 // finish encodes the envelope through event.Encode (the schema's own
-// checks) and appends the clear counterparty for the pipeline to protect.
+// checks), once.
 func (r *fieldReader) finish(e event.Envelope, cp *wireCounterparty, key string) parsedItem {
 	it := item{externalID: e.ExternalID, id: e.ID, occurredAt: e.OccurredAt, key: key, env: e, cp: cp}
 	if err := it.encode(); err != nil {

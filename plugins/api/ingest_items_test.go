@@ -9,11 +9,19 @@ import (
 	"time"
 
 	"github.com/speculapro/speculapro/internal/event"
+	"github.com/speculapro/speculapro/internal/identity"
 )
 
 var (
-	testWS  = event.UUID{0x6f, 0x1c, 0x2b, 0x9e, 0x3d, 0x4a, 0x4f, 0x5b, 0x9c, 0x8d, 0x7e, 0x6f, 0x5a, 0x4b, 0x3c, 0x2d}
-	testNow = time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
+	testWS   = event.UUID{0x6f, 0x1c, 0x2b, 0x9e, 0x3d, 0x4a, 0x4f, 0x5b, 0x9c, 0x8d, 0x7e, 0x6f, 0x5a, 0x4b, 0x3c, 0x2d}
+	testNow  = time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
+	testProt = func() *identity.Protector {
+		p, err := identity.NewProtector(identity.DevKeys())
+		if err != nil {
+			panic(err)
+		}
+		return p
+	}()
 )
 
 const validTxn = `{"external_id":"t-1","occurred_at":"2026-11-30T07:41:12.345+01:00","account_external_id":"acc-1",` +
@@ -42,7 +50,7 @@ func withField(t *testing.T, field, raw string) string {
 }
 
 func TestDecodeValidTransaction(t *testing.T) {
-	got, err := decodeBatch(batchOf(validTxn), event.KindTransaction, testWS, testNow, 10)
+	got, err := decodeBatch(batchOf(validTxn), event.KindTransaction, testWS, testNow, 10, testProt)
 	if err != nil || len(got) != 1 || len(got[0].errors) != 0 {
 		t.Fatalf("decodeBatch = %+v, %v", got, err)
 	}
@@ -54,16 +62,14 @@ func TestDecodeValidTransaction(t *testing.T) {
 	if it.key != testWS.String()+":acc-1" {
 		t.Errorf("key = %q", it.key)
 	}
-	// The envelope must be what the persister reads, plus the clear
-	// counterparty the pipeline's processor protects.
-	var wire struct {
-		Counterparty wireCounterparty `json:"counterparty"`
+	// The envelope is what the persister reads, the counterparty in the
+	// form counterparty_fingerprint gives it: no clear identifier leaves.
+	if strings.Contains(string(it.value), "3704") || strings.Contains(string(it.value), `"identifier"`) {
+		t.Errorf("value holds the clear identifier: %s", it.value)
 	}
-	if err := json.Unmarshal(it.value, &wire); err != nil {
-		t.Fatalf("value is not JSON: %v\n%s", err, it.value)
-	}
-	if wire.Counterparty.Identifier == "" || wire.Counterparty.IdentifierKind != "iban" || wire.Counterparty.Name != "Hausverwaltung Müller GmbH" {
-		t.Errorf("counterparty = %+v", wire.Counterparty)
+	want, err := testProt.Protect(testWS, identity.FieldCounterpartyIdentifier, identity.KindIBAN, "DE89 3704 0044 0532 0130 00")
+	if err != nil {
+		t.Fatal(err)
 	}
 	e, err := event.Decode(it.value)
 	if err != nil {
@@ -72,6 +78,14 @@ func TestDecodeValidTransaction(t *testing.T) {
 	if e.ID != it.id || e.WorkspaceID != testWS || e.Amount != "1249.90" || !e.OccurredAt.Equal(occurred) ||
 		string(e.Metadata) != `{"ip":"203.0.113.7"}` || !e.ReceivedAt.Equal(testNow) {
 		t.Errorf("envelope = %+v", e)
+	}
+	cp := e.Counterparty
+	if cp == nil || cp.Name != "Hausverwaltung Müller GmbH" || cp.IdentifierKind != "iban" || cp.IdentifierFP != want.FP ||
+		cp.IdentifierMasked != want.Masked || cp.Fingerprint != testProt.Fingerprints.Counterparty(testWS, want.FP, cp.Name) {
+		t.Fatalf("counterparty = %+v, want %+v", cp, want)
+	}
+	if clear, err := testProt.Keys.Decrypt(testWS, identity.FieldCounterpartyIdentifier, cp.IdentifierEnc); err != nil || clear != "DE89370400440532013000" {
+		t.Errorf("identifier_enc decrypts to %q, %v", clear, err)
 	}
 }
 
@@ -105,7 +119,7 @@ func TestDecodeRejectsWithFieldPaths(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := decodeBatch(batchOf(tt.item), event.KindTransaction, testWS, testNow, 10)
+			got, err := decodeBatch(batchOf(tt.item), event.KindTransaction, testWS, testNow, 10, testProt)
 			if err != nil {
 				t.Fatalf("request refused as a whole: %v", err)
 			}
@@ -127,7 +141,7 @@ func TestDecodeRejectsWithFieldPaths(t *testing.T) {
 
 func TestDecodeReportsEveryErrorOfAnItem(t *testing.T) {
 	bad := `{"external_id":"t-1","occurred_at":"yesterday","account_external_id":"acc-1","amount":12,"currency":"euro","direction":"up"}`
-	got, err := decodeBatch(batchOf(validTxn, bad), event.KindTransaction, testWS, testNow, 10)
+	got, err := decodeBatch(batchOf(validTxn, bad), event.KindTransaction, testWS, testNow, 10, testProt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +181,7 @@ func TestDecodeRefusesWholeRequests(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := decodeBatch([]byte(tt.body), event.KindTransaction, testWS, testNow, 10)
+			_, err := decodeBatch([]byte(tt.body), event.KindTransaction, testWS, testNow, 10, testProt)
 			if !errors.Is(err, tt.want) || !strings.Contains(err.Error(), tt.msg) {
 				t.Fatalf("err = %v; want %v containing %q", err, tt.want, tt.msg)
 			}
@@ -177,7 +191,7 @@ func TestDecodeRefusesWholeRequests(t *testing.T) {
 
 func TestDecodeAccountEvent(t *testing.T) {
 	ev := `{"external_id":"ev-1","occurred_at":"2026-11-30T07:00:00Z","customer_external_id":"cust-1","type":"sim_swap","attributes":{"carrier":"T"}}`
-	got, err := decodeBatch(batchOf(ev, `{"external_id":"ev-2","occurred_at":"2026-11-30T07:00:00Z"}`), event.KindAccountEvent, testWS, testNow, 10)
+	got, err := decodeBatch(batchOf(ev, `{"external_id":"ev-2","occurred_at":"2026-11-30T07:00:00Z"}`), event.KindAccountEvent, testWS, testNow, 10, testProt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +218,7 @@ func FuzzDecodeBatch(f *testing.F) {
 	f.Add(`{"items":[{"metadata":{"a":{"b":[1,2,{"c":null}]}},"counterparty":null}]}`)
 	f.Fuzz(func(t *testing.T, body string) {
 		for _, kind := range []event.Kind{event.KindTransaction, event.KindAccountEvent} {
-			got, err := decodeBatch([]byte(body), kind, testWS, testNow, 50)
+			got, err := decodeBatch([]byte(body), kind, testWS, testNow, 50, testProt)
 			if err != nil {
 				continue
 			}
@@ -256,7 +270,7 @@ func BenchmarkDecodeBatch(b *testing.B) {
 	b.ResetTimer()
 	start = time.Now()
 	for b.Loop() {
-		if _, err := decodeBatch(body, event.KindTransaction, testWS, testNow, 1000); err != nil {
+		if _, err := decodeBatch(body, event.KindTransaction, testWS, testNow, 1000, testProt); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -271,7 +285,7 @@ func BenchmarkDecodeBatch(b *testing.B) {
 func TestUnknownFieldRejectsItsItem(t *testing.T) {
 	body := batchOf(validTxn, withField(t, "workspace_id", `"6f1c2b9e-3d4a-4f5b-9c8d-7e6f5a4b3c2e"`),
 		withField(t, "counterparty", `{"name":"x","iban":"DE89"}`))
-	items, err := decodeBatch(body, event.KindTransaction, testWS, testNow, 10)
+	items, err := decodeBatch(body, event.KindTransaction, testWS, testNow, 10, testProt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -306,7 +320,7 @@ func TestDecodeRefusesWhatTheDatabaseWould(t *testing.T) {
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
-			items, err := decodeBatch(batchOf(validTxn, tt.item), event.KindTransaction, testWS, testNow, 10)
+			items, err := decodeBatch(batchOf(validTxn, tt.item), event.KindTransaction, testWS, testNow, 10, testProt)
 			if err != nil {
 				t.Fatalf("request refused as a whole: %v", err)
 			}

@@ -204,7 +204,7 @@ func TestOpenAPIRequestSamples(t *testing.T) {
 			t.Errorf("sample does not validate:\n%s", strings.Join(errs, "\n"))
 		}
 		if s.kind != "" {
-			got, err := decodeBatch([]byte(s.body), s.kind, testWS, testNow, 10)
+			got, err := decodeBatch([]byte(s.body), s.kind, testWS, testNow, 10, testProt)
 			if err != nil {
 				t.Errorf("%s: decoder refuses the documented sample: %v", s.path, err)
 				continue
@@ -220,7 +220,7 @@ func TestOpenAPIRequestSamples(t *testing.T) {
 	for name, kind := range map[string]event.Kind{"Transaction": event.KindTransaction, "AccountEvent": event.KindAccountEvent} {
 		for prop := range doc.Components.Schemas[name].Properties {
 			body := fmt.Sprintf(`{"items":[{%q:null}]}`, prop)
-			if _, err := decodeBatch([]byte(body), kind, testWS, testNow, 10); err != nil {
+			if _, err := decodeBatch([]byte(body), kind, testWS, testNow, 10, testProt); err != nil {
 				t.Errorf("%s.%s is documented but the decoder refuses it: %v", name, prop, err)
 			}
 		}

@@ -1,0 +1,105 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/speculapro/speculapro/internal/event"
+)
+
+// The work per item, without timing: a change that doubles it fails here.
+
+// workBatch is n valid transactions, half with an IBAN counterparty.
+func workBatch(n int, at time.Time) []byte {
+	items := make([]string, n)
+	for i := range items {
+		cp := `"counterparty":{"name":"Shop ` + fmt.Sprint(i%50) + `"}`
+		if i%2 == 0 {
+			cp = `"counterparty":{"name":"Hausverwaltung Müller GmbH","identifier":"DE89 3704 0044 0532 0130 00","identifier_kind":"iban"}`
+		}
+		items[i] = fmt.Sprintf(`{"external_id":"w-%d","occurred_at":%q,"account_external_id":"acc-%d","customer_external_id":"cust-%d",`+
+			`"amount":"%d.90","currency":"EUR","direction":"out","type":"card","channel":"pos","metadata":{"mcc":"5411"},%s}`,
+			i, at.Format(time.RFC3339Nano), i%100, i%100, i, cp)
+	}
+	return batchOf(items...)
+}
+
+// maxDecodeAllocsPerItem bounds what parsing, validating, protecting and
+// encoding one item allocates: about 103 measured (330 when CheckJSON went
+// through encoding/json's tokens and the record was spliced for
+// counterparty_fingerprint).
+const maxDecodeAllocsPerItem = 130
+
+func TestDecodeAllocationsPerItem(t *testing.T) {
+	const n = 500
+	body := workBatch(n, testNow.Add(-time.Hour))
+	allocs := testing.AllocsPerRun(5, func() {
+		got, err := decodeBatch(body, event.KindTransaction, testWS, testNow, 1000, testProt)
+		if err != nil || len(got) != n || len(got[0].errors) != 0 {
+			t.Fatalf("decodeBatch: %v %+v", err, got[0].errors)
+		}
+	})
+	per := allocs / n
+	t.Logf("decodeBatch: %.1f allocations per item", per)
+	if per > maxDecodeAllocsPerItem {
+		t.Errorf("decodeBatch allocates %.1f times per item, more than %d", per, maxDecodeAllocsPerItem)
+	}
+}
+
+// roundTrips counts the commands and pipelines a Redis client sends.
+type roundTrips struct{ n atomic.Int64 }
+
+func (r *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (r *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { r.n.Add(1); return next(ctx, cmd) }
+}
+func (r *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { r.n.Add(1); return next(ctx, cmds) }
+}
+
+// The resend check costs a fixed number of Redis round trips per request,
+// not one per item: the claim (SET NX GET, pipelined) and the accepted
+// marks (SET XX, pipelined).
+func TestRedisRoundTripsPerRequest(t *testing.T) {
+	f := newAPIFixture(t)
+	var rt roundTrips
+	f.a.idem.client.AddHook(&rt)
+	// A first request opens the connections (their HELLO is not the
+	// check's work).
+	f.call(t, "POST", "/v1/transactions", f.keyA, string(batchOf(f.txnAt("rt-warm", f.txTime, "1.00"))))
+	const n = 200
+	items := make([]string, n)
+	for i := range items {
+		items[i] = f.txnAt(fmt.Sprintf("rt-%d", i), f.txTime, "1.00")
+	}
+	body := string(batchOf(items...))
+	for round, want := range []string{statusAccepted, statusDuplicate} {
+		before := rt.n.Load()
+		_, out := f.call(t, "POST", "/v1/transactions", f.keyA, body)
+		st, _ := results(t, out)
+		if len(st) != n || st[0] != want || st[n-1] != want {
+			t.Fatalf("round %d: %v", round, strings.Join(st[:min(3, len(st))], ","))
+		}
+		got := rt.n.Load() - before
+		t.Logf("round %d: %d Redis round trips for %d items", round, got, n)
+		if got > 2 {
+			t.Errorf("round %d: %d Redis round trips for %d items, want at most 2", round, got, n)
+		}
+	}
+}
+
+func BenchmarkDecodeBatchWork(b *testing.B) {
+	body := workBatch(500, testNow.Add(-time.Hour))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := decodeBatch(body, event.KindTransaction, testWS, testNow, 1000, testProt); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
