@@ -220,21 +220,145 @@ func quoteAll(ss []string) string {
 // failure with its path instead of stopping at the first.
 type fieldReader struct {
 	path    string
-	obj     map[string]json.RawMessage
-	used    map[string]bool
+	fields  []objField // the object's members in order (a repeated key: the last counts)
 	errs    *[]FieldError
 	nested  []*fieldReader
 	present bool
 }
 
+// objField is one member of a JSON object: its key (unescaped) and its
+// value's bytes, sliced from the request body, not copied.
+type objField struct {
+	key  []byte
+	val  json.RawMessage
+	used bool
+}
+
 // newFieldReader fails the whole request only when raw is not an object; a
 // field of the wrong type is the item's fault and reported per field.
 func newFieldReader(raw json.RawMessage, path string) (*fieldReader, error) {
-	r := &fieldReader{path: path, used: map[string]bool{}, errs: new([]FieldError), present: true}
-	if err := gojson.Unmarshal(raw, &r.obj); err != nil || r.obj == nil {
+	r := &fieldReader{path: path, errs: new([]FieldError), present: true}
+	var ok bool
+	if r.fields, ok = splitObject(raw); !ok {
 		return nil, fmt.Errorf("%w: %s: want a JSON object", errMalformed, path)
 	}
 	return r, nil
+}
+
+// splitObject splits a JSON object into its members without decoding the
+// values (nor allocating a map): false when raw is not one object.
+func splitObject(raw []byte) ([]objField, bool) {
+	i := skipSpace(raw, 0)
+	if i >= len(raw) || raw[i] != '{' {
+		return nil, false
+	}
+	fields := make([]objField, 0, 16)
+	i = skipSpace(raw, i+1)
+	if i < len(raw) && raw[i] == '}' {
+		return fields, skipSpace(raw, i+1) == len(raw)
+	}
+	for {
+		if i >= len(raw) || raw[i] != '"' {
+			return nil, false
+		}
+		end, escaped := skipString(raw, i)
+		if end < 0 {
+			return nil, false
+		}
+		key := raw[i+1 : end-1 : end-1]
+		if escaped {
+			var k string
+			if gojson.Unmarshal(raw[i:end], &k) != nil {
+				return nil, false
+			}
+			key = []byte(k)
+		}
+		i = skipSpace(raw, end)
+		if i >= len(raw) || raw[i] != ':' {
+			return nil, false
+		}
+		i = skipSpace(raw, i+1)
+		vend := skipValue(raw, i)
+		if vend < 0 {
+			return nil, false
+		}
+		fields = append(fields, objField{key: key, val: raw[i:vend:vend]})
+		i = skipSpace(raw, vend)
+		if i >= len(raw) {
+			return nil, false
+		}
+		switch raw[i] {
+		case ',':
+			i = skipSpace(raw, i+1)
+		case '}':
+			return fields, skipSpace(raw, i+1) == len(raw)
+		default:
+			return nil, false
+		}
+	}
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\r' || b[i] == '\n') {
+		i++
+	}
+	return i
+}
+
+// skipString returns the end of the string starting at b[i] (after its
+// closing quote; -1: unterminated) and whether it holds escapes.
+func skipString(b []byte, i int) (int, bool) {
+	escaped := false
+	for j := i + 1; j < len(b); j++ {
+		switch b[j] {
+		case '"':
+			return j + 1, escaped
+		case '\\':
+			escaped = true
+			j++
+		}
+	}
+	return -1, false
+}
+
+// skipValue returns the end of the JSON value starting at b[i] (-1: none).
+// The body parsed as JSON already, so this only finds the value's end.
+func skipValue(b []byte, i int) int {
+	if i >= len(b) {
+		return -1
+	}
+	switch b[i] {
+	case '"':
+		end, _ := skipString(b, i)
+		return end
+	case '{', '[':
+		depth := 0
+		for j := i; j < len(b); j++ {
+			switch b[j] {
+			case '"':
+				end, _ := skipString(b, j)
+				if end < 0 {
+					return -1
+				}
+				j = end - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return j + 1
+				}
+			}
+		}
+		return -1
+	}
+	j := i
+	for j < len(b) && b[j] != ',' && b[j] != '}' && b[j] != ']' && b[j] != ' ' && b[j] != '\t' && b[j] != '\r' && b[j] != '\n' {
+		j++
+	}
+	if j == i || !json.Valid(b[i:j]) {
+		return -1
+	}
+	return j
 }
 
 // joinPath is path.field, either part possibly empty.
@@ -254,9 +378,14 @@ func (r *fieldReader) fail(field, msg string) {
 
 // raw returns a field's JSON, nil when absent or null.
 func (r *fieldReader) raw(field string) json.RawMessage {
-	r.used[field] = true
-	v, ok := r.obj[field]
-	if !ok || string(v) == "null" {
+	var v json.RawMessage
+	for i := range r.fields {
+		if string(r.fields[i].key) == field {
+			r.fields[i].used = true
+			v = r.fields[i].val // the last of repeated keys, as a map keeps it
+		}
+	}
+	if v == nil || string(v) == "null" {
 		return nil
 	}
 	return v
@@ -425,13 +554,14 @@ func (r *fieldReader) object(field string) json.RawMessage {
 // sub reads a nested object's fields; absent or null gives a reader that
 // reports nothing present.
 func (r *fieldReader) sub(field string) *fieldReader {
-	n := &fieldReader{path: joinPath(r.path, field), used: map[string]bool{}, errs: r.errs}
+	n := &fieldReader{path: joinPath(r.path, field), errs: r.errs}
 	r.nested = append(r.nested, n)
 	v := r.raw(field)
 	if v == nil {
 		return n
 	}
-	if err := gojson.Unmarshal(v, &n.obj); err != nil {
+	var ok bool
+	if n.fields, ok = splitObject(v); !ok {
 		r.fail(field, "want a JSON object")
 		return n
 	}
@@ -472,10 +602,16 @@ func (r *fieldReader) identifierNormalized(field, kindField string) (value, kind
 func (r *fieldReader) unknownFields() []string {
 	var out []string
 	if r.present {
-		for k := range r.obj {
-			if !r.used[k] {
-				out = append(out, joinPath(r.path, k))
+		var seen map[string]bool // a repeated unknown key is listed once
+		for _, f := range r.fields {
+			if f.used || seen[string(f.key)] {
+				continue
 			}
+			if seen == nil {
+				seen = map[string]bool{}
+			}
+			seen[string(f.key)] = true
+			out = append(out, joinPath(r.path, string(f.key)))
 		}
 	}
 	for _, n := range r.nested {
