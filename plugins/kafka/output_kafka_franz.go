@@ -322,8 +322,9 @@ func (w *kfoWriter) WriteBatch(ctx context.Context, batch service.MessageBatch) 
 
 	errs := make([]error, len(batch))
 	records := make([]*kgo.Record, len(batch))
+	ex := w.executors(batch)
 	for i, msg := range batch {
-		records[i], errs[i] = w.record(batch, i, msg)
+		records[i], errs[i] = w.record(ex, i, msg)
 	}
 
 	wctx, cancel := context.WithTimeout(ctx, w.timeout)
@@ -388,9 +389,25 @@ wait:
 	return nil
 }
 
+// kfoExecutors interpolate topic and key over one batch: the batch is
+// converted for Bloblang once, not once per message (batch.
+// TryInterpolatedString copies the whole batch on every call, which made a
+// 500-message batch cost 500 × 500 copies).
+type kfoExecutors struct {
+	topic, key *service.MessageBatchInterpolationExecutor
+}
+
+func (w *kfoWriter) executors(batch service.MessageBatch) kfoExecutors {
+	ex := kfoExecutors{topic: batch.InterpolationExecutor(w.topic)}
+	if w.key != nil {
+		ex.key = batch.InterpolationExecutor(w.key)
+	}
+	return ex
+}
+
 // record builds the Kafka record of message i.
-func (w *kfoWriter) record(batch service.MessageBatch, i int, msg *service.Message) (*kgo.Record, error) {
-	topic, err := batch.TryInterpolatedString(i, w.topic)
+func (w *kfoWriter) record(ex kfoExecutors, i int, msg *service.Message) (*kgo.Record, error) {
+	topic, err := ex.topic.TryString(i)
 	if err != nil {
 		return nil, fmt.Errorf("interpolating topic: %w", err)
 	}
@@ -403,7 +420,7 @@ func (w *kfoWriter) record(batch service.MessageBatch, i int, msg *service.Messa
 	}
 	r := &kgo.Record{Topic: topic, Value: value}
 	if w.key != nil {
-		key, err := batch.TryInterpolatedString(i, w.key)
+		key, err := ex.key.TryString(i)
 		if err != nil {
 			return nil, fmt.Errorf("interpolating key: %w", err)
 		}
