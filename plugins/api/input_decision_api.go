@@ -17,21 +17,23 @@ import (
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/features"
 	"github.com/speculapro/speculapro/internal/identity"
+	"github.com/speculapro/speculapro/internal/pgsystem"
 	"github.com/speculapro/speculapro/internal/redisconn"
 )
 
 const (
-	daFieldAddress      = "address"
-	daFieldDBURL        = "db_url"
-	daFieldRulesURL     = "rules_url"
-	daFieldRedisURL     = "redis_url"
-	daFieldKeyPrefix    = "key_prefix"
-	daFieldReplayTTL    = "replay_ttl"
-	daFieldTimeout      = "timeout"
-	daFieldFallback     = "fallback"
-	daFieldRemember     = "remember"
-	daFieldMaxBodyBytes = "max_body_bytes"
-	daFieldReload       = "reload_interval"
+	daFieldAddress          = "address"
+	daFieldDBURL            = "db_url"
+	daFieldRulesURL         = "rules_url"
+	daFieldRulesFallbackURL = "rules_fallback_url"
+	daFieldRedisURL         = "redis_url"
+	daFieldKeyPrefix        = "key_prefix"
+	daFieldReplayTTL        = "replay_ttl"
+	daFieldTimeout          = "timeout"
+	daFieldFallback         = "fallback"
+	daFieldRemember         = "remember"
+	daFieldMaxBodyBytes     = "max_body_bytes"
+	daFieldReload           = "reload_interval"
 
 	// daMaxBodyDefault: one transaction is a few hundred bytes; its metadata
 	// at most 16 KiB.
@@ -80,8 +82,10 @@ Each decided transaction leaves as a message (the envelope with its `+"`decision
 `+"`<workspace>:<account>`"+`) without waiting for the output: put `+"`redis_spool`"+` behind it.`).
 		Fields(
 			service.NewStringField(daFieldAddress).Description("Address the API listens on.").Default(config.DecisionAddr.Default),
-			service.NewStringField(daFieldDBURL).Description("PostgreSQL URL of the speculapro_app role (API keys).").Secret().Default(""),
-			service.NewStringField(daFieldRulesURL).Description("PostgreSQL URL the rules are read from (speculapro_system). Empty means `SP_DB_SYSTEM_URL`, falling back to `SP_DB_URL`.").Secret().Default(""),
+			service.NewStringField(daFieldDBURL).Description("PostgreSQL URL of the speculapro_app role (API keys).").Secret().
+				Default(config.DBURL.Default).Example("${SP_DB_URL:"+config.DBURL.Default+"}"),
+			service.NewStringField(daFieldRulesURL).Description("PostgreSQL URL the rules are read from (speculapro_system); the pipeline sets it to `${SP_DB_SYSTEM_URL:}`. Empty means `rules_fallback_url`.").Secret().Default(""),
+			service.NewStringField(daFieldRulesFallbackURL).Description("The rules URL used when `rules_url` is empty; the pipeline sets it to `SP_DB_URL`, as the spec says `SP_DB_SYSTEM_URL` defaults to it.").Secret().Default(""),
 			service.NewStringField(daFieldRedisURL).Description("SP_REDIS_URL: the running totals and the remembered decisions.").Default(config.RedisURL.Default),
 			service.NewStringField(daFieldKeyPrefix).Description("Prefix of the running totals' keys (SP_REDIS_KEY_PREFIX): the stream's, so its pass is a replay.").Default(features.DefaultKeyPrefix),
 			service.NewDurationField(daFieldReplayTTL).Description("SP_STREAM_REPLAY_TTL, as the stream.").Default("30m"),
@@ -167,7 +171,9 @@ func newDecisionAPI(conf *service.ParsedConfig, mgr *service.Resources) (*decisi
 	var fallback string
 	str(daFieldAddress, &a.addr)
 	str(daFieldDBURL, &a.dbURL)
-	str(daFieldRulesURL, &a.rulesURL)
+	if err == nil {
+		a.rulesURL, err = pgsystem.Pick(conf, daFieldRulesURL, daFieldRulesFallbackURL)
+	}
 	str(daFieldRedisURL, &a.redisURL)
 	str(daFieldKeyPrefix, &a.fopts.KeyPrefix)
 	str(daFieldFallback, &fallback)
@@ -184,12 +190,6 @@ func newDecisionAPI(conf *service.ParsedConfig, mgr *service.Resources) (*decisi
 	}
 	a.maxBody = int64(maxBody)
 	a.fallback = event.Outcome(fallback)
-	if a.dbURL == "" {
-		a.dbURL = config.DBURL.Value()
-	}
-	if a.rulesURL == "" {
-		a.rulesURL = config.SystemDBURL()
-	}
 	if a.timeout <= 0 || a.remember <= 0 || a.reload <= 0 || a.maxBody < 1024 {
 		return nil, fmt.Errorf("decision_api: %s, %s and %s must be positive, %s at least 1 KiB",
 			daFieldTimeout, daFieldRemember, daFieldReload, daFieldMaxBodyBytes)

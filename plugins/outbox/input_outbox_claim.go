@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/speculapro/speculapro/internal/event"
+	"github.com/speculapro/speculapro/internal/pgsystem"
 	"github.com/speculapro/speculapro/internal/retry"
 )
 
@@ -71,8 +71,8 @@ output fails to record (nack) is handed back at once (its lease cleared).
 Every `+"`stats_interval`"+` it sets the gauges `+"`speculapro_worker_queue_depth{outbox}`"+` (pending rows; webhook
 rows of enabled endpoints only), `+"`speculapro_worker_oldest_pending_seconds{outbox}`"+` (age of the oldest pending
 row: the keep-up signal) and `+"`speculapro_worker_endpoints_suspended`"+`.`).
+		Fields(pgsystem.URLFields()...).
 		Fields(
-			urlField(),
 			service.NewStringListField(ocFieldOutboxes).
 				Description("Which outboxes to claim from: `webhook` (webhook_deliveries), `notification` (notifications).").
 				Default([]string{outboxWebhook, outboxNotification}),
@@ -106,7 +106,7 @@ func init() {
 }
 
 type outboxClaim struct {
-	pool          *pgxpool.Pool
+	pool          *pgsystem.Pool
 	outboxes      []string
 	batchSize     int
 	poll          time.Duration
@@ -162,14 +162,18 @@ func newOutboxClaim(conf *service.ParsedConfig, mgr *service.Resources) (*outbox
 	in.depth = m.NewGauge(metricQueueDepth, "outbox")
 	in.oldest = m.NewGauge(metricOldestPending, "outbox")
 	in.suspended = m.NewGauge(metricSuspended)
-	if in.pool, err = openPool(context.Background(), conf, "outbox_claim", 3); err != nil {
+	if in.pool, err = newSystemPool(conf, "outbox_claim", 3); err != nil {
 		return nil, err
 	}
 	return in, nil
 }
 
-// Connect starts the queue gauges; the pool is already open.
-func (in *outboxClaim) Connect(context.Context) error {
+// Connect runs the start-up role check (a wrong role stops the process
+// before anything is claimed) and starts the queue gauges.
+func (in *outboxClaim) Connect(ctx context.Context) error {
+	if err := in.pool.CheckOnce(ctx); err != nil {
+		return err
+	}
 	in.statsOnce.Do(func() { go in.statsLoop() })
 	return nil
 }

@@ -12,11 +12,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/identity"
+	"github.com/speculapro/speculapro/internal/pgsystem"
 	"github.com/speculapro/speculapro/internal/retry"
 	"github.com/speculapro/speculapro/internal/webhook"
 )
@@ -87,8 +87,8 @@ its pending deliveries wait until `+"`speculapro webhook enable`"+`.
 `+"`speculapro_worker_deliveries_total{outbox,event_type,outcome}`"+` (delivered, retry, failed, released),
 `+"`speculapro_worker_attempt_duration_ns{outbox}`"+`, `+"`speculapro_worker_endpoint_suspensions_total`"+`,
 `+"`speculapro_worker_record_retries_total`"+`.`).
+		Fields(pgsystem.URLFields()...).
 		Fields(
-			urlField(),
 			service.NewDurationField(osFieldTimeout).
 				Description("Longest one attempt may take, connecting and the answer's head included.").
 				Default("10s"),
@@ -148,7 +148,7 @@ func init() {
 }
 
 type outboxSend struct {
-	pool          *pgxpool.Pool
+	pool          *pgsystem.Pool
 	client        *http.Client
 	timeout       time.Duration
 	maxAttempts   int
@@ -225,14 +225,15 @@ func newOutboxSend(conf *service.ParsedConfig, mgr *service.Resources, maxInFlig
 	o.duration = m.NewTimer(metricAttemptDuration, "outbox")
 	o.suspensions = m.NewCounter(metricSuspensions)
 	o.recRetries = m.NewCounter(metricRecordRetries)
-	if o.pool, err = openPool(context.Background(), conf, "outbox_send", maxInFlight+1); err != nil {
+	if o.pool, err = newSystemPool(conf, "outbox_send", maxInFlight+1); err != nil {
 		return nil, err
 	}
 	return o, nil
 }
 
-// Connect has nothing to do: the pool is open and checked.
-func (o *outboxSend) Connect(context.Context) error { return nil }
+// Connect runs the start-up role check (a wrong role stops the process
+// before anything is sent); the pool connects on demand.
+func (o *outboxSend) Connect(ctx context.Context) error { return o.pool.CheckOnce(ctx) }
 
 // job is one claimed row and, once sent, its outcome.
 type job struct {

@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/speculapro/speculapro/internal/dbmigrate"
+	"github.com/speculapro/speculapro/internal/pgsystem"
 	"github.com/speculapro/speculapro/internal/retry"
 )
 
@@ -31,8 +31,8 @@ transaction-scoped advisory lock: several workers at once create each partition 
 it comes within a month of `+"`time()`"+`. A failed run is retried with backoff for up to `+"`timeout`"+`, then logged
 (`+"`level=ERROR msg=\"worker: creating partitions failed\"`"+`) and counted in `+"`speculapro_worker_partition_failures_total`"+`;
 the next tick tries again. The message is dropped either way.`).
+		Fields(pgsystem.URLFields()...).
 		Fields(
-			urlField(),
 			service.NewIntField(ppFieldMonthsAhead).
 				Description("Months after the current one to keep created.").
 				Default(dbmigrate.PartitionMonthsAhead),
@@ -62,7 +62,7 @@ func init() {
 }
 
 type pgPartitions struct {
-	pool    *pgxpool.Pool
+	pool    *pgsystem.Pool
 	ahead   int
 	timeout time.Duration
 	log     *service.Logger
@@ -87,14 +87,19 @@ func newPgPartitions(conf *service.ParsedConfig, mgr *service.Resources) (*pgPar
 	p.until = m.NewGauge(metricPartitionsUntil)
 	p.made = m.NewCounter(metricPartitionsMade)
 	p.fails = m.NewCounter(metricPartitionsFail)
-	if p.pool, err = openPool(context.Background(), conf, "pg_partitions", 2); err != nil {
+	if p.pool, err = newSystemPool(conf, "pg_partitions", 2); err != nil {
 		return nil, err
 	}
 	return p, nil
 }
 
 // Process runs one check and drops the tick.
+// The first runs the start-up role check (a processor has no Connect): a
+// wrong role stops the process with the spec's line.
 func (p *pgPartitions) Process(ctx context.Context, _ *service.Message) (service.MessageBatch, error) {
+	if err := p.pool.CheckOnce(ctx); err != nil {
+		return nil, err
+	}
 	p.ensure(ctx, time.Now())
 	return nil, nil
 }
@@ -106,7 +111,7 @@ func (p *pgPartitions) ensure(ctx context.Context, now time.Time) {
 	err := retry.Do(rctx, retry.Policy{Initial: 500 * time.Millisecond, Max: 10 * time.Second, Jitter: backoffJitter},
 		func(ctx context.Context, _ int) error {
 			var err error
-			created, err = dbmigrate.EnsurePartitionsAhead(ctx, p.pool, now, p.ahead)
+			created, err = dbmigrate.EnsurePartitionsAhead(ctx, p.pool.Pool, now, p.ahead)
 			return err
 		})
 	if err != nil {

@@ -14,7 +14,7 @@ import (
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/eventmsg"
 	"github.com/speculapro/speculapro/internal/lease"
-	"github.com/speculapro/speculapro/internal/pgrole"
+	"github.com/speculapro/speculapro/internal/pgsystem"
 )
 
 // The output's files: this one is the component (spec, construction,
@@ -25,8 +25,6 @@ import (
 // stored; store.go holds the SQL.
 
 const (
-	pcuFieldURL            = "url"
-	pcuFieldFallbackURL    = "fallback_url"
 	pcuFieldTable          = "table"
 	pcuFieldDeadLetter     = "dead_letter"
 	pcuFieldInitialBackoff = "initial_backoff"
@@ -45,13 +43,12 @@ const (
 
 // The spec's log lines.
 const (
-	logBatchRetry       = "persist: batch failed, retrying"
-	logUndecodable      = "persist: sent undecodable records to dead-letter topic"
-	logRejected         = "persist: sent records the database refused to dead-letter topic"
-	logRevoked          = "persist: stopped retrying a batch whose partitions were revoked"
-	retryJitter         = 0.2
-	rollbackTimeout     = 5 * time.Second
-	startupCheckBackoff = 500 * time.Millisecond
+	logBatchRetry   = "persist: batch failed, retrying"
+	logUndecodable  = "persist: sent undecodable records to dead-letter topic"
+	logRejected     = "persist: sent records the database refused to dead-letter topic"
+	logRevoked      = "persist: stopped retrying a batch whose partitions were revoked"
+	retryJitter     = 0.2
+	rollbackTimeout = 5 * time.Second
 )
 
 func pgCopyUpsertSpec() *service.ConfigSpec {
@@ -119,15 +116,8 @@ otherwise, before anything is stored or committed.
 
 `+"`speculapro_persist_batches_total`, `_rows_stored_total`, `_rows_skipped_total` (already stored, or repeated in the batch), `_placeholders_created_total{entity}`, `_counterparties_created_total`, `_dead_letters_total{reason}`, `_retries_total` (one per backoff that followed a failed attempt), `_faults_total` (batches that failed at least once; a cancellation at shutdown is none), and `speculapro_persist_stage_duration_seconds{stage}`"+`
 (per-batch work of one stage, not wall-clock), all with the label `+"`table`"+`.`).
+		Fields(pgsystem.URLFields()...).
 		Fields(
-			service.NewStringField(pcuFieldURL).
-				Description("PostgreSQL URL of a role that bypasses row-level security (speculapro_system); the pipelines set it to `${SP_DB_SYSTEM_URL:}`. Empty means `fallback_url`.").
-				Secret().
-				Default(""),
-			service.NewStringField(pcuFieldFallbackURL).
-				Description("The URL used when `url` is empty; the pipelines set it to `SP_DB_URL`, as the spec says `SP_DB_SYSTEM_URL` defaults to it.").
-				Secret().
-				Default(""),
 			service.NewStringEnumField(pcuFieldTable, tableTransactions, tableAccountEvents).
 				Description("What the batches carry and where they go: `transactions` (kind transaction) or `account_events` (kind account_event)."),
 			service.NewOutputField(pcuFieldDeadLetter).
@@ -194,7 +184,7 @@ type pgCopyUpsert struct {
 	table          string
 	kind           event.Kind
 	write          func(ctx context.Context, tx pgx.Tx, rows []*event.Envelope, mode writeMode) (writeStats, error)
-	poolOpts       systemPoolOptions
+	poolOpts       pgsystem.Options
 	pool           *pgxpool.Pool // built by the constructor, connected and checked by Connect
 	deadLetter     deadLetterSink
 	owned          *service.OwnedOutput // deadLetter when built from config; primed and closed here
@@ -224,13 +214,8 @@ type pcuOptions struct {
 func newPgCopyUpsertFromConfig(conf *service.ParsedConfig, mgr *service.Resources, maxInFlight int) (*pgCopyUpsert, error) {
 	var o pcuOptions
 	var err error
-	if o.url, err = conf.FieldString(pcuFieldURL); err != nil {
+	if o.url, err = pgsystem.URLFromParsed(conf); err != nil {
 		return nil, err
-	}
-	if o.url == "" {
-		if o.url, err = conf.FieldString(pcuFieldFallbackURL); err != nil {
-			return nil, err
-		}
 	}
 	if o.table, err = conf.FieldString(pcuFieldTable); err != nil {
 		return nil, err
@@ -293,20 +278,22 @@ func newPgCopyUpsert(o pcuOptions, dl deadLetterSink, mgr *service.Resources) (*
 	default:
 		return nil, fmt.Errorf("pg_copy_upsert: unknown %s %q", pcuFieldTable, o.table)
 	}
-	out.poolOpts = systemPoolOptions{
-		component: "pg_copy_upsert",
-		url:       o.url,
-		maxConns:  o.maxConns,
-		afterConnect: func(ctx context.Context, c *pgx.Conn) error {
+	out.poolOpts = pgsystem.Options{
+		Component: "pg_copy_upsert",
+		URL:       o.url,
+		// One connection per writer, and one for the start-up check and a
+		// writer's retry while a broken connection is replaced.
+		MaxConns: max(o.maxConns, 1) + 1,
+		AfterConnect: func(ctx context.Context, c *pgx.Conn) error {
 			if _, err := c.Exec(ctx, createStaging); err != nil {
 				return fmt.Errorf("creating the staging tables: %w", err)
 			}
 			return nil
 		},
-		startupTimeout: o.startupTimeout,
+		StartupTimeout: o.startupTimeout,
 	}
 	var err error
-	if out.pool, err = newSystemPool(out.poolOpts); err != nil {
+	if out.pool, err = pgsystem.New(out.poolOpts); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -321,10 +308,7 @@ func (o *pgCopyUpsert) Connect(ctx context.Context) error {
 	o.connMu.Lock()
 	defer o.connMu.Unlock()
 	if !o.checked {
-		if err := checkSystemPool(ctx, o.pool, o.poolOpts); err != nil {
-			if errors.Is(err, pgrole.ErrCannotBypassRLS) {
-				refuseToStart(err)
-			}
+		if err := pgsystem.CheckOrRefuse(ctx, o.pool, o.poolOpts); err != nil {
 			return err
 		}
 		o.checked = true

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/redpanda-data/benthos/v4/public/service"
 
+	"github.com/speculapro/speculapro/internal/pgsystem"
 	"github.com/speculapro/speculapro/internal/testenv"
 
 	"github.com/speculapro/speculapro/internal/dbmigrate/dbtest"
@@ -704,13 +705,7 @@ func TestStartupRefusesRoleBoundByRowLevelSecurity(t *testing.T) {
 		t.Fatalf("the constructor does no I/O, so it cannot refuse the role: %v", err)
 	}
 	defer out.Close(context.Background())
-	var refused error
-	saved := refuseToStart
-	refuseToStart = func(err error) { refused = err }
-	defer func() { refuseToStart = saved }()
-	if err := out.Connect(context.Background()); !errors.Is(err, pgrole.ErrCannotBypassRLS) || refused != pgrole.ErrCannotBypassRLS {
-		t.Fatalf("Connect as speculapro_app: %v (the process was stopped with %v), want ErrCannotBypassRLS, unwrapped", err, refused)
-	}
+	requireConnectRefuses(t, out.Connect)
 }
 
 // The constructor does no I/O: with PostgreSQL unreachable it returns at
@@ -861,5 +856,18 @@ func TestManyBadRowsAreAllIsolated(t *testing.T) {
 	}
 	if len(h.dlq.letters) != 100 {
 		t.Errorf("%d dead letters, want 100", len(h.dlq.letters))
+	}
+}
+
+// requireConnectRefuses checks that connect, as speculapro_app, fails with
+// pgrole.ErrCannotBypassRLS unwrapped and stops the process with it.
+func requireConnectRefuses(t *testing.T, connect func(context.Context) error) {
+	t.Helper()
+	var refused error
+	saved := pgsystem.RefuseToStart
+	pgsystem.RefuseToStart = func(err error) { refused = err }
+	defer func() { pgsystem.RefuseToStart = saved }()
+	if err := connect(context.Background()); !errors.Is(err, pgrole.ErrCannotBypassRLS) || refused != pgrole.ErrCannotBypassRLS {
+		t.Fatalf("Connect as speculapro_app: %v (the process was stopped with %v), want ErrCannotBypassRLS, unwrapped", err, refused)
 	}
 }

@@ -18,15 +18,14 @@ import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/speculapro/speculapro/internal/applog"
-	"github.com/speculapro/speculapro/internal/config"
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/eventmsg"
 	"github.com/speculapro/speculapro/internal/pgclass"
+	"github.com/speculapro/speculapro/internal/pgsystem"
 	"github.com/speculapro/speculapro/internal/retry"
 )
 
 const (
-	prhFieldURL            = "url"
 	prhFieldKind           = "kind"
 	prhFieldInitialBackoff = "initial_backoff"
 	prhFieldMaxBackoff     = "max_backoff"
@@ -94,7 +93,7 @@ skipped, and logged as `+"`level=WARN msg=\"stream: skipped undecodable records\
 
 ### Start-up check
 
-The constructor checks, before the stream starts, that the database role is a superuser or has BYPASSRLS, and
+Connect checks, before the output writes anything, that the database role is a superuser or has BYPASSRLS, and
 fails with `+"`persist/stream/worker roles: database role cannot bypass row-level security (set SP_DB_SYSTEM_URL to the speculapro_system role)`"+`
 otherwise.
 
@@ -102,11 +101,8 @@ otherwise.
 
 `+"`speculapro_stream_batches_total`, `_rule_hits_stored_total` (hits new to the table), `_alerts_created_total`, `_outbox_queued_total{outbox}` (webhook_deliveries, notifications), `_records_skipped_total{reason}` (undecodable, rejected), `_retries_total` (one per backoff that followed a failed attempt), `_faults_total` (batches that failed at least once; a cancellation at shutdown is none)"+`,
 all with the label `+"`kind`"+`, and `+"`speculapro_stream_stage_duration_seconds{stage=\"write\"}`"+`.`).
+		Fields(pgsystem.URLFields()...).
 		Fields(
-			service.NewStringField(prhFieldURL).
-				Description("PostgreSQL URL of a role that bypasses row-level security (speculapro_system). Empty means `SP_DB_SYSTEM_URL`, falling back to `SP_DB_URL`.").
-				Secret().
-				Default(""),
 			service.NewStringEnumField(prhFieldKind, string(event.KindTransaction), string(event.KindAccountEvent)).
 				Description("The kind of event the batches carry.").
 				Default(string(event.KindTransaction)),
@@ -156,7 +152,7 @@ func init() {
 type pgRuleHits struct {
 	kind           event.Kind
 	table          string // the stage timer's label, as event_decode sets it
-	pool           *pgxpool.Pool
+	pool           *pgsystem.Pool
 	initialBackoff time.Duration
 	maxBackoff     time.Duration
 	attemptTimeout time.Duration
@@ -178,11 +174,8 @@ type prhOptions struct {
 func newPgRuleHitsFromConfig(conf *service.ParsedConfig, mgr *service.Resources, maxInFlight int) (*pgRuleHits, error) {
 	var o prhOptions
 	var err error
-	if o.url, err = conf.FieldString(prhFieldURL); err != nil {
+	if o.url, err = pgsystem.URLFromParsed(conf); err != nil {
 		return nil, err
-	}
-	if o.url == "" {
-		o.url = config.SystemDBURL()
 	}
 	kind, err := conf.FieldString(prhFieldKind)
 	if err != nil {
@@ -205,11 +198,11 @@ func newPgRuleHitsFromConfig(conf *service.ParsedConfig, mgr *service.Resources,
 	return newPgRuleHits(context.Background(), o, mgr)
 }
 
-// newPgRuleHits opens the pool and runs the start-up role check
-// (openSystemPool): the stream role is the one component of the stream that
-// must bypass row-level security, so it refuses a wrong role before the
-// input hands out anything.
-func newPgRuleHits(ctx context.Context, o prhOptions, mgr *service.Resources) (*pgRuleHits, error) {
+// newPgRuleHits builds the pool without I/O; Connect runs the start-up role
+// check: the stream role is the one component of the stream that must
+// bypass row-level security, so it refuses a wrong role before it writes
+// anything.
+func newPgRuleHits(_ context.Context, o prhOptions, mgr *service.Resources) (*pgRuleHits, error) {
 	if o.maxBackoff < o.initialBackoff {
 		return nil, fmt.Errorf("pg_rule_hits: %s (%s) must not be shorter than %s (%s)",
 			prhFieldMaxBackoff, o.maxBackoff, prhFieldInitialBackoff, o.initialBackoff)
@@ -227,11 +220,13 @@ func newPgRuleHits(ctx context.Context, o prhOptions, mgr *service.Resources) (*
 		m:              newStreamMetrics(mgr.Metrics()),
 	}
 	var err error
-	out.pool, err = openSystemPool(ctx, systemPoolOptions{
-		component:      "pg_rule_hits",
-		url:            o.url,
-		maxConns:       o.maxConns,
-		startupTimeout: o.startupTimeout,
+	out.pool, err = pgsystem.Open(pgsystem.Options{
+		Component: "pg_rule_hits",
+		URL:       o.url,
+		// One connection per writer, and one for the start-up check and a
+		// writer's retry while a broken connection is replaced.
+		MaxConns:       max(o.maxConns, 1) + 1,
+		StartupTimeout: o.startupTimeout,
 	})
 	if err != nil {
 		return nil, err
@@ -239,9 +234,10 @@ func newPgRuleHits(ctx context.Context, o prhOptions, mgr *service.Resources) (*
 	return out, nil
 }
 
-// Connect does nothing: the pool connects on demand and replaces broken
-// connections itself.
-func (o *pgRuleHits) Connect(context.Context) error { return nil }
+// Connect runs the start-up role check once (a role that cannot bypass
+// row-level security stops the process with the spec's line); after that
+// the pool connects on demand and replaces broken connections itself.
+func (o *pgRuleHits) Connect(ctx context.Context) error { return o.pool.CheckOnce(ctx) }
 
 // hitRow is one rule_hits row to write.
 type hitRow struct {
@@ -383,7 +379,7 @@ func (o *pgRuleHits) store(ctx context.Context, rows []hitRow, progress partitio
 	actx, cancel := context.WithTimeout(ctx, o.attemptTimeout)
 	defer cancel()
 	var res hitsResult
-	err := inTx(actx, o.pool, func(tx pgx.Tx) error {
+	err := inTx(actx, o.pool.Pool, func(tx pgx.Tx) error {
 		var err error
 		if res.stats, err = writeHits(actx, tx, rows); err != nil {
 			return err
@@ -396,7 +392,7 @@ func (o *pgRuleHits) store(ctx context.Context, rows []hitRow, progress partitio
 	ictx, icancel := context.WithTimeout(ctx, isolateTimeoutFactor*o.attemptTimeout)
 	defer icancel()
 	res = hitsResult{}
-	err = inTx(ictx, o.pool, func(tx pgx.Tx) error {
+	err = inTx(ictx, o.pool.Pool, func(tx pgx.Tx) error {
 		if err := isolateHits(ictx, tx, rows, &res); err != nil {
 			return err
 		}

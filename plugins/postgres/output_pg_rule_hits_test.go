@@ -16,7 +16,6 @@ import (
 	"github.com/speculapro/speculapro/internal/dbmigrate/dbtest"
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/eventmsg"
-	"github.com/speculapro/speculapro/internal/pgrole"
 	"github.com/speculapro/speculapro/internal/testenv"
 )
 
@@ -461,14 +460,16 @@ func TestShutdownDuringAWriteIsNoFault(t *testing.T) {
 
 func TestRuleHitsRefusesRoleBoundByRowLevelSecurity(t *testing.T) {
 	db := dbtest.New(t)
-	_, err := newPgRuleHits(context.Background(), prhOptions{
+	out, err := newPgRuleHits(context.Background(), prhOptions{
 		url: db.AppURL, kind: event.KindTransaction, maxConns: 1,
 		initialBackoff: time.Millisecond, maxBackoff: time.Millisecond,
 		attemptTimeout: time.Second, startupTimeout: 10 * time.Second,
 	}, service.MockResources())
-	if !errors.Is(err, pgrole.ErrCannotBypassRLS) {
-		t.Fatalf("as speculapro_app: %v, want ErrCannotBypassRLS", err)
+	if err != nil {
+		t.Fatalf("the constructor does no I/O, so it cannot refuse the role: %v", err)
 	}
+	defer out.Close(context.Background())
+	requireConnectRefuses(t, out.Connect)
 }
 
 func TestRuleHitsConfig(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/eventmsg"
+	"github.com/speculapro/speculapro/internal/pgsystem"
 )
 
 // The work one batch costs, asserted without timing anything: a change that
@@ -84,8 +85,8 @@ func tracedHarness(t *testing.T) (*harness, *workCounter) {
 	h := newHarness(t, tableTransactions)
 	w := &workCounter{}
 	opts := h.out.poolOpts
-	opts.tracer = w
-	pool, err := newSystemPool(opts)
+	opts.Tracer = w
+	pool, err := pgsystem.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

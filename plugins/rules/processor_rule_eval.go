@@ -16,15 +16,14 @@ import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/speculapro/speculapro/internal/applog"
-	"github.com/speculapro/speculapro/internal/config"
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/eventmsg"
+	"github.com/speculapro/speculapro/internal/pgsystem"
 	"github.com/speculapro/speculapro/internal/retry"
 	"github.com/speculapro/speculapro/internal/rules"
 )
 
 const (
-	reFieldURL            = "url"
 	reFieldKind           = "kind"
 	reFieldReloadInterval = "reload_interval"
 	reFieldRealtimeOnly   = "realtime_only"
@@ -115,11 +114,8 @@ is not an envelope of `+"`kind`"+` is flagged.
 
 `+"`speculapro_stream_events_evaluated_total{kind}`, `speculapro_stream_rule_hits_total{rule}`, `speculapro_stream_rule_errors_total{rule}`, `speculapro_stream_replays_skipped_total{kind}`, `speculapro_stream_rules_loaded{kind}`"+` (a gauge), and
 `+"`speculapro_stream_stage_duration_seconds{stage=\"evaluate\"}`"+`.`).
+		Fields(pgsystem.URLFields()...).
 		Fields(
-			service.NewStringField(reFieldURL).
-				Description("PostgreSQL URL the rules are read from, of a role that sees every workspace's rules (speculapro_system). Empty means `SP_DB_SYSTEM_URL`, falling back to `SP_DB_URL`.").
-				Secret().
-				Default(""),
 			service.NewStringEnumField(reFieldKind, string(event.KindTransaction), string(event.KindAccountEvent)).
 				Description("The kind of event the messages carry; only rules that apply to it can fire.").
 				Default(string(event.KindTransaction)),
@@ -215,12 +211,9 @@ type ruleEval struct {
 }
 
 func newRuleEvalFromConfig(conf *service.ParsedConfig, mgr *service.Resources) (*ruleEval, error) {
-	url, err := conf.FieldString(reFieldURL)
+	url, err := pgsystem.URLFromParsed(conf)
 	if err != nil {
 		return nil, err
-	}
-	if url == "" {
-		url = config.SystemDBURL()
 	}
 	kind, err := conf.FieldString(reFieldKind)
 	if err != nil {
