@@ -107,7 +107,11 @@ VALUES ($1, $2, 'decision benchmark', 'transaction', $3, 'high', $4, false, 10)`
 	now := time.Now().UTC()
 	body := func(run string) func(i int) []byte {
 		return func(i int) []byte {
-			b, _ := json.Marshal(decisionTxn(run, i, now.Add(time.Duration(i)*time.Microsecond)))
+			txn := decisionTxn(run, i, now.Add(time.Duration(i)*time.Microsecond))
+			// 5,000 accounts: each sees a payment every few seconds.
+			txn["account_external_id"] = fmt.Sprintf("acc-%d", i%5000)
+			txn["customer_external_id"] = fmt.Sprintf("cust-%d", i%5000)
+			b, _ := json.Marshal(txn)
 			return b
 		}
 	}
