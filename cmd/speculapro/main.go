@@ -43,7 +43,7 @@ const aboutDescription = `SpeculaPro accepts transactions and account events ove
      speculapro workspace create --name demo   a tenant and its first API key`
 
 func main() {
-	setMemoryLimit()
+	setMemoryLimit(os.Args[1:])
 	version, commit, built := buildInfo(version, commit, built)
 	if topLevelHelp(os.Args[1:]) {
 		os.Exit(printHelp(version, commit, built))

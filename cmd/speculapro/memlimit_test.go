@@ -13,14 +13,14 @@ func TestDefaultMemoryLimitOnlyWithoutGOMEMLIMIT(t *testing.T) {
 
 	debug.SetMemoryLimit(math.MaxInt64)
 	t.Setenv("GOMEMLIMIT", "512MiB") // the runtime read it at start-up; ours must not replace it
-	setMemoryLimit()
+	setMemoryLimit([]string{"run", "pipelines/persist.yaml"})
 	if got := debug.SetMemoryLimit(-1); got != math.MaxInt64 {
 		t.Errorf("with GOMEMLIMIT set the limit became %d", got)
 	}
 
 	t.Setenv("GOMEMLIMIT", "")
 	unsetenv(t, "GOMEMLIMIT")
-	setMemoryLimit()
+	setMemoryLimit([]string{"run", "pipelines/persist.yaml"})
 	if got := debug.SetMemoryLimit(-1); got != defaultMemoryLimit {
 		t.Errorf("without GOMEMLIMIT the limit is %d, want %d", got, defaultMemoryLimit)
 	}
@@ -31,5 +31,34 @@ func unsetenv(t *testing.T, name string) {
 	t.Helper()
 	if err := os.Unsetenv(name); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestStreamKeepsGoDefaultMemoryLimit(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want bool
+	}{
+		{[]string{"run", "pipelines/stream.yaml"}, true},
+		{[]string{"run", "/etc/speculapro/stream-events.yaml"}, true},
+		{[]string{"streams", "-o", "config/observability.yaml", "pipelines/persist.yaml", "pipelines/stream.yaml"}, true},
+		{[]string{"dev"}, true},
+		{[]string{"run", "pipelines/persist.yaml"}, false},
+		{[]string{"run", "pipelines/ingest.yaml"}, false},
+		{[]string{"rules", "test", "config/rules/velocity.yaml"}, false},
+		{nil, false},
+	} {
+		if got := runsStream(tc.args); got != tc.want {
+			t.Errorf("runsStream(%q) = %v, want %v", tc.args, got, tc.want)
+		}
+	}
+
+	before := debug.SetMemoryLimit(-1)
+	t.Cleanup(func() { debug.SetMemoryLimit(before) })
+	debug.SetMemoryLimit(math.MaxInt64)
+	unsetenv(t, "GOMEMLIMIT")
+	setMemoryLimit([]string{"run", "pipelines/stream.yaml"})
+	if got := debug.SetMemoryLimit(-1); got != math.MaxInt64 {
+		t.Errorf("the stream got a soft memory limit of %d", got)
 	}
 }
