@@ -106,6 +106,10 @@ func init() {
 		})
 }
 
+// decisionCacheBytes bounds the entity values a decision node keeps between
+// batches.
+const decisionCacheBytes = 32 << 20
+
 type decisionAPI struct {
 	addr, dbURL, rulesURL, redisURL string
 	timeout, remember, reload       time.Duration
@@ -197,6 +201,11 @@ func newDecisionAPI(conf *service.ParsedConfig, mgr *service.Resources) (*decisi
 	if a.fopts.KeyPrefix == "" {
 		return nil, fmt.Errorf("decision_api: %s must not be empty", daFieldKeyPrefix)
 	}
+	// The running-totals cache stays well inside the binary's 150 MiB soft
+	// memory limit (cmd/speculapro/memlimit.go): at the store's 128 MiB
+	// default a long-running decision node's collector would run nearly
+	// all the time once the cache filled.
+	a.fopts.CacheBytes = decisionCacheBytes
 	c, err := redisconn.Open(a.redisURL)
 	if err != nil {
 		return nil, fmt.Errorf("decision_api: %s: %w", daFieldRedisURL, err)
