@@ -1,14 +1,11 @@
 package tests
 
 import (
-	"context"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/speculapro/speculapro/internal/dbmigrate"
 	"github.com/speculapro/speculapro/internal/dbmigrate/dbtest"
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/testenv"
@@ -24,33 +21,8 @@ func TestPersistRidesOutDatabaseOutage(t *testing.T) {
 		perPhase = 50000
 	}
 	pg := testenv.PrivatePostgres(t)
-	ctx := context.Background()
-	const dbName = "speculapro"
-	err := dbmigrate.Bootstrap(ctx, dbmigrate.BootstrapConfig{
-		SuperuserURL: pg.SuperuserURL, Database: dbName,
-		OwnerPassword: dbmigrate.OwnerRole, AppPassword: dbmigrate.AppRole, SystemPassword: dbmigrate.SystemRole,
-	}, nil)
-	if err != nil {
-		t.Fatalf("bootstrapping the private PostgreSQL: %v", err)
-	}
-	ownerConn, err := pgx.Connect(ctx, dbtest.RoleURL(t, pg.SuperuserURL, dbmigrate.OwnerRole, dbName))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := dbmigrate.Migrate(ctx, ownerConn, time.Now(), nil); err != nil {
-		t.Fatalf("migrating the private PostgreSQL: %v", err)
-	}
-	ownerConn.Close(ctx)
-	superURL := testenv.WithDatabase(t, pg.SuperuserURL, dbName)
-	connect := func() *pgx.Conn {
-		c, err := pgx.Connect(ctx, superURL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close(context.Background()) })
-		return c
-	}
-	conn := connect()
+	db := dbtest.NewOn(t, pg.SuperuserURL, "speculapro")
+	conn := db.Connect(t, db.SuperuserURL)
 	ws := persistWorkspace(t, conn)
 
 	k := newPersistKafka(t)
@@ -66,7 +38,7 @@ func TestPersistRidesOutDatabaseOutage(t *testing.T) {
 
 	produce(0, perPhase)
 	p := newBinProcess(t)
-	p.start(t, persistEnv(k, dbtest.RoleURL(t, pg.SuperuserURL, dbmigrate.SystemRole, dbName)), p.runArgs("pipelines/persist.yaml")...)
+	p.start(t, persistEnv(k, db.SystemURL), p.runArgs("pipelines/persist.yaml")...)
 	if n := waitCount(t, conn, perPhase, countTxns, ws); n != perPhase {
 		t.Fatalf("before the outage: stored %d, want %d", n, perPhase)
 	}
@@ -92,7 +64,7 @@ func TestPersistRidesOutDatabaseOutage(t *testing.T) {
 	}
 	pg.Start()
 	back := time.Now()
-	conn = connect()
+	conn = db.Connect(t, db.SuperuserURL)
 	if n := waitCount(t, conn, 2*perPhase, countTxns, ws); n != 2*perPhase {
 		t.Fatalf("after the outage: stored %d, want %d", n, 2*perPhase)
 	}

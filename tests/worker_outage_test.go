@@ -6,9 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
-	"github.com/speculapro/speculapro/internal/dbmigrate"
 	"github.com/speculapro/speculapro/internal/dbmigrate/dbtest"
 	"github.com/speculapro/speculapro/internal/identity"
 	"github.com/speculapro/speculapro/internal/testenv"
@@ -25,38 +22,15 @@ func TestWorkerRidesOutDatabaseOutage(t *testing.T) {
 	}
 	pg := testenv.PrivatePostgres(t)
 	ctx := context.Background()
-	const dbName = "speculapro"
-	if err := dbmigrate.Bootstrap(ctx, dbmigrate.BootstrapConfig{
-		SuperuserURL: pg.SuperuserURL, Database: dbName,
-		OwnerPassword: dbmigrate.OwnerRole, AppPassword: dbmigrate.AppRole, SystemPassword: dbmigrate.SystemRole,
-	}, nil); err != nil {
-		t.Fatalf("bootstrapping the private PostgreSQL: %v", err)
-	}
-	owner, err := pgx.Connect(ctx, dbtest.RoleURL(t, pg.SuperuserURL, dbmigrate.OwnerRole, dbName))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := dbmigrate.Migrate(ctx, owner, time.Now(), nil); err != nil {
-		t.Fatalf("migrating the private PostgreSQL: %v", err)
-	}
-	owner.Close(ctx)
-	superURL := testenv.WithDatabase(t, pg.SuperuserURL, dbName)
-	connect := func() *pgx.Conn {
-		c, err := pgx.Connect(ctx, superURL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close(context.Background()) })
-		return c
-	}
+	db := dbtest.NewOn(t, pg.SuperuserURL, "speculapro")
 	enc, _ := identity.DevKeys()
-	s := &workerStack{db: &dbtest.DB{Name: dbName, SuperuserURL: superURL}, conn: connect()}
+	s := &workerStack{db: db, conn: db.Connect(t, db.SuperuserURL)}
 	if err := s.conn.QueryRow(ctx, "INSERT INTO speculapro.workspaces (name) VALUES ('worker outage') RETURNING id").Scan(&s.ws); err != nil {
 		t.Fatal(err)
 	}
 	s.env = map[string]string{
-		"SP_DB_URL":                  dbtest.RoleURL(t, pg.SuperuserURL, dbmigrate.AppRole, dbName),
-		"SP_DB_SYSTEM_URL":           dbtest.RoleURL(t, pg.SuperuserURL, dbmigrate.SystemRole, dbName),
+		"SP_DB_URL":                  db.AppURL,
+		"SP_DB_SYSTEM_URL":           db.SystemURL,
 		"SP_ENCRYPTION_KEY":          enc,
 		"SP_WEBHOOK_ALLOW_INSECURE":  "true",
 		"SP_WEBHOOK_BACKOFF_INITIAL": "1s",
@@ -91,7 +65,7 @@ func TestWorkerRidesOutDatabaseOutage(t *testing.T) {
 	}
 	pg.Start()
 	t.Logf("PostgreSQL down for %s; %d recording retries and %d claim-failure lines logged", time.Since(stopped).Round(100*time.Millisecond), retries, claims)
-	s.conn = connect()
+	s.conn = db.Connect(t, db.SuperuserURL)
 	s.waitDone(t, 2*time.Minute)
 	if got := s.count(t, "SELECT count(*) FROM speculapro.webhook_deliveries WHERE status = 'delivered'"); got != n {
 		t.Errorf("%d of %d delivered", got, n)

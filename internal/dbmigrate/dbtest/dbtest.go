@@ -29,10 +29,17 @@ type DB struct {
 func New(t testing.TB) *DB {
 	t.Helper()
 	d := NewBootstrapped(t)
-	conn := d.Connect(t, d.OwnerURL)
-	if _, err := dbmigrate.Migrate(context.Background(), conn, time.Now(), nil); err != nil {
-		t.Fatalf("migrating test database %s: %v", d.Name, err)
-	}
+	d.migrate(t)
+	return d
+}
+
+// NewOn bootstraps and migrates database name on the server superuserURL
+// reaches: a private server a test stops and starts, whose whole data
+// directory goes when t ends, so the database is not dropped.
+func NewOn(t testing.TB, superuserURL, name string) *DB {
+	t.Helper()
+	d := bootstrap(t, superuserURL, name)
+	d.migrate(t)
 	return d
 }
 
@@ -42,6 +49,14 @@ func NewBootstrapped(t testing.TB) *DB {
 	t.Helper()
 	super := testenv.PostgresSuperuserURL(t)
 	name := uniqueName(t)
+	t.Cleanup(func() { Drop(t, super, name) })
+	return bootstrap(t, super, name)
+}
+
+// bootstrap creates database name with the standard roles (their passwords
+// are their names, as on the local stack) on the server super reaches.
+func bootstrap(t testing.TB, super, name string) *DB {
+	t.Helper()
 	d := &DB{
 		Name:         name,
 		SuperuserURL: testenv.WithDatabase(t, super, name),
@@ -49,7 +64,6 @@ func NewBootstrapped(t testing.TB) *DB {
 		AppURL:       RoleURL(t, super, dbmigrate.AppRole, name),
 		SystemURL:    RoleURL(t, super, dbmigrate.SystemRole, name),
 	}
-	t.Cleanup(func() { Drop(t, super, name) })
 	err := dbmigrate.Bootstrap(context.Background(), dbmigrate.BootstrapConfig{
 		SuperuserURL:   super,
 		Database:       name,
@@ -61,6 +75,22 @@ func NewBootstrapped(t testing.TB) *DB {
 		t.Fatalf("bootstrapping test database %s: %v", name, err)
 	}
 	return d
+}
+
+// migrate applies every migration as the owner, on a connection closed
+// before it returns (a test that stops the server must not find it open).
+func (d *DB) migrate(t testing.TB) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, d.OwnerURL)
+	if err != nil {
+		t.Fatalf("connecting to test database %s: %v", d.Name, err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := dbmigrate.Migrate(context.Background(), conn, time.Now(), nil); err != nil {
+		t.Fatalf("migrating test database %s: %v", d.Name, err)
+	}
 }
 
 // Connect opens a connection that is closed when t ends.
