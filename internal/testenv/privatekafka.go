@@ -38,7 +38,7 @@ type PrivateKafkaBroker struct {
 	dir      string
 	props    string
 	libs     string
-	log4j    string
+	confDir  string // deploy/local/kafka: log4j2 configs and the properties template
 	logFile  string
 
 	mu  sync.Mutex
@@ -75,7 +75,7 @@ func PrivateKafka(t testing.TB) *PrivateKafkaBroker {
 		ctrlAddr: FreeAddr(t),
 		dir:      t.TempDir(),
 		libs:     libs,
-		log4j:    filepath.Join(root, "deploy", "local", "kafka"),
+		confDir:  filepath.Join(root, "deploy", "local", "kafka"),
 	}
 	k.props = filepath.Join(k.dir, "server.properties")
 	k.logFile = filepath.Join(k.dir, "kafka.log")
@@ -126,39 +126,32 @@ func kafkaLibs(t testing.TB) string {
 	return ""
 }
 
-// writeConfig writes the same properties as deploy/local/stack.sh's
-// kafka_write_config, on this broker's ports and data dir, sized smaller.
+// kafkaPropsPlaceholder is a value server.properties.template leaves to
+// whoever writes the broker's properties.
+var kafkaPropsPlaceholder = regexp.MustCompile(`@[A-Z_]+@`)
+
+// writeConfig fills in deploy/local/kafka/server.properties.template, the
+// properties stack.sh's kafka_write_config gives the shared broker, with this
+// broker's ports and data dir, sized smaller: a private broker lives for one
+// test, beside the shared one.
 func (k *PrivateKafkaBroker) writeConfig() error {
-	props := fmt.Sprintf(`# Written by testenv.PrivateKafka (the properties of deploy/local/stack.sh).
-process.roles=broker,controller
-node.id=1
-controller.quorum.bootstrap.servers=%[2]s
-listeners=PLAINTEXT://%[1]s,CONTROLLER://%[2]s
-advertised.listeners=PLAINTEXT://%[1]s,CONTROLLER://%[2]s
-inter.broker.listener.name=PLAINTEXT
-controller.listener.names=CONTROLLER
-listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
-log.dirs=%[3]s
-auto.create.topics.enable=false
-num.partitions=1
-default.replication.factor=1
-min.insync.replicas=1
-offsets.topic.replication.factor=1
-offsets.topic.num.partitions=3
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
-transaction.state.log.num.partitions=3
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
-group.initial.rebalance.delay.ms=0
-log.segment.bytes=16777216
-log.index.size.max.bytes=1048576
-log.retention.hours=24
-log.cleaner.dedupe.buffer.size=16777216
-num.network.threads=2
-num.io.threads=2
-num.recovery.threads.per.data.dir=1
-`, k.addr, k.ctrlAddr, filepath.Join(k.dir, "data"))
+	tmpl := filepath.Join(k.confDir, "server.properties.template")
+	b, err := os.ReadFile(tmpl)
+	if err != nil {
+		return fmt.Errorf("reading the Kafka properties template: %w", err)
+	}
+	props := strings.NewReplacer(
+		"@PLAINTEXT_ADDR@", k.addr,
+		"@CONTROLLER_ADDR@", k.ctrlAddr,
+		"@LOG_DIRS@", filepath.Join(k.dir, "data"),
+		"@INTERNAL_TOPIC_PARTITIONS@", "3",
+		"@IO_THREADS@", "2",
+		"@RECOVERY_THREADS@", "1",
+	).Replace(string(b))
+	if p := kafkaPropsPlaceholder.FindString(props); p != "" {
+		return fmt.Errorf("%s has a value PrivateKafka does not fill in: %s", tmpl, p)
+	}
+	props = "# Written by testenv.PrivateKafka from " + tmpl + ".\n" + props
 	if err := os.WriteFile(k.props, []byte(props), 0o644); err != nil {
 		return fmt.Errorf("writing private Kafka properties: %w", err)
 	}
@@ -167,7 +160,7 @@ num.recovery.threads.per.data.dir=1
 
 func (k *PrivateKafkaBroker) java(ctx context.Context, args ...string) *exec.Cmd {
 	return exec.CommandContext(ctx, "java", append([]string{"-Xmx128m", "-XX:TieredStopAtLevel=1", "-cp", k.libs + "/*",
-		"-Dlog4j2.configurationFile=" + filepath.Join(k.log4j, "tools-log4j2.properties")}, args...)...)
+		"-Dlog4j2.configurationFile=" + filepath.Join(k.confDir, "tools-log4j2.properties")}, args...)...)
 }
 
 // format runs StorageTool as stack.sh's kafka_format does.
@@ -202,7 +195,7 @@ func (k *PrivateKafkaBroker) Start() {
 	}
 	cmd := exec.Command("java", "-Xms64m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:+ExitOnOutOfMemoryError",
 		"-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true",
-		"-Dlog4j2.configurationFile="+filepath.Join(k.log4j, "broker-log4j2.properties"),
+		"-Dlog4j2.configurationFile="+filepath.Join(k.confDir, "broker-log4j2.properties"),
 		"-Dkafka.logs.dir="+k.dir,
 		"-cp", k.libs+"/*", "kafka.Kafka", k.props)
 	cmd.Stdout, cmd.Stderr = out, out
