@@ -123,12 +123,23 @@ func webhookAction(c *cli.Context, name string, fn func(context.Context, event.U
 	return nil
 }
 
-func webhookKeys() (*identity.Keyring, error) {
+// newSealedSecret makes an endpoint's signing secret and seals it under the
+// workspace's key: the clear secret is printed once for the operator, only
+// the sealed one is stored (add and rotate both do this).
+func newSealedSecret(ws event.UUID) (secret string, sealed []byte, err error) {
 	keys, err := identity.ParseKeyring(config.EncryptionKey.Value())
 	if err != nil {
-		return nil, fmt.Errorf("the key ring that encrypts signing secrets: %w", err)
+		return "", nil, fmt.Errorf("the key ring that encrypts signing secrets: %w", err)
 	}
-	return keys, nil
+	secret, err = webhook.NewSecret()
+	if err != nil {
+		return "", nil, err
+	}
+	sealed, err = webhook.SealSecret(keys, ws, secret)
+	if err != nil {
+		return "", nil, err
+	}
+	return secret, sealed, nil
 }
 
 func parseEventTypes(raw string) ([]string, error) {
@@ -158,15 +169,7 @@ func runWebhookAdd(ctx context.Context, stdout io.Writer, ws event.UUID, rawURL,
 	if err != nil {
 		return err
 	}
-	keys, err := webhookKeys()
-	if err != nil {
-		return err
-	}
-	secret, err := webhook.NewSecret()
-	if err != nil {
-		return err
-	}
-	sealed, err := webhook.SealSecret(keys, ws, secret)
+	secret, sealed, err := newSealedSecret(ws)
 	if err != nil {
 		return err
 	}
@@ -259,15 +262,7 @@ func runWebhookRotate(ctx context.Context, stdout io.Writer, ws event.UUID, rawI
 	if err != nil {
 		return fmt.Errorf("--endpoint: %w", err)
 	}
-	keys, err := webhookKeys()
-	if err != nil {
-		return err
-	}
-	secret, err := webhook.NewSecret()
-	if err != nil {
-		return err
-	}
-	sealed, err := webhook.SealSecret(keys, ws, secret)
+	secret, sealed, err := newSealedSecret(ws)
 	if err != nil {
 		return err
 	}
