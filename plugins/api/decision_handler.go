@@ -7,18 +7,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"sort"
 	"strconv"
-	"strings"
 	"time"
 
 	gojson "github.com/goccy/go-json"
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/redpanda-data/benthos/v4/public/service"
 
-	"github.com/speculapro/speculapro/internal/apikey"
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/features"
 	"github.com/speculapro/speculapro/internal/rules"
@@ -40,65 +37,6 @@ func (a *decisionAPI) decisionRoutes() []route {
 		{http.MethodGet, "/healthz", false, handleHealth},
 		{http.MethodGet, "/readyz", false, a.handleDecisionReady},
 	}
-}
-
-func (a *decisionAPI) routes() http.Handler {
-	mux := http.NewServeMux()
-	for _, rt := range a.decisionRoutes() {
-		endpoint := rt.method + " " + rt.pattern
-		mux.HandleFunc(endpoint, func(w http.ResponseWriter, r *http.Request) {
-			arrived := time.Now()
-			ctx := context.WithValue(r.Context(), arrivalKey{}, arrived)
-			r = r.WithContext(ctx)
-			var code int
-			if rt.authed {
-				ws, err := a.authenticate(r)
-				switch {
-				case errors.Is(err, errUnauthenticated):
-					w.Header().Set("WWW-Authenticate", `Bearer realm="speculapro"`)
-					code = writeError(w, http.StatusUnauthorized, err)
-				case err != nil:
-					if r.Context().Err() == nil {
-						a.log.Warnf("decision_api: %v", err)
-					}
-					code = writeError(w, http.StatusServiceUnavailable, errAuthUnavailable)
-				default:
-					code = rt.handle(w, r, ws)
-				}
-			} else {
-				code = rt.handle(w, r, event.UUID{})
-			}
-			a.requests.Incr(1, strconv.Itoa(code))
-		})
-	}
-	return mux
-}
-
-type arrivalKey struct{}
-
-func (a *decisionAPI) authenticate(r *http.Request) (event.UUID, error) {
-	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return event.UUID{}, errUnauthenticated
-	}
-	hash, err := apikey.Hash(strings.TrimSpace(token))
-	if err != nil {
-		return event.UUID{}, errUnauthenticated
-	}
-	ws, err := a.keys.resolve(r.Context(), hash, func(ctx context.Context, hash []byte) (*event.UUID, error) {
-		ctx, cancel := context.WithTimeout(ctx, iaProbeTimeout)
-		defer cancel()
-		var ws *event.UUID
-		err := a.pool.QueryRow(ctx, `SELECT speculapro.workspace_for_api_key($1)`, hash).Scan(&ws)
-		return ws, err
-	})
-	if err != nil {
-		return event.UUID{}, err
-	}
-	if ws == nil {
-		return event.UUID{}, errUnauthenticated
-	}
-	return *ws, nil
 }
 
 // decisionRule is one rule that fired, as answered.
@@ -144,16 +82,9 @@ func (a *decisionAPI) handleDecision(w http.ResponseWriter, r *http.Request, ws 
 	// chosen a little earlier, leaving room to encode and send it.
 	deadline := arrived.Add(a.timeout - min(a.timeout/10, 20*time.Millisecond))
 
-	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(strings.ToLower(ct), "application/json") {
-		return writeError(w, http.StatusUnsupportedMediaType, fmt.Errorf("content type %.40q: send application/json", ct))
-	}
-	body, err := readLimited(w, r, a.maxBody)
+	body, code, err := a.readBody(w, r)
 	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("request body larger than %d bytes", a.maxBody))
-		}
-		return writeError(w, http.StatusBadRequest, fmt.Errorf("reading the request body: %w", err))
+		return writeError(w, code, err)
 	}
 	env, _, ferrs, err := a.parseTransaction(body, ws, arrived.UTC()) // the counterparty protected on env
 	switch {
@@ -402,11 +333,6 @@ func (a *decisionAPI) handleDecisionReady(w http.ResponseWriter, r *http.Request
 		status["redis"] = "unreachable (decisions degraded)"
 	}
 	return writeJSON(w, code, status)
-}
-
-// readLimited reads at most max bytes of the request body.
-func readLimited(w http.ResponseWriter, r *http.Request, max int64) ([]byte, error) {
-	return io.ReadAll(http.MaxBytesReader(w, r.Body, max))
 }
 
 // applyReq is one decision's transaction waiting to be applied to the

@@ -3,7 +3,6 @@ package api
 import (
 	"encoding/json"
 	"fmt"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -12,35 +11,11 @@ import (
 )
 
 func loadDecisionOpenAPI(t *testing.T) *openAPI {
-	t.Helper()
-	var doc openAPI
-	if err := json.Unmarshal(decisionOpenAPIDocument, &doc); err != nil {
-		t.Fatalf("decision_openapi.json: %v", err)
-	}
-	return &doc
+	return loadDocument(t, "decision_openapi.json", decisionOpenAPIDocument)
 }
 
 func TestDecisionOpenAPIDocumentsEveryRoute(t *testing.T) {
-	doc := loadDecisionOpenAPI(t)
-	var documented, served []string
-	for p, ops := range doc.Paths {
-		for m := range ops {
-			documented = append(documented, strings.ToUpper(m)+" "+p)
-		}
-	}
-	a := &decisionAPI{protector: testProt}
-	for _, rt := range a.decisionRoutes() {
-		served = append(served, rt.method+" "+rt.pattern)
-		op := doc.Paths[rt.pattern][strings.ToLower(rt.method)]
-		if rt.authed != (len(op.Security) > 0) {
-			t.Errorf("%s %s: authenticated=%v but the document's security says %v", rt.method, rt.pattern, rt.authed, op.Security)
-		}
-	}
-	sort.Strings(documented)
-	sort.Strings(served)
-	if strings.Join(documented, "\n") != strings.Join(served, "\n") {
-		t.Errorf("documented routes:\n%s\nserved routes:\n%s", strings.Join(documented, "\n"), strings.Join(served, "\n"))
-	}
+	checkRoutesDocumented(t, loadDecisionOpenAPI(t), (&decisionAPI{protector: testProt}).decisionRoutes())
 }
 
 // TestDecisionOpenAPIRequest: the documented transaction is the one the

@@ -5,19 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
-	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/redpanda-data/benthos/v4/public/service"
 
-	"github.com/speculapro/speculapro/internal/apikey"
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/eventmsg"
 )
@@ -31,23 +26,8 @@ const (
 	statusConflict  = "conflict"
 )
 
-// Sentinel errors of authentication.
-var (
-	// errUnauthenticated: no key, a malformed key, or a key no active
-	// workspace holds; all answered 401 alike.
-	errUnauthenticated = errors.New("missing, unknown or revoked API key")
-	// errAuthUnavailable: the key could not be checked (PostgreSQL down).
-	errAuthUnavailable = errors.New("cannot check the API key now")
-)
-
-// route is one served endpoint; TestOpenAPIDocumentsEveryRoute compares
-// this list with openapi.json.
-type route struct {
-	method, pattern string
-	authed          bool
-	handle          func(w http.ResponseWriter, r *http.Request, ws event.UUID) int
-}
-
+// routeList is the ingest API's endpoints; TestOpenAPIDocumentsEveryRoute
+// compares it with openapi.json.
 func (a *ingestAPI) routeList() []route {
 	return []route{
 		{http.MethodPost, "/v1/transactions", true, a.handleBatch(event.KindTransaction)},
@@ -58,129 +38,6 @@ func (a *ingestAPI) routeList() []route {
 		{http.MethodGet, "/healthz", false, handleHealth},
 		{http.MethodGet, "/readyz", false, a.handleReady},
 	}
-}
-
-// routes wraps every endpoint with authentication (where needed) and its
-// request count and latency, labelled by the route, never by the path a
-// client sent.
-func (a *ingestAPI) routes() http.Handler {
-	mux := http.NewServeMux()
-	for _, rt := range a.routeList() {
-		endpoint := rt.method + " " + rt.pattern
-		mux.HandleFunc(endpoint, func(w http.ResponseWriter, r *http.Request) {
-			start := time.Now()
-			var code int
-			if rt.authed {
-				ws, err := a.authenticate(r)
-				switch {
-				case errors.Is(err, errUnauthenticated):
-					w.Header().Set("WWW-Authenticate", `Bearer realm="speculapro"`)
-					code = writeError(w, http.StatusUnauthorized, err)
-				case err != nil:
-					// A client that hung up cancelled the lookup itself:
-					// that is no fault of PostgreSQL's.
-					// A full lookup lane is a flood of unknown keys, answered
-					// 503 per request: not one WARN each.
-					if r.Context().Err() == nil && !errors.Is(err, errLookupBusy) {
-						a.log.Warnf("ingest_api: %v", err)
-					}
-					code = writeError(w, http.StatusServiceUnavailable, errAuthUnavailable)
-				default:
-					code = a.admitted(w, r, func() int { return rt.handle(w, r, ws) })
-				}
-			} else {
-				code = rt.handle(w, r, event.UUID{})
-			}
-			a.requests.Incr(1, endpoint, strconv.Itoa(code))
-			a.latency.Timing(time.Since(start).Nanoseconds(), endpoint)
-		})
-	}
-	return mux
-}
-
-// admitted runs handle while the request's body fits in the in-flight
-// budget (max_in_flight_bytes): a request reserves its Content-Length (the
-// largest body when it gives none) until it is answered, waiting for Kafka
-// included, so requests in flight, and the memory they hold, stay bounded.
-// Over the budget the answer is 503 with Retry-After, and the body is never
-// kept (it is read and discarded, so the client gets the answer rather than
-// a reset connection); a request that says it is larger than max_body_bytes
-// is 413 at once.
-func (a *ingestAPI) admitted(w http.ResponseWriter, r *http.Request, handle func() int) int {
-	if r.Method != http.MethodPost && r.Method != http.MethodPut {
-		return handle()
-	}
-	n := a.maxBody
-	if r.ContentLength > a.maxBody {
-		return writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("request body larger than %d bytes", a.maxBody))
-	}
-	if r.ContentLength >= 0 {
-		n = max(r.ContentLength, 1)
-	}
-	if !a.inFlight.tryAcquire(n) {
-		a.overloaded.Incr(1)
-		// Read the body to the end without keeping it (a 32 KiB buffer), so
-		// the client reads the 503 instead of a reset connection.
-		_, _ = io.Copy(io.Discard, http.MaxBytesReader(w, r.Body, a.maxBody))
-		w.Header().Set("Retry-After", "1")
-		return writeError(w, http.StatusServiceUnavailable, errors.New("too many requests in flight; send it again in a second"))
-	}
-	defer a.inFlight.release(n)
-	return handle()
-}
-
-// byteBudget is a counting semaphore of bytes that never waits.
-type byteBudget struct {
-	mu        sync.Mutex
-	used, max int64
-}
-
-func (b *byteBudget) tryAcquire(n int64) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.used+n > b.max {
-		return false
-	}
-	b.used += n
-	return true
-}
-
-func (b *byteBudget) release(n int64) {
-	b.mu.Lock()
-	b.used -= n
-	b.mu.Unlock()
-}
-
-// authenticate returns the workspace of the request's bearer key.
-func (a *ingestAPI) authenticate(r *http.Request) (event.UUID, error) {
-	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return event.UUID{}, errUnauthenticated
-	}
-	hash, err := apikey.Hash(strings.TrimSpace(token))
-	if err != nil {
-		return event.UUID{}, errUnauthenticated
-	}
-	ws, err := a.keys.resolve(r.Context(), hash, a.lookupKey)
-	if err != nil {
-		return event.UUID{}, err
-	}
-	if ws == nil {
-		return event.UUID{}, errUnauthenticated
-	}
-	return *ws, nil
-}
-
-// lookupKey asks PostgreSQL which active workspace holds a key hash (nil:
-// none).
-func (a *ingestAPI) lookupKey(ctx context.Context, hash []byte) (*event.UUID, error) {
-	ctx, cancel := context.WithTimeout(ctx, iaProbeTimeout)
-	defer cancel()
-	var ws *event.UUID
-	if err := a.pool.QueryRow(ctx, `SELECT speculapro.workspace_for_api_key($1)`, hash).Scan(&ws); err != nil {
-		return nil, err
-	}
-	return ws, nil
 }
 
 // itemResult is one item's answer.
@@ -560,29 +417,6 @@ func (a *ingestAPI) inWorkspace(ctx context.Context, ws event.UUID, fn func(pgx.
 		}
 		return fn(tx)
 	})
-}
-
-// readBody reads at most maxBody bytes of a JSON body.
-func (a *ingestAPI) readBody(w http.ResponseWriter, r *http.Request) ([]byte, int, error) {
-	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(strings.ToLower(ct), "application/json") {
-		return nil, http.StatusUnsupportedMediaType, fmt.Errorf("content type %.40q: send application/json", ct)
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.maxBody))
-	var tooBig *http.MaxBytesError
-	var netErr net.Error
-	switch {
-	case errors.As(err, &tooBig):
-		return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("request body larger than %d bytes", a.maxBody)
-	case errors.As(err, &netErr) && netErr.Timeout():
-		// The error names both sockets' addresses: log it, answer in our
-		// own words.
-		a.log.Debugf("ingest_api: reading a request body: %v", err)
-		return nil, http.StatusRequestTimeout, fmt.Errorf("the request body did not arrive within %v", bodyReadTimeout)
-	case err != nil:
-		a.log.Debugf("ingest_api: reading a request body: %v", err)
-		return nil, http.StatusBadRequest, errors.New("cannot read the request body (the connection broke or the body is not what Content-Length says)")
-	}
-	return body, 0, nil
 }
 
 // errorResponse is every error answer's body.

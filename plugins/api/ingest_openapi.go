@@ -14,8 +14,5 @@ import (
 var openAPIDocument []byte
 
 func handleOpenAPI(w http.ResponseWriter, _ *http.Request, _ event.UUID) int {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(openAPIDocument)
-	return http.StatusOK
+	return writeDocument(w, openAPIDocument)
 }

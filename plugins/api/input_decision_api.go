@@ -4,8 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -111,20 +110,20 @@ func init() {
 const decisionCacheBytes = 32 << 20
 
 type decisionAPI struct {
+	// requestFront: authentication, body limits, the server.
+	requestFront
+
 	addr, dbURL, rulesURL, redisURL string
 	timeout, remember, reload       time.Duration
 	fallback                        event.Outcome
-	maxBody                         int64
 	fopts                           features.Options
 	protector                       *identity.Protector
 
-	log      *service.Logger
 	latency  *service.MetricTimer
 	outcomes *service.MetricCounter
 	degraded *service.MetricCounter
 	requests *service.MetricCounter
 
-	keys    *keyCache
 	rules   *realtimeRules
 	out     chan *service.Message
 	applyCh chan applyReq
@@ -134,9 +133,7 @@ type decisionAPI struct {
 	redisBroken    bool // Redis failed: left alone until redisPausedTil, then probed
 	redisProbing   bool // one request probes a broken Redis
 
-	mu      sync.Mutex
-	srv     *http.Server
-	pool    *pgxpool.Pool
+	mu      sync.Mutex // guards the server and the clients Connect opens
 	rpool   *pgxpool.Pool
 	redis   goredis.UniversalClient
 	store   *features.Store
@@ -151,16 +148,16 @@ type decisionAPI struct {
 
 func newDecisionAPI(conf *service.ParsedConfig, mgr *service.Resources) (*decisionAPI, error) {
 	a := &decisionAPI{
-		log:      mgr.Logger(),
-		latency:  mgr.Metrics().NewTimer(metricDecisionLatency, "outcome"),
-		outcomes: mgr.Metrics().NewCounter(metricDecisionOutcomes, "workspace", "outcome"),
-		degraded: mgr.Metrics().NewCounter(metricDecisionDegraded, "workspace", "reason"),
-		requests: mgr.Metrics().NewCounter(metricDecisionRequests, "code"),
-		keys:     newKeyCache(),
-		out:      make(chan *service.Message, daQueue),
-		applyCh:  make(chan applyReq, daQueue),
-		closing:  make(chan struct{}),
+		requestFront: requestFront{component: "decision_api", log: mgr.Logger(), keys: newKeyCache(), readTimeout: 30 * time.Second},
+		latency:      mgr.Metrics().NewTimer(metricDecisionLatency, "outcome"),
+		outcomes:     mgr.Metrics().NewCounter(metricDecisionOutcomes, "workspace", "outcome"),
+		degraded:     mgr.Metrics().NewCounter(metricDecisionDegraded, "workspace", "reason"),
+		requests:     mgr.Metrics().NewCounter(metricDecisionRequests, "code"),
+		out:          make(chan *service.Message, daQueue),
+		applyCh:      make(chan applyReq, daQueue),
+		closing:      make(chan struct{}),
 	}
+	a.answered = func(_ string, code int, _ time.Time) { a.requests.Incr(1, strconv.Itoa(code)) }
 	var err error
 	str := func(f string, dst *string) {
 		if err == nil {
@@ -252,13 +249,6 @@ func (a *decisionAPI) Connect(ctx context.Context) error {
 		rpool.Close()
 		return fmt.Errorf("decision_api: %s: %w", daFieldRedisURL, err)
 	}
-	ln, err := net.Listen("tcp", a.addr)
-	if err != nil {
-		pool.Close()
-		rpool.Close()
-		_ = rc.Close()
-		return fmt.Errorf("decision_api: listening on %s: %w", a.addr, err)
-	}
 	a.pool, a.rpool, a.redis = pool, rpool, rc
 	a.store = features.New(rc, a.fopts)
 	a.rules = &realtimeRules{pool: rpool, interval: a.reload, log: a.log}
@@ -270,21 +260,14 @@ func (a *decisionAPI) Connect(ctx context.Context) error {
 	// (two measured worse on this machine: p99 120 ms against 59 ms).
 	a.bg.Add(1)
 	go func() { defer a.bg.Done(); a.applyLoop(bg) }()
-	a.srv = &http.Server{
-		Handler:           a.routes(),
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		IdleTimeout:       120 * time.Second,
+	if err := a.listen(a.addr, a.handler(a.decisionRoutes())); err != nil {
+		stop()
+		a.bg.Wait()
+		pool.Close()
+		rpool.Close()
+		_ = rc.Close()
+		return err
 	}
-	srv := a.srv
-	a.bg.Add(1)
-	go func() {
-		defer a.bg.Done()
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			a.log.Errorf("decision_api: serving: %v", err)
-		}
-	}()
-	a.log.Infof("decision_api: listening on %s", ln.Addr())
 	return nil
 }
 
@@ -342,9 +325,7 @@ func (a *decisionAPI) stopServing() {
 		a.mu.Unlock()
 		if srv != nil {
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			if err := srv.Shutdown(sctx); err != nil {
-				_ = srv.Close()
-			}
+			_ = a.shutdownServer(sctx, srv)
 			cancel()
 		}
 		a.handlers.Wait()

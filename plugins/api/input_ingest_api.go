@@ -4,8 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -137,22 +136,21 @@ type job struct {
 }
 
 type ingestAPI struct {
+	// requestFront: authentication, body limits and the in-flight budget,
+	// the server; its pool is also where entities and stored IDs go.
+	requestFront
+
 	addr       string
 	dbURL      string
 	maxItems   int
-	maxBody    int64
 	ackTimeout time.Duration
 	kafka      kafkaconf.Config
 	protector  *identity.Protector
 
-	log      *service.Logger
 	items    *service.MetricCounter // by endpoint and outcome
 	requests *service.MetricCounter // by endpoint and status code
 	latency  *service.MetricTimer   // by endpoint
 
-	inFlight    *byteBudget
-	overloaded  *service.MetricCounter // requests answered 503 for the in-flight budget
-	keys        *keyCache
 	idem        *idemStore
 	redisURL    string
 	redisLogged atomic.Int64 // UnixNano of the last Redis WARN
@@ -164,23 +162,28 @@ type ingestAPI struct {
 	closing   chan struct{}
 	closeOnce sync.Once
 
-	mu    sync.Mutex
-	srv   *http.Server
-	pool  *pgxpool.Pool
+	mu    sync.Mutex // guards the server and the clients Connect opens
 	probe *kgo.Client
-	serve chan error
 }
 
 func newIngestAPIFromParsed(conf *service.ParsedConfig, mgr *service.Resources) (*ingestAPI, error) {
 	a := &ingestAPI{
-		log:        mgr.Logger(),
-		items:      mgr.Metrics().NewCounter("speculapro_ingest_items_total", "endpoint", "outcome"),
-		requests:   mgr.Metrics().NewCounter("speculapro_ingest_requests_total", "endpoint", "code"),
-		latency:    mgr.Metrics().NewTimer("speculapro_ingest_request_duration", "endpoint"),
-		keys:       newKeyCache(),
-		overloaded: mgr.Metrics().NewCounter("speculapro_ingest_overloaded_total"),
-		jobs:       make(chan *job),
-		closing:    make(chan struct{}),
+		requestFront: requestFront{
+			component:   "ingest_api",
+			log:         mgr.Logger(),
+			keys:        newKeyCache(),
+			readTimeout: bodyReadTimeout,
+			overloaded:  mgr.Metrics().NewCounter("speculapro_ingest_overloaded_total"),
+		},
+		items:    mgr.Metrics().NewCounter("speculapro_ingest_items_total", "endpoint", "outcome"),
+		requests: mgr.Metrics().NewCounter("speculapro_ingest_requests_total", "endpoint", "code"),
+		latency:  mgr.Metrics().NewTimer("speculapro_ingest_request_duration", "endpoint"),
+		jobs:     make(chan *job),
+		closing:  make(chan struct{}),
+	}
+	a.answered = func(endpoint string, code int, arrived time.Time) {
+		a.requests.Incr(1, endpoint, strconv.Itoa(code))
+		a.latency.Timing(time.Since(arrived).Nanoseconds(), endpoint)
 	}
 	var err error
 	if a.kafka, err = kafkaconf.FromParsed(conf); err != nil {
@@ -264,26 +267,13 @@ func (a *ingestAPI) Connect(ctx context.Context) error {
 		probe.Close()
 		return fmt.Errorf("ingest_api: %s: %w", iaFieldRedisURL, err)
 	}
-	ln, err := net.Listen("tcp", a.addr)
-	if err != nil {
+	a.pool, a.probe, a.idem.client = pool, probe, rdb
+	if err := a.listen(a.addr, a.handler(a.routeList())); err != nil {
 		pool.Close()
 		probe.Close()
 		_ = rdb.Close()
-		return fmt.Errorf("ingest_api: listening on %s: %w", a.addr, err)
+		return err
 	}
-	a.pool, a.probe, a.idem.client = pool, probe, rdb
-	a.srv = &http.Server{
-		Handler:           a.routes(),
-		ReadHeaderTimeout: 10 * time.Second,
-		// A whole body must arrive in time: a client trickling 5 MiB must
-		// not hold a connection for ever.
-		ReadTimeout: bodyReadTimeout,
-		IdleTimeout: 120 * time.Second,
-	}
-	a.serve = make(chan error, 1)
-	// The server goroutine ends when Close shuts the server down.
-	go func() { a.serve <- a.srv.Serve(ln) }()
-	a.log.Infof("ingest_api: listening on %s", ln.Addr())
 	return nil
 }
 
@@ -314,16 +304,10 @@ func (a *ingestAPI) Close(ctx context.Context) error {
 	if a.srv == nil {
 		return nil
 	}
-	err := a.srv.Shutdown(ctx)
-	if err != nil {
-		_ = a.srv.Close()
-	}
+	err := a.shutdownServer(ctx, a.srv)
 	a.pool.Close()
 	a.probe.Close()
 	_ = a.idem.client.Close()
 	a.srv = nil
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return nil
-	}
 	return err
 }
