@@ -276,19 +276,8 @@ func (c *jsonChecker) array() error {
 		if err := c.value(); err != nil {
 			return err
 		}
-		c.skipWS()
-		if c.i >= len(c.raw) {
-			return errInvalidJSON
-		}
-		switch c.raw[c.i] {
-		case ',':
-			c.i++
-		case ']':
-			c.i++
-			c.stack = c.stack[:len(c.stack)-1]
-			return nil
-		default:
-			return errInvalidJSON
+		if done, err := c.afterMember(']'); done || err != nil {
+			return err
 		}
 	}
 }
@@ -336,21 +325,30 @@ func (c *jsonChecker) object() error {
 		if err := c.value(); err != nil {
 			return err
 		}
-		c.skipWS()
-		if c.i >= len(c.raw) {
-			return errInvalidJSON
-		}
-		switch c.raw[c.i] {
-		case ',':
-			c.i++
-		case '}':
-			c.i++
-			c.stack = c.stack[:n-1]
-			return nil
-		default:
-			return errInvalidJSON
+		if done, err := c.afterMember('}'); done || err != nil {
+			return err
 		}
 	}
+}
+
+// afterMember reads what follows an array element or an object member: ','
+// (another follows) or closing, which ends the container and pops its frame
+// (the value just read has popped its own, so the container's is on top).
+func (c *jsonChecker) afterMember(closing byte) (done bool, err error) {
+	c.skipWS()
+	if c.i >= len(c.raw) {
+		return false, errInvalidJSON
+	}
+	switch c.raw[c.i] {
+	case ',':
+		c.i++
+		return false, nil
+	case closing:
+		c.i++
+		c.stack = c.stack[:len(c.stack)-1]
+		return true, nil
+	}
+	return false, errInvalidJSON
 }
 
 // seen reports whether the object named key before, and records it.
