@@ -355,39 +355,31 @@ type storedDecision struct {
 func (s *decisionStack) stored(t testing.TB) map[string]*storedDecision {
 	t.Helper()
 	out := map[string]*storedDecision{}
-	rows, err := s.super.Query(context.Background(), `SELECT external_id, coalesce(decision, '') FROM speculapro.transactions WHERE workspace_id = $1`, s.ws)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ext, d string
-	if _, err := pgx.ForEachRow(rows, []any{&ext, &d}, func() error {
-		sd := out[ext]
-		if sd == nil {
-			sd = &storedDecision{}
-			out[ext] = sd
+	// each hands add the storedDecision of every row query returns (an
+	// external_id and a decision of the workspace).
+	each := func(query string, add func(sd *storedDecision, decision string)) {
+		t.Helper()
+		rows, err := s.super.Query(context.Background(), query, s.ws)
+		if err != nil {
+			t.Fatal(err)
 		}
-		sd.txns++
-		sd.decision = d
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	rows, err = s.super.Query(context.Background(), `SELECT external_id, decision FROM speculapro.decisions WHERE workspace_id = $1`, s.ws)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pgx.ForEachRow(rows, []any{&ext, &d}, func() error {
-		sd := out[ext]
-		if sd == nil {
-			sd = &storedDecision{}
-			out[ext] = sd
+		var ext, d string
+		if _, err := pgx.ForEachRow(rows, []any{&ext, &d}, func() error {
+			sd := out[ext]
+			if sd == nil {
+				sd = &storedDecision{}
+				out[ext] = sd
+			}
+			add(sd, d)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
 		}
-		sd.decisions++
-		sd.outcome = d
-		return nil
-	}); err != nil {
-		t.Fatal(err)
 	}
+	each(`SELECT external_id, coalesce(decision, '') FROM speculapro.transactions WHERE workspace_id = $1`,
+		func(sd *storedDecision, d string) { sd.txns++; sd.decision = d })
+	each(`SELECT external_id, decision FROM speculapro.decisions WHERE workspace_id = $1`,
+		func(sd *storedDecision, d string) { sd.decisions++; sd.outcome = d })
 	return out
 }
 

@@ -30,6 +30,22 @@ func checkAnswered(t *testing.T, run *decisionRun, sent int) {
 	}
 }
 
+// decideWhileBrokerDown starts a decision node (redis_spool's max_wait
+// shortened to maxWait unless "") on a private broker, stops the broker, and
+// sends n decisions (external IDs prefix-…) at rate: each must be answered on
+// time (checkAnswered), and each then waits inside the node for Kafka.
+func decideWhileBrokerDown(t *testing.T, name, prefix string, n int, rate float64, maxWait string) (*testenv.PrivateKafkaBroker, *decisionStack, *binProcess, *decisionRun) {
+	t.Helper()
+	k := testenv.PrivateKafka(t)
+	s := newDecisionStack(t, name, k.Brokers(), testenv.RedisURL(t), maxWait)
+	dec := s.startDecision(t, "decision", nil)
+	k.Stop()
+	run := newDecisionRun()
+	s.sendAtRate(prefix, 0, n, rate, run)
+	checkAnswered(t, run, n)
+	return k, s, dec, run
+}
+
 func degradedCount(run *decisionRun) map[string]int {
 	n := map[string]int{}
 	for _, a := range run.answers {
@@ -121,13 +137,7 @@ func TestDecisionShutdownFullBuffer(t *testing.T) {
 	if fullScale() {
 		n, rate = 5000, 500
 	}
-	k := testenv.PrivateKafka(t)
-	s := newDecisionStack(t, "dec-stop", k.Brokers(), testenv.RedisURL(t), "")
-	dec := s.startDecision(t, "decision", nil)
-	k.Stop()
-	run := newDecisionRun()
-	s.sendAtRate("st", 0, n, rate, run)
-	checkAnswered(t, run, n)
+	k, s, dec, run := decideWhileBrokerDown(t, "dec-stop", "st", n, rate, "")
 	start := time.Now()
 	code := dec.signal(t, syscall.SIGTERM, exitBound)
 	took := time.Since(start)
@@ -266,13 +276,7 @@ func TestDecisionCrashDuringReplay(t *testing.T) {
 	if fullScale() {
 		n, rate = 30000, 1000
 	}
-	k := testenv.PrivateKafka(t)
-	s := newDecisionStack(t, "dec-crash", k.Brokers(), testenv.RedisURL(t), "1s")
-	dec := s.startDecision(t, "decision", nil)
-	k.Stop()
-	run := newDecisionRun()
-	s.sendAtRate("cr", 0, n, rate, run)
-	checkAnswered(t, run, n)
+	k, s, dec, run := decideWhileBrokerDown(t, "dec-crash", "cr", n, rate, "1s")
 	dec.signal(t, syscall.SIGTERM, exitBound)
 	if got := s.spoolLen(t); got != int64(n) {
 		t.Fatalf("spool holds %d, want all %d parked", got, n)
