@@ -13,11 +13,9 @@ import (
 	"time"
 
 	gojson "github.com/goccy/go-json"
-	goredis "github.com/redis/go-redis/v9"
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/speculapro/speculapro/internal/event"
-	"github.com/speculapro/speculapro/internal/features"
 	"github.com/speculapro/speculapro/internal/rules"
 )
 
@@ -177,69 +175,40 @@ func (a *decisionAPI) rememberKey(env *event.Envelope) string {
 	return a.fopts.KeyPrefix + "decision:" + env.WorkspaceID.String() + ":" + hex.EncodeToString(h.Sum(nil)[:16])
 }
 
-// redisPaused reports whether decisions leave Redis alone: for a second
-// after it failed, then while one request probes it (a hung Redis must not
-// cost every request its whole timeout). It returns a done func that
-// reports how the call went.
-func (a *decisionAPI) redisPaused() (paused bool) {
-	a.redisMu.Lock()
-	defer a.redisMu.Unlock()
-	if !a.redisBroken {
-		return false
+// redisDegraded is the answer after a Redis call failed: degraded
+// "redis" when it was Redis' fault (the breaker opens), "timeout" when the
+// decision's own deadline ran out.
+func (a *decisionAPI) redisDegraded(env *event.Envelope, err error) decided {
+	if a.breaker.failed(err) {
+		return a.fallbackFor(env, degradedRedis)
 	}
-	if time.Now().Before(a.redisPausedTil) || a.redisProbing {
-		return true
-	}
-	a.redisProbing = true // this request probes; the others fall back
-	return false
-}
-
-// redisFailed pauses Redis after a failure or a call that did not finish
-// within the decision's deadline.
-func (a *decisionAPI) redisFailed(_ context.Context, _ error) {
-	a.redisMu.Lock()
-	a.redisBroken, a.redisProbing = true, false
-	a.redisPausedTil = time.Now().Add(daRedisPause)
-	a.redisMu.Unlock()
-}
-
-// redisAnswered closes the circuit again.
-func (a *decisionAPI) redisAnswered() {
-	a.redisMu.Lock()
-	a.redisBroken, a.redisProbing = false, false
-	a.redisMu.Unlock()
+	return a.fallbackFor(env, degradedTimeout)
 }
 
 // decide looks the external_id up, applies the transaction to the running
-// totals and evaluates the workspace's real-time rules.
+// totals and evaluates the workspace's real-time rules. Its Redis calls go
+// in batches with the other decisions arriving meanwhile (decision_batch.go).
 func (a *decisionAPI) decide(ctx context.Context, env *event.Envelope, arrived time.Time) (decided, bool) {
 	prog, loaded := a.rules.program(env.WorkspaceID)
 	if !loaded {
 		return a.fallbackFor(env, degradedRules), true
 	}
-	if a.redisPaused() {
+	if a.breaker.paused() {
 		return a.fallbackFor(env, degradedRedis), true
 	}
 	key := a.rememberKey(env)
-	if b, err := a.redis.Get(ctx, key).Bytes(); err == nil {
-		var prev decisionResponse
-		if gojson.Unmarshal(b, &prev) == nil {
-			prev.Repeated = true
-			return decided{resp: prev}, false
-		}
-	} else if !errors.Is(err, goredis.Nil) {
-		a.redisFailed(ctx, err)
-		return a.fallbackFor(env, degradedRedis), true
-	}
-	feat, err := a.applyBatched(ctx, env)
+	res, err := a.applyBatched(ctx, env, key)
 	if err != nil {
-		a.redisFailed(ctx, err)
-		return a.fallbackFor(env, degradedRedis), true
+		return a.redisDegraded(env, err), true
 	}
-	a.redisAnswered()
+	a.breaker.ok()
+	if res.prev != nil {
+		res.prev.Repeated = true
+		return decided{resp: *res.prev}, false
+	}
 	resp := decisionResponse{ID: env.ID.String(), ExternalID: env.ExternalID, Decision: event.OutcomeApprove, Rules: []decisionRule{}}
 	if prog != nil {
-		hits, _ := prog.Evaluate(env, feat)
+		hits, _ := prog.Evaluate(env, res.features)
 		resp.Decision, resp.Score, resp.Rules = outcomeOf(hits)
 	}
 	resp.DecidedAt = time.Now().UTC()
@@ -247,15 +216,9 @@ func (a *decisionAPI) decide(ctx context.Context, env *event.Envelope, arrived t
 	b, _ := json.Marshal(resp)
 	// The first answer for the external_id stands: a concurrent twin that
 	// lost the race answers the winner's decision and delivers nothing.
-	set, err := a.redis.SetNX(ctx, key, b, a.remember).Result()
-	if err == nil && !set {
-		if pb, err := a.redis.Get(ctx, key).Bytes(); err == nil {
-			var prev decisionResponse
-			if gojson.Unmarshal(pb, &prev) == nil {
-				prev.Repeated = true
-				return decided{resp: prev}, false
-			}
-		}
+	if prev := a.rememberBatched(ctx, key, b); prev != nil {
+		prev.Repeated = true
+		return decided{resp: *prev}, false
 	}
 	return decided{resp: resp}, true
 }
@@ -334,79 +297,3 @@ func (a *decisionAPI) handleDecisionReady(w http.ResponseWriter, r *http.Request
 	}
 	return writeJSON(w, code, status)
 }
-
-// applyReq is one decision's transaction waiting to be applied to the
-// running totals.
-type applyReq struct {
-	env  *event.Envelope
-	done chan applyRes
-}
-
-type applyRes struct {
-	features map[string]any
-	err      error
-}
-
-// applyBatched applies env to the running totals together with the other
-// decisions arriving meanwhile: one features.Store.Apply (one Redis
-// pipeline, every entity read and CAS-written once per batch) instead of one
-// per decision, so Redis round trips and CAS conflicts between concurrent
-// payments of one account do not grow with the rate.
-func (a *decisionAPI) applyBatched(ctx context.Context, env *event.Envelope) (map[string]any, error) {
-	req := applyReq{env: env, done: make(chan applyRes, 1)}
-	select {
-	case a.applyCh <- req:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	select {
-	case r := <-req.done:
-		return r.features, r.err
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-}
-
-// applyLoop takes what is queued (at most applyBatchMax) and applies it as
-// one batch; while a batch runs the next one gathers.
-func (a *decisionAPI) applyLoop(ctx context.Context) {
-	for {
-		var batch []applyReq
-		select {
-		case r := <-a.applyCh:
-			batch = append(batch, r)
-		case <-ctx.Done():
-			return
-		}
-	gather:
-		for len(batch) < applyBatchMax {
-			select {
-			case r := <-a.applyCh:
-				batch = append(batch, r)
-			default:
-				break gather
-			}
-		}
-		envs := make([]*event.Envelope, len(batch))
-		for i, r := range batch {
-			envs[i] = r.env
-		}
-		actx, cancel := context.WithTimeout(ctx, a.timeout)
-		feats, err := a.store.Apply(actx, envs)
-		cancel()
-		var corrupt *features.CorruptError
-		if errors.As(err, &corrupt) {
-			err = nil // counted from empty, as the stream does
-		}
-		for i, r := range batch {
-			if err != nil {
-				r.done <- applyRes{err: err}
-			} else {
-				r.done <- applyRes{features: feats[i]}
-			}
-		}
-	}
-}
-
-// applyBatchMax bounds one batch of running-totals updates.
-const applyBatchMax = 256

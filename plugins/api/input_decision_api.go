@@ -43,6 +43,10 @@ const (
 	// daRedisPause: after Redis failed, decisions leave it alone this long
 	// (answered degraded at once instead of each waiting for the timeout).
 	daRedisPause = time.Second
+	// daRedisSilence: a decision's deadline running out counts as Redis'
+	// failure only when Redis answered nothing for this long (at least
+	// twice the timeout): decision_breaker.go.
+	daRedisSilence = time.Second
 )
 
 // Metric names of the decision API (kafka.md's spool metrics are
@@ -127,11 +131,10 @@ type decisionAPI struct {
 	rules   *realtimeRules
 	out     chan *service.Message
 	applyCh chan applyReq
+	// rememberCh: decision_batch.go.
+	rememberCh chan rememberReq
 
-	redisMu        sync.Mutex
-	redisPausedTil time.Time
-	redisBroken    bool // Redis failed: left alone until redisPausedTil, then probed
-	redisProbing   bool // one request probes a broken Redis
+	breaker *redisBreaker
 
 	mu      sync.Mutex // guards the server and the clients Connect opens
 	rpool   *pgxpool.Pool
@@ -250,16 +253,20 @@ func (a *decisionAPI) Connect(ctx context.Context) error {
 		return fmt.Errorf("decision_api: %s: %w", daFieldRedisURL, err)
 	}
 	a.pool, a.rpool, a.redis = pool, rpool, rc
+	a.breaker = newRedisBreaker(daRedisPause, max(daRedisSilence, 2*a.timeout))
+	a.rememberCh = make(chan rememberReq, daQueue)
 	a.store = features.New(rc, a.fopts)
 	a.rules = &realtimeRules{pool: rpool, interval: a.reload, log: a.log}
 	bg, stop := context.WithCancel(context.Background())
 	a.stopBg = stop
 	a.bg.Add(1)
 	go func() { defer a.bg.Done(); a.rules.run(bg) }()
-	// One loop: batches never race each other for the same accounts' CAS
-	// (two measured worse on this machine: p99 120 ms against 59 ms).
-	a.bg.Add(1)
+	// One loop each (decision_batch.go): batches never race each other for
+	// the same accounts' CAS (two apply loops measured worse on this
+	// machine: p99 120 ms against 59 ms).
+	a.bg.Add(2)
 	go func() { defer a.bg.Done(); a.applyLoop(bg) }()
+	go func() { defer a.bg.Done(); a.rememberLoop(bg) }()
 	if err := a.listen(a.addr, a.handler(a.decisionRoutes())); err != nil {
 		stop()
 		a.bg.Wait()
