@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -22,6 +23,8 @@ type spoolSink struct {
 	down   bool
 	refuse map[string]bool
 	took   map[string]int
+	// largest is the largest batch taken.
+	largest int
 }
 
 var sink = &spoolSink{refuse: map[string]bool{}, took: map[string]int{}}
@@ -44,6 +47,7 @@ func (s *spoolSink) WriteBatch(_ context.Context, b service.MessageBatch) error 
 	if s.down {
 		return errors.New("sink down")
 	}
+	s.largest = max(s.largest, len(b))
 	var berr *service.BatchError
 	for i, m := range b {
 		v, _ := m.AsBytes()
@@ -65,7 +69,7 @@ func (s *spoolSink) WriteBatch(_ context.Context, b service.MessageBatch) error 
 func (s *spoolSink) set(down bool, refuse ...string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.down, s.refuse, s.took = down, map[string]bool{}, map[string]int{}
+	s.down, s.refuse, s.took, s.largest = down, map[string]bool{}, map[string]int{}, 0
 	for _, r := range refuse {
 		s.refuse[r] = true
 	}
@@ -85,7 +89,7 @@ func (s *spoolSink) count() (int, map[string]int) {
 	return n, m
 }
 
-func newTestSpool(t *testing.T, redisURL, prefix string) *redisSpool {
+func newTestSpool(t *testing.T, redisURL, prefix string, extra ...string) *redisSpool {
 	t.Helper()
 	conf, err := redisSpoolSpec().ParseYAML(fmt.Sprintf(`
 url: %s
@@ -93,9 +97,10 @@ key_prefix: %q
 max_wait: 500ms
 stop_wait: 1s
 replay_interval: 100ms
+%s
 output:
   spool_test_sink: {}
-`, redisURL, prefix), nil)
+`, redisURL, prefix, strings.Join(extra, "\n")), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,6 +172,38 @@ func TestRedisSpoolCloseParksTheBuffer(t *testing.T) {
 	}
 	if !poll(5*time.Second, func() bool { return c.LLen(context.Background(), "t2:spool:{decisions}").Val() == 0 }) {
 		t.Fatal("the spool was not emptied after the replay")
+	}
+}
+
+// The replay is paced: never more than replay_rate entries a second, in
+// chunks of a tenth of that, so a big spool does not take the CPU and the
+// broker all at once when Kafka is back; it still replays everything.
+func TestRedisSpoolReplayIsPaced(t *testing.T) {
+	r := testenv.PrivateRedis(t)
+	sink.set(true)
+	s := newTestSpool(t, r.URL(), "t3:", "replay_rate: 1000")
+	if err := s.WriteBatch(context.Background(), msgs(0, 600)); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.Close(context.Background()) // the output is down: all 600 parked
+	sink.set(false)
+	start := time.Now()
+	s2 := newTestSpool(t, r.URL(), "t3:", "replay_rate: 1000")
+	defer s2.Close(context.Background())
+	time.Sleep(200 * time.Millisecond)
+	// An upper bound only: a slow machine replays less, never more.
+	if n, _ := sink.count(); float64(n) > 1000*time.Since(start).Seconds()+100 {
+		t.Errorf("%d replayed within %v at replay_rate 1000/s", n, time.Since(start))
+	}
+	if !poll(10*time.Second, func() bool { n, _ := sink.count(); return n == 600 }) {
+		n, _ := sink.count()
+		t.Fatalf("replayed %d of 600", n)
+	}
+	sink.mu.Lock()
+	largest := sink.largest
+	sink.mu.Unlock()
+	if largest > 100 {
+		t.Errorf("a replay chunk of %d entries, want at most a tenth of replay_rate (100)", largest)
 	}
 }
 
