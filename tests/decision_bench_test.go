@@ -96,7 +96,14 @@ VALUES ($1, $2, 'decision benchmark', 'transaction', $3, 'high', $4, false, 10)`
 			b.Fatalf("inserting %s: %v", r.name, err)
 		}
 	}
-	p := s.startDecision(b, "decision", nil)
+	// SP_TEST_BENCH_CPUPROFILE=<file> saves a CPU profile of the decision
+	// process over the measured run.
+	profile := os.Getenv("SP_TEST_BENCH_CPUPROFILE")
+	var args []string
+	if profile != "" {
+		args = append(args, "--set", "http.debug_endpoints=true")
+	}
+	p := s.startDecision(b, "decision", nil, args...)
 	nothing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var v map[string]any
 		_ = json.NewDecoder(r.Body).Decode(&v)
@@ -120,8 +127,18 @@ VALUES ($1, $2, 'decision benchmark', 'transaction', $3, 'high', $4, false, 10)`
 
 	n := int(rate * seconds)
 	b.ResetTimer()
+	profiled := make(chan struct{})
+	if profile != "" {
+		go func() {
+			defer close(profiled)
+			saveCPUProfile(b, p, "the decision process at the measured rate", profile, int(seconds)-1)
+		}()
+	} else {
+		close(profiled)
+	}
 	lat, fails, degraded := fixedRate("http://"+s.addr, s.key, n, rate, body("run"))
 	b.StopTimer()
+	<-profiled
 	floor, floorFails, _ := fixedRate(nothing.URL, s.key, n, rate, body("floor"))
 	q := func(l []time.Duration, x float64) float64 { return float64(quantileOf(l, x).Microseconds()) / 1000 }
 	b.ReportMetric(q(lat, 0.5), "p50_ms")

@@ -175,11 +175,13 @@ func (s *decisionStack) env(extra map[string]string) map[string]string {
 	return env
 }
 
-// startDecision runs the decision role and waits until it answers /healthz
-// and has loaded its rules (/readyz).
-func (s *decisionStack) startDecision(t testing.TB, name string, extra map[string]string) *binProcess {
+// startDecision runs the decision role (args go before the pipeline, e.g.
+// --set http.debug_endpoints=true) and waits until it answers /healthz and
+// has loaded its rules (/readyz).
+func (s *decisionStack) startDecision(t testing.TB, name string, extra map[string]string, args ...string) *binProcess {
 	t.Helper()
-	p := newBinProcess(t).named(name).start(t, s.env(extra), "streams", "-o", "config/observability.yaml", s.pipeline)
+	all := append(append([]string{"streams", "-o", "config/observability.yaml"}, args...), s.pipeline)
+	p := newBinProcess(t).named(name).start(t, s.env(extra), all...)
 	if !poll(waitBound, 200*time.Millisecond, func() bool {
 		if !p.running() {
 			t.Fatalf("%s exited before it was ready", name)
