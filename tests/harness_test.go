@@ -369,6 +369,27 @@ func uniqueName(t testing.TB, what string) string {
 	return fmt.Sprintf("t-%s-%s", what, hex.EncodeToString(b))
 }
 
+// privateKafkaWithTopics starts a real broker of the test's own (which it
+// may stop, kill or pause: the shared one must never be) and makes the
+// product's topics under prefix on it, with 3 partitions, as `speculapro
+// topics` would.
+func privateKafkaWithTopics(t testing.TB, prefix string) *testenv.PrivateKafkaBroker {
+	t.Helper()
+	broker := testenv.PrivateKafka(t)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(broker.Brokers()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res, err := kafkatopics.Ensure(ctx, kadm.NewClient(cl), kafkatopics.Spec{Prefix: prefix, Partitions: 3, ReplicationFactor: -1})
+	if err != nil || len(res.Refused) > 0 {
+		t.Fatalf("creating topics %s* on the private broker: %v %v", prefix, err, res.Refused)
+	}
+	return broker
+}
+
 // testKafka is a client of the real broker that deletes, at cleanup, the
 // topics and consumer groups the test made (and only those).
 type testKafka struct {

@@ -2,7 +2,6 @@ package tests
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,11 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/speculapro/speculapro/internal/dbmigrate/dbtest"
-	"github.com/speculapro/speculapro/internal/kafkatopics"
 	"github.com/speculapro/speculapro/internal/testenv"
 )
 
@@ -37,18 +32,8 @@ func TestIngestInFlightLimit(t *testing.T) {
 	if fullScale() {
 		concurrent = 300
 	}
-	broker := testenv.PrivateKafka(t)
 	prefix := uniqueName(t, "inflight") + "."
-	cl, err := kgo.NewClient(kgo.SeedBrokers(broker.Brokers()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	if _, err := kafkatopics.Ensure(ctx, kadm.NewClient(cl), kafkatopics.Spec{Prefix: prefix, Partitions: 3, ReplicationFactor: -1}); err != nil {
-		t.Fatalf("creating topics: %v", err)
-	}
-	cancel()
-	cl.Close()
+	broker := privateKafkaWithTopics(t, prefix)
 
 	db := dbtest.New(t)
 	_, key := ingestWorkspace(t, db.AppURL)

@@ -1,14 +1,7 @@
 package tests
 
 import (
-	"fmt"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -16,82 +9,21 @@ import (
 	"github.com/speculapro/speculapro/internal/testenv"
 )
 
-var (
-	kfakeOnce sync.Once
-	kfakeBin  string
-	kfakeErr  error
-)
-
-// kfakeBinary builds tests/testdata/kfakebroker once per test run.
-func kfakeBinary(t *testing.T) string {
-	t.Helper()
-	kfakeOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "speculapro-kfake-")
-		if err != nil {
-			kfakeErr = err
-			return
-		}
-		kfakeBin = filepath.Join(dir, "kfakebroker-test")
-		cmd := exec.Command("go", "build", "-o", kfakeBin, "./tests/testdata/kfakebroker")
-		cmd.Dir = testenv.RepoRoot(t)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			kfakeErr = err
-			t.Logf("go build kfakebroker:\n%s", out)
-		}
-	})
-	if kfakeErr != nil {
-		t.Fatalf("building kfakebroker: %v", kfakeErr)
-	}
-	return kfakeBin
-}
-
-// kfakeProcess is a kfake broker in its own process, which the test may
-// stop and start again on the same address and data directory.
-type kfakeProcess struct {
-	addr, data string
-	topics     []string
-	proc       *binProcess
-}
-
-func (k *kfakeProcess) start(t *testing.T) {
-	t.Helper()
-	k.proc = newBinProcess(t).named("kfakebroker").using(kfakeBinary(t)).
-		start(t, nil, "-addr", k.addr, "-data", k.data, "-partitions", "3", "-topics", strings.Join(k.topics, ","))
-	waitUntil(t, 30*time.Second, "kfakebroker to listen", func() error {
-		if !k.proc.running() {
-			t.Fatalf("kfakebroker did not start: exit code %d", k.proc.cmd.ProcessState.ExitCode())
-		}
-		if !strings.HasPrefix(k.proc.stdout.String(), "listening ") {
-			return fmt.Errorf("its first line is %q", k.proc.stdout)
-		}
-		return nil
-	})
-}
-
-func (k *kfakeProcess) stop(t *testing.T) {
-	t.Helper()
-	k.proc.signal(t, syscall.SIGTERM, 30*time.Second)
-}
-
 // TestIngestKafkaOutage: with Kafka stopped, every item is answered retry
 // within about 10 seconds and none is accepted; with Kafka back, a resend
-// is accepted and stored once. The shared real broker must not be stopped,
-// so "Kafka" here is a kfake broker running as its own process, killed and
-// restarted on the same port and data directory.
+// is accepted and stored once. The shared broker must not be stopped, so
+// "Kafka" here is a real broker of the test's own (testenv.PrivateKafka),
+// stopped and started again on the same ports and data.
 func TestIngestKafkaOutage(t *testing.T) {
 	db := dbtest.New(t)
 	ws, key := ingestWorkspace(t, db.AppURL)
 	prefix := "sp."
-	broker := &kfakeProcess{
-		addr: testenv.FreeAddr(t), data: t.TempDir(),
-		topics: []string{prefix + "txn.ingested", prefix + "txn.ingested.dlq", prefix + "account.events", prefix + "account.events.dlq"},
-	}
-	broker.start(t)
+	broker := privateKafkaWithTopics(t, prefix)
 
 	addr := testenv.FreeAddr(t)
 	base := "http://" + addr
 	p := newBinProcess(t)
-	p.start(t, ingestEnv([]string{broker.addr}, prefix, "outage-persist", db, addr), ingestStreamsArgs...)
+	p.start(t, ingestEnv(broker.Brokers(), prefix, "outage-persist", db, addr), ingestStreamsArgs...)
 	ingestWaitReady(t, p, base)
 	client := &http.Client{Timeout: 60 * time.Second}
 	conn := db.Connect(t, db.SuperuserURL)
@@ -109,7 +41,7 @@ func TestIngestKafkaOutage(t *testing.T) {
 		t.Fatalf("stored %d of %d before the outage", got, len(before))
 	}
 
-	broker.stop(t)
+	broker.Stop()
 	during := make([]map[string]any, 30)
 	for i := range during {
 		during[i] = ingestTxn(1000+i, at)
@@ -133,7 +65,7 @@ func TestIngestKafkaOutage(t *testing.T) {
 		}
 	}
 
-	broker.start(t)
+	broker.Start()
 	ingestWaitReady(t, p, base)
 	// The producer reconnects on its own; the first resend may still race
 	// it, so resend (bounded) until nothing is answered retry, as a client
