@@ -62,6 +62,9 @@ type decisionStack struct {
 	redis       redis.UniversalClient
 	addr        string // SP_DECISION_ADDR
 	pipeline    string // the decision pipeline file run
+	// accounts and payees spread sendAtRate's transactions
+	// (decisionTxnOver); 40 and 13 unless a test sets them.
+	accounts, payees int
 }
 
 // newDecisionStack creates the topics on brokers, the database with a
@@ -74,7 +77,7 @@ func newDecisionStack(t testing.TB, name string, brokers []string, redisURL, max
 	s := &decisionStack{
 		brokers: brokers, prefix: unique + ".", group: unique + "-persist", db: dbtest.New(t),
 		redisURL: redisURL, keyPrefix: unique + ":", spoolPrefix: unique + ":", addr: testenv.FreeAddr(t),
-		pipeline: decisionPipeline,
+		pipeline: decisionPipeline, accounts: 40, payees: 13,
 	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ProducerLinger(0))
 	if err != nil {
@@ -217,6 +220,12 @@ func (s *decisionStack) spoolLen(t testing.TB) int64 {
 // decisionTxn is transaction n of a test: accounts see several payments
 // each, so the velocity rule fires; every 97th is over the decline limit.
 func decisionTxn(run string, n int, at time.Time) map[string]any {
+	return decisionTxnOver(run, n, at, 40, 13)
+}
+
+// decisionTxnOver is decisionTxn spread over accounts accounts (each with
+// its customer) and payees counterparties.
+func decisionTxnOver(run string, n int, at time.Time, accounts, payees int) map[string]any {
 	amount := fmt.Sprintf("%d.%02d", 10+n%500, n%100)
 	if n%97 == 5 {
 		amount = "9500.00"
@@ -224,12 +233,12 @@ func decisionTxn(run string, n int, at time.Time) map[string]any {
 	return map[string]any{
 		"external_id":          fmt.Sprintf("%s-%06d", run, n),
 		"occurred_at":          at.Format(time.RFC3339Nano),
-		"account_external_id":  fmt.Sprintf("%s-acc-%d", run, n%40),
-		"customer_external_id": fmt.Sprintf("%s-cust-%d", run, n%40),
+		"account_external_id":  fmt.Sprintf("%s-acc-%d", run, n%accounts),
+		"customer_external_id": fmt.Sprintf("%s-cust-%d", run, n%accounts),
 		"amount":               amount,
 		"currency":             "EUR",
 		"direction":            []string{"out", "out", "in"}[n%3],
-		"counterparty":         map[string]any{"name": fmt.Sprintf("Payee %d", n%13)},
+		"counterparty":         map[string]any{"name": fmt.Sprintf("Payee %d", n%payees)},
 	}
 }
 
@@ -301,7 +310,7 @@ func (s *decisionStack) sendAtRate(run string, from, to int, rate float64, into 
 		if d := time.Until(at); d > 0 {
 			time.Sleep(d)
 		}
-		body, _ := json.Marshal(decisionTxn(run, i, time.Now().UTC()))
+		body, _ := json.Marshal(decisionTxnOver(run, i, time.Now().UTC(), s.accounts, s.payees))
 		wg.Add(1)
 		go func(i int, at time.Time) {
 			defer wg.Done()
