@@ -105,11 +105,3 @@ func All() []Setting {
 	sort.Slice(all, func(i, j int) bool { return all[i].Name < all[j].Name })
 	return all
 }
-
-// SystemDBURL is SP_DB_SYSTEM_URL, falling back to SP_DB_URL as the spec says.
-func SystemDBURL() string {
-	if DBSystemURL.IsSet() {
-		return DBSystemURL.Value()
-	}
-	return DBURL.Value()
-}
