@@ -38,6 +38,47 @@ func cpuTicks(t testing.TB) (busy, total int64) {
 	return busy, total
 }
 
+// commandCPU is the CPU seconds every process named comm has used, with
+// its reaped children's (a PostgreSQL backend that exited is counted in the
+// postmaster's): the difference of two readings is what the PostgreSQL
+// server ("postgres") or the Kafka broker ("java") spent in between.
+func commandCPU(comm string) float64 {
+	dirs, _ := os.ReadDir("/proc")
+	var ticks float64
+	for _, d := range dirs {
+		if d.Name()[0] < '0' || d.Name()[0] > '9' {
+			continue
+		}
+		data, err := os.ReadFile("/proc/" + d.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		s := string(data)
+		open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+		if open < 0 || end < open || s[open+1:end] != comm {
+			continue
+		}
+		// After the name: utime, stime, cutime, cstime are the 12th to
+		// 15th fields, in clock ticks (100 a second).
+		f := strings.Fields(s[end+1:])
+		for _, v := range f[11:15] {
+			n, _ := strconv.ParseFloat(v, 64)
+			ticks += n
+		}
+	}
+	return ticks / 100
+}
+
+// serverCPU is the CPU seconds PostgreSQL and the Kafka broker used
+// between two readings.
+type serverCPU struct{ pg, broker float64 }
+
+func readServerCPU() serverCPU { return serverCPU{commandCPU("postgres"), commandCPU("java")} }
+
+func (a serverCPU) since(before serverCPU) serverCPU {
+	return serverCPU{a.pg - before.pg, a.broker - before.broker}
+}
+
 // totalAlloc is the bytes the process's Go heap has allocated since it
 // started (runtime.MemStats.TotalAlloc, from /debug/pprof/heap, which needs
 // http.debug_endpoints); 0 when it cannot be read.
@@ -60,6 +101,28 @@ func totalAlloc(t testing.TB, p *binProcess) int64 {
 	return 0
 }
 
+// saveAllocProfile saves p's allocation profile (every allocation since it
+// started, sampled; http.debug_endpoints) to path.
+func saveAllocProfile(t testing.TB, p *binProcess, path string) {
+	client := http.Client{Timeout: 30 * time.Second}
+	resp, err := client.Get("http://" + p.httpAddr + "/debug/pprof/allocs")
+	if err != nil {
+		t.Logf("allocation profile of %s: %v", p.name, err)
+		return
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Logf("allocation profile of %s: status %d, %v", p.name, resp.StatusCode, err)
+		return
+	}
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Logf("allocation profile of %s: %v", p.name, err)
+		return
+	}
+	t.Logf("allocation profile of %s saved to %s (go tool pprof -sample_index=alloc_space -top %s)", p.name, path, path)
+}
+
 // waitSampler samples pg_stat_activity of one database every 50 ms while
 // it runs: what each of its client backends is doing (CPU: active with no
 // wait event; else the wait event), so a benchmark can say where
@@ -67,6 +130,7 @@ func totalAlloc(t testing.TB, p *binProcess) int64 {
 type waitSampler struct {
 	mu      sync.Mutex
 	counts  map[string]int
+	stmts   map[string]int // active backends by the statement they run
 	samples int
 	stop    chan struct{}
 	done    chan struct{}
@@ -79,7 +143,7 @@ func startWaitSampler(t testing.TB, superURL, database string) *waitSampler {
 	if err != nil {
 		t.Fatalf("wait sampler: %v", err)
 	}
-	w := &waitSampler{counts: map[string]int{}, stop: make(chan struct{}), done: make(chan struct{})}
+	w := &waitSampler{counts: map[string]int{}, stmts: map[string]int{}, stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(w.done)
 		defer conn.Close(context.WithoutCancel(ctx))
@@ -94,16 +158,24 @@ func startWaitSampler(t testing.TB, superURL, database string) *waitSampler {
 			rows, err := conn.Query(ctx, `
 SELECT CASE WHEN state = 'active' AND wait_event IS NULL THEN 'CPU'
             WHEN state = 'active' THEN wait_event_type || ':' || wait_event
-            ELSE 'idle: ' || coalesce(wait_event, state) END
+            ELSE 'idle: ' || coalesce(wait_event, state) END,
+       CASE WHEN state = 'active' THEN left(regexp_replace(query, '\s+', ' ', 'g'), 48) END
   FROM pg_stat_activity
  WHERE datname = $1 AND backend_type = 'client backend' AND pid <> pg_backend_pid()`, database)
 			if err != nil {
 				return
 			}
 			var what string
-			_, err = pgx.ForEachRow(rows, []any{&what}, func() error {
+			var stmt *string
+			_, err = pgx.ForEachRow(rows, []any{&what, &stmt}, func() error {
 				w.mu.Lock()
 				w.counts[what]++
+				if stmt != nil {
+					// pg_stat_statements needs a restart of the shared
+					// server to load: sampling what the active backends
+					// run says where their time goes, by statement.
+					w.stmts[strings.TrimSpace(*stmt)]++
+				}
 				w.mu.Unlock()
 				return nil
 			})
@@ -125,12 +197,18 @@ func (w *waitSampler) report() string {
 	<-w.done
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	return fmt.Sprintf("backends on average over %d samples: %s; active backends by statement: %s",
+		w.samples, w.averages(w.counts), w.averages(w.stmts))
+}
+
+// averages lists counts as average backends per sample, largest first.
+func (w *waitSampler) averages(counts map[string]int) string {
 	type kv struct {
 		k string
 		v int
 	}
 	var all []kv
-	for k, v := range w.counts {
+	for k, v := range counts {
 		all = append(all, kv{k, v})
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i].v > all[j].v })
@@ -138,5 +216,5 @@ func (w *waitSampler) report() string {
 	for _, e := range all {
 		parts = append(parts, fmt.Sprintf("%s %.2f", e.k, float64(e.v)/float64(max(w.samples, 1))))
 	}
-	return fmt.Sprintf("backends on average over %d samples: %s", w.samples, strings.Join(parts, ", "))
+	return strings.Join(parts, ", ")
 }

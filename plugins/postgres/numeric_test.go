@@ -1,68 +1,64 @@
 package postgres
 
 import (
+	"encoding/binary"
 	"math/big"
+	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
-func TestDecimalToNumeric(t *testing.T) {
-	tests := []struct {
-		in   string
-		want string
-	}{
-		{"1249.90", "124990e-2"},
-		{"0", "0e0"},
-		{"-5", "-5e0"},
-		{"0.0001", "1e-4"},
-		{"12345678901234567890123.5", "123456789012345678901235e-1"},
-	}
-	for _, tt := range tests {
-		n, err := decimalToNumeric(tt.in)
+// appendNumeric's bytes, read back by pgx's own numeric decoder, are the
+// decimal it was given, with its number of decimals as the scale.
+func TestAppendNumeric(t *testing.T) {
+	m := pgtype.NewMap()
+	for _, in := range []string{
+		"0", "-0", "0.0000", "1249.90", "-5", "0.0001", "0.00005", "12345.5", "10000", "100000000",
+		"9999999999999999.9999", "-9999999999999999.9999", "12345678901234567890123.5", "007.10", "1.23456789",
+		"999999999999999999", "9999999999999999999", "-0.0100", "5000.0000",
+	} {
+		b, err := appendNumeric(nil, in)
 		if err != nil {
-			t.Fatalf("decimalToNumeric(%q): %v", tt.in, err)
+			t.Fatalf("appendNumeric(%q): %v", in, err)
 		}
-		if got := n.Int.String() + "e" + itoa(n.Exp); got != tt.want {
-			t.Errorf("decimalToNumeric(%q) = %s, want %s", tt.in, got, tt.want)
+		if n := int(binary.BigEndian.Uint32(b)); n != len(b)-4 {
+			t.Fatalf("appendNumeric(%q): length word %d, %d bytes follow", in, n, len(b)-4)
 		}
-		// The COPY's allocation-free variant agrees.
-		var m pgtype.Numeric
-		var i big.Int
-		if err := decimalIntoNumeric(&m, &i, tt.in); err != nil {
-			t.Fatalf("decimalIntoNumeric(%q): %v", tt.in, err)
+		var got pgtype.Numeric
+		if err := m.Scan(pgtype.NumericOID, pgx.BinaryFormatCode, b[4:], &got); err != nil {
+			t.Fatalf("decoding appendNumeric(%q): %v", in, err)
 		}
-		if got := m.Int.String() + "e" + itoa(m.Exp); got != tt.want || !m.Valid {
-			t.Errorf("decimalIntoNumeric(%q) = %s, want %s", tt.in, got, tt.want)
+		want, _ := new(big.Rat).SetString(in)
+		value := new(big.Rat).SetInt(got.Int)
+		exp := new(big.Rat).SetInt(new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(abs32(got.Exp))), nil))
+		if got.Exp < 0 {
+			value.Quo(value, exp)
+		} else {
+			value.Mul(value, exp)
+		}
+		if value.Cmp(want) != 0 {
+			t.Errorf("appendNumeric(%q) reads back as %s", in, value.FloatString(8))
+		}
+		scale := 0
+		if i := strings.IndexByte(in, '.'); i >= 0 {
+			scale = len(in) - i - 1
+		}
+		if dscale := int(binary.BigEndian.Uint16(b[10:])); dscale != scale {
+			t.Errorf("appendNumeric(%q): scale %d, want %d", in, dscale, scale)
 		}
 	}
-	for _, in := range []string{"-.5", "5.", "999999999999999999", "9999999999999999999", "-0.0100"} {
-		a, err := decimalToNumeric(in)
-		var m pgtype.Numeric
-		var i big.Int
-		err2 := decimalIntoNumeric(&m, &i, in)
-		if (err == nil) != (err2 == nil) || (err == nil && (a.Int.Cmp(m.Int) != 0 || a.Exp != m.Exp)) {
-			t.Errorf("%q: decimalToNumeric %v/%v, decimalIntoNumeric %v/%v", in, a, err, m, err2)
-		}
-	}
-	for _, bad := range []string{"", "abc", "1.2.3", "-", "1-"} {
-		if _, err := decimalToNumeric(bad); err == nil {
-			t.Errorf("decimalToNumeric(%q) succeeded", bad)
-		}
-		var m pgtype.Numeric
-		var i big.Int
-		if err := decimalIntoNumeric(&m, &i, bad); err == nil {
-			t.Errorf("decimalIntoNumeric(%q) succeeded", bad)
+	for _, bad := range []string{"", "abc", "1.2.3", "-", "1-", "-.5", "5.", "1e5", " 1", "+1"} {
+		if _, err := appendNumeric(nil, bad); err == nil {
+			t.Errorf("appendNumeric(%q) succeeded", bad)
 		}
 	}
 }
 
-func itoa(e int32) string {
-	if e < 0 {
-		return "-" + itoa(-e)
+func abs32(v int32) int32 {
+	if v < 0 {
+		return -v
 	}
-	if e < 10 {
-		return string(rune('0' + e))
-	}
-	return itoa(e/10) + string(rune('0'+e%10))
+	return v
 }

@@ -6,15 +6,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"math/big"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/speculapro/speculapro/internal/event"
 )
@@ -381,7 +378,8 @@ func writeTransactions(ctx context.Context, tx pgx.Tx, rows []*event.Envelope, m
 
 	cps := map[string]*counterpartyRow{}
 	var cpOrder []string
-	src := newTxnSource(len(rows))
+	buf := newCopyRowsBuf()
+	defer buf.release()
 	allReceived := true
 	for _, e := range rows {
 		allReceived = allReceived && !e.ReceivedAt.IsZero()
@@ -425,7 +423,9 @@ func writeTransactions(ctx context.Context, tx pgx.Tx, rows []*event.Envelope, m
 			}
 		}
 
-		src.rows = append(src.rows, txnRow{e: e, account: accountID, customer: customerID, counterparty: counterpartyID})
+		if err := buf.appendTransaction(txnRow{e: e, account: accountID, customer: customerID, counterparty: counterpartyID}); err != nil {
+			return stats, err
+		}
 	}
 
 	// The rows go in first, the parties last: inserting rows takes no lock
@@ -436,7 +436,7 @@ func writeTransactions(ctx context.Context, tx pgx.Tx, rows []*event.Envelope, m
 	if mode == writeDirect && !allReceived {
 		mode = writeStaged
 	}
-	if err := copyRows(ctx, tx, b, mode, tableTransactions, len(rows), src, &stats); err != nil {
+	if err := copyRows(ctx, tx, b, mode, tableTransactions, len(rows), buf, &stats); err != nil {
 		return stats, err
 	}
 	ph.queue(b, &stats)
@@ -475,105 +475,6 @@ func writeTransactions(ctx context.Context, tx pgx.Tx, rows []*event.Envelope, m
 	return stats, nil
 }
 
-// txnRow is one transaction to COPY with the IDs worked out for it.
-type txnRow struct {
-	e                 *event.Envelope
-	account, customer event.UUID
-	counterparty      *event.UUID
-}
-
-// txnSource hands pgx the COPY values of one row at a time. pgx encodes a
-// row before asking for the next, so one scratch row is reused for every
-// row and vals points into it: boxing a pointer into an any costs no
-// allocation, where boxing each UUID, string and time did (about 17 per row),
-// and pgtype's valuer types encode without pgx's reflection wrappers. A
-// value left !Valid is NULL.
-type txnSource struct {
-	rows []txnRow
-	next int
-	vals []any
-	r    txnScratch
-}
-
-type txnScratch struct {
-	id, ws, account, customer, counterparty pgtype.UUID
-	externalID, currency, direction         pgtype.Text
-	kind, status, reference, cpName         pgtype.Text
-	channel, decision, reason               pgtype.Text
-	amount                                  pgtype.Numeric
-	amountInt                               big.Int
-	occurred, received, decided             pgtype.Timestamptz
-	score                                   pgtype.Float8
-}
-
-func newTxnSource(n int) *txnSource {
-	s := &txnSource{rows: make([]txnRow, 0, n)}
-	r := &s.r
-	// Follows stagingTxnColumns; metadata (16) is set per row.
-	s.vals = []any{&r.id, &r.ws, &r.externalID, &r.account, &r.customer, &r.counterparty,
-		&r.amount, &r.currency, &r.direction, &r.kind, &r.status,
-		&r.occurred, &r.received, &r.reference, &r.cpName, &r.channel,
-		nil, &r.decision, &r.reason, &r.score, &r.decided}
-	return s
-}
-
-func (s *txnSource) Next() bool {
-	s.next++
-	return s.next <= len(s.rows)
-}
-
-func setUUID(d *pgtype.UUID, id event.UUID) { *d = pgtype.UUID{Bytes: id, Valid: true} }
-
-// setText is NULL for "", as textOrNil.
-func setText(d *pgtype.Text, v string) { *d = pgtype.Text{String: v, Valid: v != ""} }
-
-// setTime is NULL for the zero time, as timeOrNil.
-func setTime(d *pgtype.Timestamptz, t time.Time) {
-	*d = pgtype.Timestamptz{Time: t, Valid: !t.IsZero()}
-}
-
-// Values follows stagingTxnColumns.
-func (s *txnSource) Values() ([]any, error) {
-	row := s.rows[s.next-1]
-	e, r := row.e, &s.r
-	if err := decimalIntoNumeric(&r.amount, &r.amountInt, e.Amount); err != nil {
-		// Decode validated the amount, so this is a bug, not bad data.
-		return nil, fmt.Errorf("converting the amount of transaction %s: %w", e.ID, err)
-	}
-	setUUID(&r.id, e.ID)
-	setUUID(&r.ws, e.WorkspaceID)
-	setUUID(&r.account, row.account)
-	setUUID(&r.customer, row.customer)
-	r.counterparty = pgtype.UUID{}
-	if row.counterparty != nil {
-		setUUID(&r.counterparty, *row.counterparty)
-	}
-	r.externalID = pgtype.Text{String: e.ExternalID, Valid: true}
-	r.currency = pgtype.Text{String: e.Currency, Valid: true}
-	r.direction = pgtype.Text{String: string(e.Direction), Valid: true}
-	setText(&r.kind, e.Type)
-	setText(&r.status, e.Status)
-	setText(&r.reference, e.Reference)
-	setText(&r.channel, e.Channel)
-	r.cpName = pgtype.Text{}
-	if e.Counterparty != nil {
-		setText(&r.cpName, e.Counterparty.Name)
-	}
-	r.occurred = pgtype.Timestamptz{Time: e.OccurredAt, Valid: true}
-	setTime(&r.received, e.ReceivedAt)
-	r.decision, r.reason, r.score, r.decided = pgtype.Text{}, pgtype.Text{}, pgtype.Float8{}, pgtype.Timestamptz{}
-	if d := e.Decision; d != nil {
-		setText(&r.decision, string(d.Outcome))
-		setText(&r.reason, strings.Join(d.Reasons, ","))
-		r.score = pgtype.Float8{Float64: d.Score, Valid: true}
-		setTime(&r.decided, d.DecidedAt)
-	}
-	s.vals[16] = jsonOrEmpty(e.Metadata)
-	return s.vals, nil
-}
-
-func (s *txnSource) Err() error { return nil }
-
 // writeMode is how a write moves its rows into the table.
 type writeMode int
 
@@ -597,7 +498,7 @@ const codeUniqueViolation = "23505"
 // copyRows COPYs n rows into the table (direct) or into its staging table
 // and queues on b the INSERT … SELECT that moves them (staged), counting
 // what it stored in stats.
-func copyRows(ctx context.Context, tx pgx.Tx, b *pgx.Batch, mode writeMode, table string, n int, src pgx.CopyFromSource, stats *writeStats) error {
+func copyRows(ctx context.Context, tx pgx.Tx, b *pgx.Batch, mode writeMode, table string, n int, src *copyRowsBuf, stats *writeStats) error {
 	staging, columns, insert := stagingTransactions, stagingTxnColumns, insertTransactions
 	if table == tableAccountEvents {
 		staging, columns, insert = stagingAccountEvents, stagingEventColumns, insertAccountEvents
@@ -608,7 +509,7 @@ func copyRows(ctx context.Context, tx pgx.Tx, b *pgx.Batch, mode writeMode, tabl
 		}
 	}
 	if mode == writeDirect {
-		copied, err := tx.CopyFrom(ctx, pgx.Identifier{"speculapro", table}, columns, src)
+		copied, err := copyBinary(ctx, tx, pgx.Identifier{"speculapro", table}, columns, src)
 		if err != nil {
 			var pgErr *pgconn.PgError
 			if errors.As(err, &pgErr) && pgErr.Code == codeUniqueViolation {
@@ -619,7 +520,7 @@ func copyRows(ctx context.Context, tx pgx.Tx, b *pgx.Batch, mode writeMode, tabl
 		stats.stored = copied
 		return nil
 	}
-	if _, err := tx.CopyFrom(ctx, pgx.Identifier{staging}, columns, src); err != nil {
+	if _, err := copyBinary(ctx, tx, pgx.Identifier{staging}, columns, src); err != nil {
 		return fmt.Errorf("copying %d rows into staging: %w", n, err)
 	}
 	b.Queue(insert).Exec(func(tag pgconn.CommandTag) error {
@@ -639,7 +540,8 @@ const orphanCustomerPrefix = "account:"
 func writeAccountEvents(ctx context.Context, tx pgx.Tx, rows []*event.Envelope, mode writeMode, known *knownParties) (writeStats, error) {
 	var stats writeStats
 	ph := newPlaceholderSet(known)
-	values := make([][]any, 0, len(rows))
+	buf := newCopyRowsBuf()
+	defer buf.release()
 	allReceived := true
 	for _, e := range rows {
 		allReceived = allReceived && !e.ReceivedAt.IsZero()
@@ -649,16 +551,13 @@ func writeAccountEvents(ctx context.Context, tx pgx.Tx, rows []*event.Envelope, 
 			id := ph.account(e.WorkspaceID, e.AccountExternalID, customerID)
 			accountID = &id
 		}
-		values = append(values, []any{
-			e.ID, e.WorkspaceID, e.ExternalID, e.Type, customerID, accountID,
-			e.OccurredAt, timeOrNil(e.ReceivedAt), jsonOrEmpty(e.Attributes),
-		})
+		buf.appendAccountEvent(e, customerID, accountID)
 	}
 	if mode == writeDirect && !allReceived {
 		mode = writeStaged
 	}
 	b := &pgx.Batch{}
-	if err := copyRows(ctx, tx, b, mode, tableAccountEvents, len(values), pgx.CopyFromRows(values), &stats); err != nil {
+	if err := copyRows(ctx, tx, b, mode, tableAccountEvents, len(rows), buf, &stats); err != nil {
 		return stats, err
 	}
 	ph.queue(b, &stats)
