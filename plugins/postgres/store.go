@@ -154,9 +154,9 @@ type writeStats struct {
 	customerPlaceholders  int64
 	accountPlaceholders   int64
 	counterpartiesCreated int64
-	// The customers and accounts the write's placeholder inserts named,
-	// known to exist once it commits; add leaves them out, so a write put
-	// together from several (isolating) names none.
+	// The customers, accounts and counterparties the write's inserts
+	// named, known to exist once it commits; add leaves them out, so a
+	// write put together from several (isolating) names none.
 	named []event.UUID
 }
 
@@ -203,16 +203,22 @@ func (p *placeholderSet) customer(ws event.UUID, ext string) event.UUID {
 
 func (p *placeholderSet) account(ws event.UUID, ext string, customer event.UUID) event.UUID {
 	id := event.AccountID(ws, ext)
-	if _, ok := p.accounts[id]; !ok && !p.known.has(id) {
-		p.accounts[id] = accountRef{naturalKey{ws, ext}, customer}
-	}
+	p.accountOf(id, ws, ext, customer)
 	return id
 }
 
-// knownParties are the customers and accounts this output has seen exist:
-// named by a batch that committed (created, or found stored). A batch's
-// placeholder inserts leave them out, so a steady stream naming the same
-// accounts costs PostgreSQL no index probe per row for them. It holds IDs
+// accountOf is account for an ID already worked out (event.AccountID).
+func (p *placeholderSet) accountOf(id, ws event.UUID, ext string, customer event.UUID) {
+	if _, ok := p.accounts[id]; !ok && !p.known.has(id) {
+		p.accounts[id] = accountRef{naturalKey{ws, ext}, customer}
+	}
+}
+
+// knownParties are the customers, accounts and counterparties this output
+// has seen exist: named by a batch that committed (created, or found
+// stored). A batch's placeholder and counterparty inserts leave them out,
+// so a steady stream naming the same parties costs PostgreSQL no index
+// probe per row for them (the counterparties' update still runs). It holds IDs
 // only (16 bytes and the map's overhead each) and starts over when it
 // reaches max, which then costs the probes again, never correctness: a
 // placeholder insert skips what is stored anyway. nil knows nothing.
@@ -378,7 +384,7 @@ func writeTransactions(ctx context.Context, tx pgx.Tx, rows []*event.Envelope, m
 
 	cps := map[string]*counterpartyRow{}
 	var cpOrder []string
-	buf := newCopyRowsBuf()
+	buf := newCopyRowsBuf(len(rows))
 	defer buf.release()
 	allReceived := true
 	for _, e := range rows {
@@ -393,7 +399,7 @@ func writeTransactions(ctx context.Context, tx pgx.Tx, rows []*event.Envelope, m
 		default:
 			customerID = ph.customer(e.WorkspaceID, orphanCustomerPrefix+e.AccountExternalID)
 		}
-		ph.account(e.WorkspaceID, e.AccountExternalID, customerID)
+		ph.accountOf(accountID, e.WorkspaceID, e.AccountExternalID, customerID)
 
 		var counterpartyID *event.UUID
 		if c := e.Counterparty; c != nil {
@@ -445,24 +451,35 @@ func writeTransactions(ctx context.Context, tx pgx.Tx, rows []*event.Envelope, m
 			x, y := cps[a].id, cps[b].id
 			return bytes.Compare(x[:], y[:])
 		})
+		// Every counterparty goes to the update; only those this process
+		// has not seen committed go to the insert (one stored is skipped
+		// by it anyway, at an index probe each), and none at all when all
+		// are known.
 		n := len(cpOrder)
-		ids, wss := make([]event.UUID, n), make([]event.UUID, n)
-		fps, encs, ifps := make([][]byte, n), make([][]byte, n), make([][]byte, n)
-		kinds, maskeds, names := make([]*string, n), make([]*string, n), make([]*string, n)
-		firsts, lasts := make([]time.Time, n), make([]time.Time, n)
+		wss, fps, ifps, lasts := make([]event.UUID, n), make([][]byte, n), make([][]byte, n), make([]time.Time, n)
+		var ids, nwss []event.UUID
+		var nfps, encs, nifps [][]byte
+		var kinds, maskeds, names []*string
+		var firsts, nlasts []time.Time
 		for i, key := range cpOrder {
 			cp := cps[key]
-			ids[i] = cp.id
-			wss[i], fps[i], encs[i], ifps[i] = cp.ws, cp.fingerprint, cp.encrypted, cp.identityFP
-			kinds[i], maskeds[i], names[i] = cp.kind, cp.masked, cp.name
-			firsts[i], lasts[i] = cp.firstSeen, cp.lastSeen
+			wss[i], fps[i], ifps[i], lasts[i] = cp.ws, cp.fingerprint, cp.identityFP, cp.lastSeen
+			stats.named = append(stats.named, cp.id)
+			if known.has(cp.id) {
+				continue
+			}
+			ids, nwss, nfps, encs, nifps = append(ids, cp.id), append(nwss, cp.ws), append(nfps, cp.fingerprint), append(encs, cp.encrypted), append(nifps, cp.identityFP)
+			kinds, maskeds, names = append(kinds, cp.kind), append(maskeds, cp.masked), append(names, cp.name)
+			firsts, nlasts = append(firsts, cp.firstSeen), append(nlasts, cp.lastSeen)
 		}
-		b.Queue(insertCounterparties, uuidArray(ids), uuidArray(wss), byteaArray(fps), textArray(kinds), byteaArray(encs),
-			textArray(maskeds), textArray(names), byteaArray(ifps), timeArray(firsts), timeArray(lasts)).
-			Exec(func(tag pgconn.CommandTag) error {
-				stats.counterpartiesCreated += tag.RowsAffected()
-				return nil
-			})
+		if len(ids) > 0 {
+			b.Queue(insertCounterparties, uuidArray(ids), uuidArray(nwss), byteaArray(nfps), textArray(kinds), byteaArray(encs),
+				textArray(maskeds), textArray(names), byteaArray(nifps), timeArray(firsts), timeArray(nlasts)).
+				Exec(func(tag pgconn.CommandTag) error {
+					stats.counterpartiesCreated += tag.RowsAffected()
+					return nil
+				})
+		}
 		b.Queue(updateCounterparties, uuidArray(wss), byteaArray(fps), byteaArray(ifps), timeArray(lasts))
 	}
 	// Decided transactions: their decisions rows and decision.created
@@ -540,7 +557,7 @@ const orphanCustomerPrefix = "account:"
 func writeAccountEvents(ctx context.Context, tx pgx.Tx, rows []*event.Envelope, mode writeMode, known *knownParties) (writeStats, error) {
 	var stats writeStats
 	ph := newPlaceholderSet(known)
-	buf := newCopyRowsBuf()
+	buf := newCopyRowsBuf(len(rows))
 	defer buf.release()
 	allReceived := true
 	for _, e := range rows {

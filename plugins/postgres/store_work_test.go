@@ -145,16 +145,16 @@ func TestWorkPerBatchIsBounded(t *testing.T) {
 	w.reset()
 	// A cold batch (every party new) and a warm one (every party known):
 	// nothing per row, nothing per party; the warm one leaves the
-	// placeholder inserts out (the customers and accounts were seen
-	// committed).
+	// placeholder and counterparty inserts out (the customers, accounts and
+	// counterparties were seen committed).
 	coldStatements := 0
 	for i, from := range []int{0, rows} {
 		h.write(realisticBatch(t, h.ws, from, rows))
 		trips, stmts, copies, sql := w.reset()
 		if i == 0 {
 			coldStatements = stmts
-		} else if stmts != coldStatements-2 {
-			t.Errorf("warm batch: %d statements, want the cold batch's %d without the 2 placeholder inserts (%s)", stmts, coldStatements, strings.Join(sql, "; "))
+		} else if stmts != coldStatements-3 {
+			t.Errorf("warm batch: %d statements, want the cold batch's %d without the 2 placeholder inserts and the counterparty insert (%s)", stmts, coldStatements, strings.Join(sql, "; "))
 		}
 		t.Logf("batch %d of %d rows: %d round trips, %d statements: %s", i, rows, trips, stmts, strings.Join(sql, "; "))
 		if trips > maxRoundTripsPerBatch {

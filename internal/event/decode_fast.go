@@ -1,0 +1,308 @@
+package event
+
+import (
+	"time"
+	"unicode/utf8"
+)
+
+// decodeFast reads an envelope in the shape Encode writes it: one object of
+// known keys, each once, with plain strings (no escape) and the metadata
+// and attributes objects. It reports false as soon as the record strays from
+// that shape in any way (an escape, an unknown, repeated or differently
+// cased key, a null, a number but "v": 1, a decision, bytes after the
+// object), and Decode then reads the record with the JSON library; so does a
+// record it read that normalize refuses. Every record it is unsure of, and
+// every error, comes from the one general path.
+// What it accepts it reads exactly as the JSON library would (the
+// differential test and fuzz in decode_fast_test.go hold it to that).
+//
+// It is the persister's heaviest per-record step made cheap: one string
+// conversion of the record with substrings for the fields, one copy of the
+// metadata, against the library's allocation per field and its reflection
+// (about 3× faster on a realistic transaction).
+func decodeFast(b []byte) (Envelope, bool) {
+	var e Envelope
+	d := fastDecoder{s: string(b)}
+	if !d.object(func(key string) bool { return d.envelopeField(&e, key) }) {
+		return Envelope{}, false
+	}
+	d.ws()
+	if d.i != len(d.s) {
+		return Envelope{}, false
+	}
+	return e, true
+}
+
+type fastDecoder struct {
+	s    string
+	i    int
+	seen uint64 // keys read in the current object, by bit
+}
+
+func (d *fastDecoder) ws() {
+	for d.i < len(d.s) {
+		switch d.s[d.i] {
+		case ' ', '\t', '\n', '\r':
+			d.i++
+		default:
+			return
+		}
+	}
+}
+
+// object reads {"key": value, ...}, field reading each value after its key
+// and colon, and reports false on anything else.
+func (d *fastDecoder) object(field func(key string) bool) bool {
+	d.ws()
+	if d.i >= len(d.s) || d.s[d.i] != '{' {
+		return false
+	}
+	d.i++
+	d.ws()
+	if d.i < len(d.s) && d.s[d.i] == '}' {
+		d.i++
+		return true
+	}
+	for {
+		d.ws()
+		key, ok := d.str()
+		if !ok {
+			return false
+		}
+		d.ws()
+		if d.i >= len(d.s) || d.s[d.i] != ':' {
+			return false
+		}
+		d.i++
+		d.ws()
+		if !field(key) {
+			return false
+		}
+		d.ws()
+		if d.i >= len(d.s) {
+			return false
+		}
+		switch d.s[d.i] {
+		case ',':
+			d.i++
+		case '}':
+			d.i++
+			return true
+		default:
+			return false
+		}
+	}
+}
+
+// str reads a string without escapes or control characters, in valid
+// UTF-8, as a substring of the record.
+func (d *fastDecoder) str() (string, bool) {
+	if d.i >= len(d.s) || d.s[d.i] != '"' {
+		return "", false
+	}
+	start := d.i + 1
+	ascii := true
+	for j := start; j < len(d.s); j++ {
+		switch c := d.s[j]; {
+		case c == '"':
+			v := d.s[start:j]
+			if !ascii && !utf8.ValidString(v) {
+				// The library would put U+FFFD in: its job.
+				return "", false
+			}
+			d.i = j + 1
+			return v, true
+		case c == '\\' || c < 0x20:
+			return "", false
+		case c >= 0x80:
+			ascii = false
+		}
+	}
+	return "", false
+}
+
+// once marks bit as read in the current object, false when it was already.
+func (d *fastDecoder) once(bit uint) bool {
+	if d.seen&(1<<bit) != 0 {
+		return false
+	}
+	d.seen |= 1 << bit
+	return true
+}
+
+// envelopeField reads the value of one top-level key into e.
+func (d *fastDecoder) envelopeField(e *Envelope, key string) bool {
+	var into *string
+	var bit uint
+	switch key {
+	case "v":
+		if !d.once(0) || !d.lit("1") {
+			return false
+		}
+		e.V = 1
+		return true
+	case "kind":
+		v, ok := d.str()
+		e.Kind = Kind(v)
+		return ok && d.once(1)
+	case "id":
+		return d.once(2) && d.uuid(&e.ID)
+	case "workspace_id":
+		return d.once(3) && d.uuid(&e.WorkspaceID)
+	case "occurred_at":
+		return d.once(4) && d.time(&e.OccurredAt)
+	case "received_at":
+		return d.once(5) && d.time(&e.ReceivedAt)
+	case "direction":
+		v, ok := d.str()
+		e.Direction = Direction(v)
+		return ok && d.once(6)
+	case "counterparty":
+		if !d.once(7) {
+			return false
+		}
+		c := &Counterparty{}
+		e.Counterparty = c
+		outer := d.seen
+		d.seen = 0
+		ok := d.object(func(key string) bool { return d.counterpartyField(c, key) })
+		d.seen = outer
+		return ok
+	case "metadata":
+		if !d.once(8) {
+			return false
+		}
+		raw, ok := d.rawObject()
+		e.Metadata = raw
+		return ok
+	case "attributes":
+		if !d.once(9) {
+			return false
+		}
+		raw, ok := d.rawObject()
+		e.Attributes = raw
+		return ok
+	case "external_id":
+		into, bit = &e.ExternalID, 10
+	case "customer_external_id":
+		into, bit = &e.CustomerExternalID, 11
+	case "account_external_id":
+		into, bit = &e.AccountExternalID, 12
+	case "type":
+		into, bit = &e.Type, 13
+	case "amount":
+		into, bit = &e.Amount, 14
+	case "currency":
+		into, bit = &e.Currency, 15
+	case "status":
+		into, bit = &e.Status, 16
+	case "reference":
+		into, bit = &e.Reference, 17
+	case "channel":
+		into, bit = &e.Channel, 18
+	default:
+		// A decision, or a key this version does not know.
+		return false
+	}
+	v, ok := d.str()
+	*into = v
+	return ok && d.once(bit)
+}
+
+func (d *fastDecoder) counterpartyField(c *Counterparty, key string) bool {
+	var into *string
+	var bit uint
+	switch key {
+	case "name":
+		into, bit = &c.Name, 0
+	case "identifier_kind":
+		into, bit = &c.IdentifierKind, 1
+	case "identifier_enc":
+		into, bit = &c.IdentifierEnc, 2
+	case "identifier_masked":
+		into, bit = &c.IdentifierMasked, 3
+	case "identifier_fp":
+		into, bit = &c.IdentifierFP, 4
+	case "fingerprint":
+		into, bit = &c.Fingerprint, 5
+	default:
+		return false
+	}
+	v, ok := d.str()
+	*into = v
+	return ok && d.once(bit)
+}
+
+// lit reads the exact token lit, which must end there.
+func (d *fastDecoder) lit(lit string) bool {
+	if len(d.s)-d.i < len(lit) || d.s[d.i:d.i+len(lit)] != lit {
+		return false
+	}
+	d.i += len(lit)
+	if d.i < len(d.s) {
+		switch d.s[d.i] {
+		case ' ', '\t', '\n', '\r', ',', '}':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+func (d *fastDecoder) uuid(into *UUID) bool {
+	v, ok := d.str()
+	if !ok {
+		return false
+	}
+	u, err := ParseUUID(v)
+	*into = u
+	return err == nil
+}
+
+// time reads a string as time.Time's UnmarshalJSON does, which is what the
+// library calls.
+func (d *fastDecoder) time(into *time.Time) bool {
+	start := d.i
+	if _, ok := d.str(); !ok {
+		return false
+	}
+	return into.UnmarshalJSON([]byte(d.s[start:d.i])) == nil
+}
+
+// rawObject returns the object at d.i as its bytes, as they are (the
+// library's json.RawMessage). It only finds the object's end: normalize
+// checks it as jsonb reads it (CheckJSONB, which also makes it valid JSON),
+// and a record it refuses is read again by the general path.
+func (d *fastDecoder) rawObject() ([]byte, bool) {
+	if d.i >= len(d.s) || d.s[d.i] != '{' {
+		return nil, false
+	}
+	start := d.i
+	depth := 0
+	for d.i < len(d.s) {
+		switch c := d.s[d.i]; c {
+		case '"':
+			// Skip the string, escapes and all; CheckJSONB judges it.
+			d.i++
+			for d.i < len(d.s) && d.s[d.i] != '"' {
+				if d.s[d.i] == '\\' {
+					d.i++
+				}
+				d.i++
+			}
+			if d.i >= len(d.s) {
+				return nil, false
+			}
+		case '{', '[':
+			depth++
+		case '}', ']':
+			depth--
+			if depth == 0 {
+				d.i++
+				return []byte(d.s[start:d.i]), true
+			}
+		}
+		d.i++
+	}
+	return nil, false
+}

@@ -1,0 +1,141 @@
+package event
+
+import (
+	"math/rand/v2"
+	"reflect"
+	"strings"
+	"testing"
+
+	gojson "github.com/goccy/go-json"
+)
+
+// sampleUndecided is sampleTransaction without its decision: the shape the
+// ingest API writes, which decodeFast reads.
+var sampleUndecided = sampleTransaction[:strings.Index(sampleTransaction, `,"decision":`)] + "}"
+
+// fastAgrees fails t unless Decode's two paths agree on b: whatever
+// decodeFast reads and passes the checks, the JSON library reads the same.
+func fastAgrees(t *testing.T, b []byte) (fast bool) {
+	t.Helper()
+	slow, slowErr := decodeWith(b, gojson.Unmarshal, sampleNow)
+	e, ok := decodeFast(b)
+	if !ok || e.check(sampleNow) != nil {
+		return false
+	}
+	if slowErr != nil {
+		t.Fatalf("decodeFast read %q, the library refuses it: %v", b, slowErr)
+	}
+	if !reflect.DeepEqual(e, slow) {
+		t.Fatalf("decodeFast and the library disagree on %q:\n%#v\n%#v", b, e, slow)
+	}
+	return true
+}
+
+func TestDecodeFastAgreesWithTheLibrary(t *testing.T) {
+	for _, in := range []string{
+		sampleUndecided,
+		sampleAccountEvent,
+		" \n" + sampleUndecided + "\t ",
+		strings.ReplaceAll(sampleUndecided, `":`, `" : `),
+		strings.ReplaceAll(sampleUndecided, `,"`, ` ,  "`),
+		`{"v":1,"kind":"transaction","id":"0193f5a2-7c00-7abc-8def-0123456789ab","workspace_id":"6f1c2b9e-3d4a-4f5b-9c8d-7e6f5a4b3c2d","external_id":"t","occurred_at":"2026-11-30T07:41:12Z","account_external_id":"a","amount":"1","currency":"EUR","direction":"in","counterparty":{}}`,
+		`{"v":1,"kind":"transaction","id":"0193F5A2-7C00-7ABC-8DEF-0123456789AB","workspace_id":"6f1c2b9e-3d4a-4f5b-9c8d-7e6f5a4b3c2d","external_id":"t","occurred_at":"2026-11-30T08:41:12+01:00","account_external_id":"a","amount":"1","currency":"EUR","direction":"in","metadata":{ "a" : [1, 2.5e3, "x\"y"], "b": {"c": null} }}`,
+	} {
+		if !fastAgrees(t, []byte(in)) {
+			t.Errorf("decodeFast did not read %q", in)
+		}
+	}
+	// Records decodeFast leaves to the library, each for one reason.
+	for _, in := range []string{
+		sampleTransaction, // a decision
+		strings.Replace(sampleUndecided, `"kind"`, `"Kind"`, 1),                   // a key in another case
+		strings.Replace(sampleUndecided, `"v":1`, `"v":1,"v":1`, 1),               // a repeated key
+		strings.Replace(sampleUndecided, `"v":1`, `"v":1.0`, 1),                   // not the integer 1
+		strings.Replace(sampleUndecided, `"v":1`, `"v":1,"extra":"x"`, 1),         // an unknown key
+		strings.Replace(sampleUndecided, `"mobile"`, `"mob\u0069le"`, 1),          // an escape
+		strings.Replace(sampleUndecided, `"mobile"`, `null`, 1),                   // a null
+		strings.Replace(sampleUndecided, `"mobile"`, "\"mob\xffile\"", 1),         // invalid UTF-8
+		strings.Replace(sampleUndecided, `"mobile"`, "\"mob\tile\"", 1),           // a control character
+		strings.Replace(sampleUndecided, `"name":`, `"name":"a","name":`, 1),      // a repeated nested key
+		strings.Replace(sampleUndecided, `"metadata":{`, `"metadata":{"x":1,`, 1), // fine, but…
+		sampleUndecided + "x",                                                                       // bytes after the object
+		sampleUndecided[:len(sampleUndecided)-1] + ",}",                                             // a trailing comma
+		strings.Replace(sampleUndecided, `"metadata":{`, `"metadata":[{`, 1),                        // not an object
+		strings.Replace(sampleUndecided, `"tags":["rent","standing-order"]`, `"tags":["rent",]`, 1), // invalid metadata
+		strings.Replace(sampleUndecided, `"occurred_at":"2026-11-30T07:41:12.345Z"`, `"occurred_at":"2026-11-30 07:41:12Z"`, 1),
+		strings.Replace(sampleUndecided, `"amount":"1249.90"`, `"amount":1249.90`, 1),
+		"", "{", "{}", `{"v":1}`, "[]", "null",
+	} {
+		fastAgrees(t, []byte(in))
+	}
+	// The one with a number inside metadata is still read fast.
+	if !fastAgrees(t, []byte(strings.Replace(sampleUndecided, `"metadata":{`, `"metadata":{"x":1,`, 1))) {
+		t.Error("decodeFast did not read metadata holding a number")
+	}
+}
+
+// Random edits of the samples (bytes changed, removed, inserted, JSON's
+// punctuation first): wherever decodeFast reads one, the library agrees.
+func TestDecodeFastAgreesOnEditedRecords(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	seeds := []string{sampleUndecided, sampleAccountEvent, sampleTransaction}
+	fast := 0
+	for i := 0; i < 30000; i++ {
+		b := []byte(seeds[r.IntN(len(seeds))])
+		for k := r.IntN(3) + 1; k > 0; k-- {
+			switch r.IntN(4) {
+			case 0:
+				b[r.IntN(len(b))] = byte(r.IntN(256))
+			case 1:
+				sp := "{}[]\",:\\ 01-.eE"
+				b[r.IntN(len(b))] = sp[r.IntN(len(sp))]
+			case 2:
+				j := r.IntN(len(b))
+				b = append(b[:j], b[j+1:]...)
+			case 3:
+				j := r.IntN(len(b))
+				sp := "{}[]\",:\\ 01"
+				b = append(b[:j], append([]byte{sp[r.IntN(len(sp))]}, b[j:]...)...)
+			}
+		}
+		if fastAgrees(t, b) {
+			fast++
+		}
+	}
+	if fast == 0 {
+		t.Error("decodeFast read none of the edited records")
+	}
+}
+
+// FuzzDecodeFast: whatever decodeFast reads and the checks pass, the JSON
+// library reads the same envelope.
+func FuzzDecodeFast(f *testing.F) {
+	for _, s := range []string{sampleUndecided, sampleAccountEvent, sampleTransaction, "{}", `{"v":1}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		fastAgrees(t, b)
+	})
+}
+
+func BenchmarkDecodeUndecided(b *testing.B) {
+	raw := []byte(sampleUndecided)
+	b.SetBytes(int64(len(raw)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := DecodeAt(raw, sampleNow); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkDecodeUndecidedLibrary(b *testing.B) {
+	raw := []byte(sampleUndecided)
+	b.SetBytes(int64(len(raw)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := decodeWith(raw, gojson.Unmarshal, sampleNow); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
