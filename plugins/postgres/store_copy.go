@@ -80,6 +80,15 @@ func (c *copyRowsBuf) uuid(u event.UUID) {
 	c.b = append(c.b, u[:]...)
 }
 
+// uuidOrNull is NULL for nil.
+func (c *copyRowsBuf) uuidOrNull(u *event.UUID) {
+	if u == nil {
+		c.null()
+		return
+	}
+	c.uuid(*u)
+}
+
 func (c *copyRowsBuf) text(s string) {
 	c.b = binary.BigEndian.AppendUint32(c.b, uint32(len(s)))
 	c.b = append(c.b, s...)
@@ -136,11 +145,7 @@ func (c *copyRowsBuf) appendTransaction(r txnRow) error {
 	c.text(e.ExternalID)
 	c.uuid(r.account)
 	c.uuid(r.customer)
-	if r.counterparty != nil {
-		c.uuid(*r.counterparty)
-	} else {
-		c.null()
-	}
+	c.uuidOrNull(r.counterparty)
 	if err := c.numeric(e.Amount); err != nil {
 		// Decode validated the amount, so this is a bug, not bad data.
 		return fmt.Errorf("converting the amount of transaction %s: %w", e.ID, err)
@@ -183,11 +188,7 @@ func (c *copyRowsBuf) appendAccountEvent(e *event.Envelope, customer event.UUID,
 	c.text(e.ExternalID)
 	c.text(e.Type)
 	c.uuid(customer)
-	if account != nil {
-		c.uuid(*account)
-	} else {
-		c.null()
-	}
+	c.uuidOrNull(account)
 	c.timeOrNull(e.OccurredAt)
 	c.timeOrNull(e.ReceivedAt)
 	c.jsonb(jsonOrEmpty(e.Attributes))
