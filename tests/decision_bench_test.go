@@ -78,9 +78,10 @@ func fiftyRules() []struct{ name, expr, action string } {
 // BenchmarkDecisionLatency: decision latency at a fixed 2,000 decisions/s
 // (SP_TEST_BENCH_RATE) with 50 real-time rules, from the scheduled send time,
 // beside the same client against a do-nothing HTTP handler in the same run
-// (the floor: what the client, the loopback and Go's HTTP stack cost). Then
-// the rate is raised step by step to find the highest at which p99 stays
-// under SP_DECISION_TIMEOUT.
+// (the floor: what the client, the loopback and Go's HTTP stack cost), and
+// the same rate with the payees spread over 1,000 instead of 13 (what busy
+// payees' running totals cost). Then the rate is raised step by step to find
+// the highest at which p99 stays under SP_DECISION_TIMEOUT.
 func BenchmarkDecisionLatency(b *testing.B) {
 	rate := 2000.0
 	if v, err := strconv.ParseFloat(os.Getenv("SP_TEST_BENCH_RATE"), 64); err == nil && v > 0 {
@@ -112,16 +113,19 @@ VALUES ($1, $2, 'decision benchmark', 'transaction', $3, 'high', $4, false, 10)`
 	}))
 	defer nothing.Close()
 	now := time.Now().UTC()
-	body := func(run string) func(i int) []byte {
+	// 5,000 accounts: each sees a payment every few seconds; the payees are
+	// 13 (decisionTxn's), each paid about 100 times a second by all of them,
+	// unless payees says otherwise.
+	bodyOver := func(run string, payees int) func(i int) []byte {
 		return func(i int) []byte {
-			txn := decisionTxn(run, i, now.Add(time.Duration(i)*time.Microsecond))
-			// 5,000 accounts: each sees a payment every few seconds.
+			txn := decisionTxnOver(run, i, now.Add(time.Duration(i)*time.Microsecond), 5000, payees)
 			txn["account_external_id"] = fmt.Sprintf("acc-%d", i%5000)
 			txn["customer_external_id"] = fmt.Sprintf("cust-%d", i%5000)
 			b, _ := json.Marshal(txn)
 			return b
 		}
 	}
+	body := func(run string) func(i int) []byte { return bodyOver(run, 13) }
 	// Warm up: connections open, rules compiled, Redis keys created.
 	fixedRate("http://"+s.addr, s.key, 2000, 1000, body("warm"))
 
@@ -144,6 +148,9 @@ VALUES ($1, $2, 'decision benchmark', 'transaction', $3, 'high', $4, false, 10)`
 	cpuPer := (processCPU(b, p) - cpuBefore) / float64(n) * 1e6
 	redisDelta := redisStats(b, rs).minus(redisBefore)
 	<-profiled
+	// The same, the payees spread over 1,000: what the 13 busy payees'
+	// running totals cost the answers.
+	spread, _, spreadDegraded := fixedRate("http://"+s.addr, s.key, n, rate, bodyOver("spread", 1000))
 	floor, floorFails, _ := fixedRate(nothing.URL, s.key, n, rate, body("floor"))
 	q := func(l []time.Duration, x float64) float64 { return float64(quantileOf(l, x).Microseconds()) / 1000 }
 	b.ReportMetric(q(lat, 0.5), "p50_ms")
@@ -154,6 +161,11 @@ VALUES ($1, $2, 'decision benchmark', 'transaction', $3, 'high', $4, false, 10)`
 		rate, seconds, q(lat, 0.5), q(lat, 0.99), q(lat, 0.999), q(lat, 1), fails, degraded)
 	b.Logf("do-nothing handler, same client, same rate: p50 %.2f ms, p99 %.2f ms, p99.9 %.2f ms; %d failed",
 		q(floor, 0.5), q(floor, 0.99), q(floor, 0.999), floorFails)
+	b.Logf("the same with 1,000 payees instead of 13: p50 %.2f ms, p99 %.2f ms, p99.9 %.2f ms; %d degraded",
+		q(spread, 0.5), q(spread, 0.99), q(spread, 0.999), spreadDegraded)
+	benchSummary(b, fmt.Sprintf("decision p50 / p99 / p99.9 at %.0f/s, 50 rules, 1,000 payees", rate),
+		fmt.Sprintf("%.1f / %.1f / %.1f ms", q(spread, 0.5), q(spread, 0.99), q(spread, 0.999)),
+		fmt.Sprintf("do-nothing handler p99 %.1f ms", q(floor, 0.99)), ratioOf(q(spread, 0.99), q(floor, 0.99)), "p99 ≤ 5 ms")
 	b.Logf("decision process CPU %.0f µs per decision (%.2f cores); Redis per decision: %s", cpuPer, cpuPer*rate/1e6, redisDelta.describe(n))
 	b.ReportMetric(cpuPer, "cpu_us/decision")
 	benchSummary(b, fmt.Sprintf("decision p50 / p99 / p99.9 at %.0f/s, 50 rules", rate),
