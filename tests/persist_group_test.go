@@ -24,16 +24,8 @@ func TestPersistResumesSecondsAfterSIGKILL(t *testing.T) {
 	k := newPersistKafka(t)
 	conn := db.Connect(t, db.SuperuserURL)
 	ws := persistWorkspace(t, conn)
-	produce := func(from, to int) {
-		var recs []*kgo.Record
-		for n := from; n < to; n++ {
-			key, val, _ := persistTxn(t, ws, n, nil)
-			recs = append(recs, &kgo.Record{Key: []byte(key), Value: val})
-		}
-		k.produceTo(t, "txn.ingested", recs...)
-	}
 	const countTxns = "SELECT count(*) FROM speculapro.transactions WHERE workspace_id = $1"
-	produce(0, 30)
+	k.produceTxns(t, ws, 0, 30)
 	p := newBinProcess(t)
 	p.start(t, persistEnv(k, db.SystemURL), p.runArgs("pipelines/persist.yaml")...)
 	if n := waitCount(t, conn, 30, countTxns, ws); n != 30 {
@@ -41,7 +33,7 @@ func TestPersistResumesSecondsAfterSIGKILL(t *testing.T) {
 	}
 	p.kill(t)
 	killed := time.Now()
-	produce(30, 60)
+	k.produceTxns(t, ws, 30, 60)
 	p2 := newBinProcess(t)
 	p2.start(t, persistEnv(k, db.SystemURL), p2.runArgs("pipelines/persist.yaml")...)
 	if n := waitCount(t, conn, 60, countTxns, ws); n != 60 {
@@ -169,12 +161,7 @@ func TestPersistWaitsForAMissingTopicAndSaysSo(t *testing.T) {
 		t.Errorf("/ready answered %d while the topic is missing, want 503", code)
 	}
 	k.create(t, persistPartitions, k.prefix+"txn.ingested", k.prefix+"txn.ingested.dlq")
-	var recs []*kgo.Record
-	for n := range 10 {
-		key, val, _ := persistTxn(t, ws, n, nil)
-		recs = append(recs, &kgo.Record{Key: []byte(key), Value: val})
-	}
-	k.produceTo(t, "txn.ingested", recs...)
+	k.produceTxns(t, ws, 0, 10)
 	if n := waitCount(t, conn, 10, "SELECT count(*) FROM speculapro.transactions WHERE workspace_id = $1", ws); n != 10 {
 		t.Fatalf("stored %d after the topic was created, want 10", n)
 	}

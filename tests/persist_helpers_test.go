@@ -53,6 +53,18 @@ func (k *persistKafka) produceTo(t *testing.T, topic string, recs ...*kgo.Record
 	k.produce(t, recs...)
 }
 
+// produceTxns writes transactions from..to-1 of ws (persistTxn) to
+// txn.ingested, each under its key (workspace and account).
+func (k *persistKafka) produceTxns(t *testing.T, ws event.UUID, from, to int) {
+	t.Helper()
+	var recs []*kgo.Record
+	for n := from; n < to; n++ {
+		key, val, _ := persistTxn(t, ws, n, nil)
+		recs = append(recs, &kgo.Record{Key: []byte(key), Value: val})
+	}
+	k.produceTo(t, "txn.ingested", recs...)
+}
+
 // consumeAll reads <prefix>topic from the start until want records arrived
 // (or waitBound passed) and returns them.
 func (k *persistKafka) consumeAll(t *testing.T, topic string, want int) []*kgo.Record {

@@ -4,8 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/speculapro/speculapro/internal/dbmigrate/dbtest"
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/testenv"
@@ -26,17 +24,9 @@ func TestPersistRidesOutDatabaseOutage(t *testing.T) {
 	ws := persistWorkspace(t, conn)
 
 	k := newPersistKafka(t)
-	produce := func(from, to int) {
-		var recs []*kgo.Record
-		for n := from; n < to; n++ {
-			key, val, _ := persistTxn(t, ws, n, nil)
-			recs = append(recs, &kgo.Record{Key: []byte(key), Value: val})
-		}
-		k.produceTo(t, "txn.ingested", recs...)
-	}
 	const countTxns = "SELECT count(*) FROM speculapro.transactions WHERE workspace_id = $1"
 
-	produce(0, perPhase)
+	k.produceTxns(t, ws, 0, perPhase)
 	p := newBinProcess(t)
 	p.start(t, persistEnv(k, db.SystemURL), p.runArgs("pipelines/persist.yaml")...)
 	if n := waitCount(t, conn, perPhase, countTxns, ws); n != perPhase {
@@ -45,7 +35,7 @@ func TestPersistRidesOutDatabaseOutage(t *testing.T) {
 
 	pg.Stop()
 	outage := time.Now()
-	produce(perPhase, 2*perPhase)
+	k.produceTxns(t, ws, perPhase, 2*perPhase)
 	retryLine := persistLogLine("ERROR", "persist: batch failed, retrying")
 	for time.Since(outage) < 20*time.Second {
 		time.Sleep(500 * time.Millisecond)

@@ -42,7 +42,13 @@ type workerStack struct {
 // the local-stack mode (http:// and loopback allowed), short backoffs.
 func newWorkerStack(t testing.TB) *workerStack {
 	t.Helper()
-	db := dbtest.New(t)
+	return workerStackOn(t, dbtest.New(t))
+}
+
+// workerStackOn is newWorkerStack on a database the test made itself (on a
+// private server, say).
+func workerStackOn(t testing.TB, db *dbtest.DB) *workerStack {
+	t.Helper()
 	s := &workerStack{db: db, conn: db.Connect(t, db.SuperuserURL)}
 	if err := s.conn.QueryRow(context.Background(),
 		"INSERT INTO speculapro.workspaces (name) VALUES ('worker e2e') RETURNING id").Scan(&s.ws); err != nil {

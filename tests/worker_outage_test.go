@@ -1,13 +1,11 @@
 package tests
 
 import (
-	"context"
 	"regexp"
 	"testing"
 	"time"
 
 	"github.com/speculapro/speculapro/internal/dbmigrate/dbtest"
-	"github.com/speculapro/speculapro/internal/identity"
 	"github.com/speculapro/speculapro/internal/testenv"
 )
 
@@ -21,24 +19,13 @@ func TestWorkerRidesOutDatabaseOutage(t *testing.T) {
 		n = 10000
 	}
 	pg := testenv.PrivatePostgres(t)
-	ctx := context.Background()
-	db := dbtest.NewOn(t, pg.SuperuserURL, "speculapro")
-	enc, _ := identity.DevKeys()
-	s := &workerStack{db: db, conn: db.Connect(t, db.SuperuserURL)}
-	if err := s.conn.QueryRow(ctx, "INSERT INTO speculapro.workspaces (name) VALUES ('worker outage') RETURNING id").Scan(&s.ws); err != nil {
-		t.Fatal(err)
-	}
-	s.env = map[string]string{
-		"SP_DB_URL":                  db.AppURL,
-		"SP_DB_SYSTEM_URL":           db.SystemURL,
-		"SP_ENCRYPTION_KEY":          enc,
-		"SP_WEBHOOK_ALLOW_INSECURE":  "true",
-		"SP_WEBHOOK_BACKOFF_INITIAL": "1s",
-		"SP_WEBHOOK_BACKOFF_MAX":     "2s",
-		"SP_WEBHOOK_TIMEOUT":         "2s",
-		"SP_WORKER_LEASE":            "6s",
-		"SP_WORKER_SENDERS":          "1",
-	}
+	s := workerStackOn(t, dbtest.NewOn(t, pg.SuperuserURL, "speculapro"))
+	s.env = s.with(map[string]string{
+		"SP_WEBHOOK_BACKOFF_MAX": "2s",
+		"SP_WEBHOOK_TIMEOUT":     "2s",
+		"SP_WORKER_LEASE":        "6s",
+		"SP_WORKER_SENDERS":      "1",
+	})
 	rcv := newReceiver(t)
 	rcv.delay = 200 * time.Millisecond
 	ep, _ := s.addEndpoint(t, rcv.url("/delay/outage"))
@@ -65,7 +52,7 @@ func TestWorkerRidesOutDatabaseOutage(t *testing.T) {
 	}
 	pg.Start()
 	t.Logf("PostgreSQL down for %s; %d recording retries and %d claim-failure lines logged", time.Since(stopped).Round(100*time.Millisecond), retries, claims)
-	s.conn = db.Connect(t, db.SuperuserURL)
+	s.conn = s.db.Connect(t, s.db.SuperuserURL)
 	s.waitDone(t, 2*time.Minute)
 	if got := s.count(t, "SELECT count(*) FROM speculapro.webhook_deliveries WHERE status = 'delivered'"); got != n {
 		t.Errorf("%d of %d delivered", got, n)
