@@ -28,37 +28,44 @@ import (
 
 // --- fixtures -------------------------------------------------------------
 
-// fakeCounters records what the output counted, by metric and labels.
-type fakeCounters struct {
-	mu sync.Mutex
-	n  map[string]int64
-}
-
-type fakeCounter struct {
-	c    *fakeCounters
-	name string
-}
-
-func (f fakeCounter) Incr(n int64, labels ...string) {
-	f.c.mu.Lock()
-	defer f.c.mu.Unlock()
-	f.c.n[f.name+"{"+strings.Join(labels, ",")+"}"] += n
-}
-
-func (f fakeCounter) Timing(int64, ...string) {}
-
-func (c *fakeCounters) get(key string) int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.n[key]
-}
-
-func (c *fakeCounters) metrics() *persistMetrics {
-	mk := func(name string) fakeCounter { return fakeCounter{c, name} }
+// persistMetricsOf is the output's metrics, recorded in m.
+func persistMetricsOf(m *testenv.Metrics) *persistMetrics {
+	mk := m.Metric
 	return &persistMetrics{
 		batches: mk("batches"), stored: mk("stored"), skipped: mk("skipped"),
 		placeholders: mk("placeholders"), counterparties: mk("counterparties"), deadLetters: mk("dead_letters"),
 		retries: mk("retries"), faults: mk("faults"), stage: mk("stage"),
+	}
+}
+
+// retriesUntilFixed runs write while the database refuses its batch: write
+// must keep retrying (retryLine logged three times, write not returned) until
+// fix runs as the owner, and then succeed within 30 s.
+func (h *harness) retriesUntilFixed(t *testing.T, retryLine string, owner *pgx.Conn, fix string, write func() error) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- write() }()
+	deadline := time.Now().Add(30 * time.Second)
+	for strings.Count(h.logs.String(), retryLine) < 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no retries logged:\n%s", h.logs.String())
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("WriteBatch returned %v while the database refuses the batch", err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if _, err := owner.Exec(context.Background(), fix); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("WriteBatch: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("WriteBatch did not finish after the fix")
 	}
 }
 
@@ -81,7 +88,7 @@ type harness struct {
 	out  *pgCopyUpsert
 	dlq  *fakeDLQ
 	logs *testenv.SyncBuffer
-	m    *fakeCounters
+	m    *testenv.Metrics
 	// attempt, when set before newOutput, is attempt_timeout.
 	attempt time.Duration
 	conn    *pgx.Conn // superuser, to inspect and to break things
@@ -103,7 +110,7 @@ func newHarnessWith(t *testing.T, attempt time.Duration) *harness {
 func newHarnessOf(t *testing.T, table string, attempt time.Duration) *harness {
 	t.Helper()
 	db := dbtest.New(t)
-	h := &harness{t: t, db: db, dlq: &fakeDLQ{}, logs: &testenv.SyncBuffer{}, m: &fakeCounters{n: map[string]int64{}}, attempt: attempt}
+	h := &harness{t: t, db: db, dlq: &fakeDLQ{}, logs: &testenv.SyncBuffer{}, m: &testenv.Metrics{}, attempt: attempt}
 	h.conn = db.Connect(t, db.SuperuserURL)
 	h.ws = h.workspace("acme")
 	h.out = h.newOutput(table, db.SystemURL)
@@ -121,7 +128,7 @@ func (h *harness) newOutput(table, url string) *pgCopyUpsert {
 	if err != nil {
 		h.t.Fatalf("newPgCopyUpsert: %v", err)
 	}
-	out.m = h.m.metrics()
+	out.m = persistMetricsOf(h.m)
 	h.t.Cleanup(func() { _ = out.Close(context.Background()) })
 	if err := out.Connect(context.Background()); err != nil {
 		h.t.Fatalf("Connect: %v", err)
@@ -288,7 +295,7 @@ func TestStoresBatchWithPlaceholdersAndReplayAddsNothing(t *testing.T) {
 		  AND t.currency = 'EUR' AND t.direction = 'out' AND t.kind = 'transfer'`); n != 100 {
 		t.Errorf("%d of 100 transactions stored with the right keys and values", n)
 	}
-	if got := h.m.get("placeholders{transactions,customer}") + h.m.get("placeholders{transactions,account}"); got != 18 {
+	if got := h.m.Get("placeholders{transactions,customer}") + h.m.Get("placeholders{transactions,account}"); got != 18 {
 		t.Errorf("placeholders counted %d, want 18", got)
 	}
 
@@ -301,7 +308,7 @@ func TestStoresBatchWithPlaceholdersAndReplayAddsNothing(t *testing.T) {
 	if n := h.count("SELECT count(*) FROM speculapro.customers") + h.count("SELECT count(*) FROM speculapro.accounts"); n != 18 {
 		t.Errorf("after replays: %d customers+accounts, want 18", n)
 	}
-	if s, k := h.m.get("stored{transactions}"), h.m.get("skipped{transactions}"); s != 150 || k != 150 {
+	if s, k := h.m.Get("stored{transactions}"), h.m.Get("skipped{transactions}"); s != 150 || k != 150 {
 		t.Errorf("counted stored=%d skipped=%d, want 150 and 150", s, k)
 	}
 
@@ -390,7 +397,7 @@ func TestCounterpartiesDeduplicatedAndLinked(t *testing.T) {
 		ON c.id = t.counterparty_id AND c.workspace_id = t.workspace_id`); n != 70 {
 		t.Errorf("%d of 70 transactions point at their counterparty", n)
 	}
-	if got := h.m.get("counterparties{transactions}"); got != 3 {
+	if got := h.m.Get("counterparties{transactions}"); got != 3 {
 		t.Errorf("counterparties created counted %d, want 3", got)
 	}
 
@@ -407,7 +414,7 @@ func TestCounterpartiesDeduplicatedAndLinked(t *testing.T) {
 		WHERE a.external_id = 'a-landlord'`); n != 1 {
 		t.Errorf("a counterparty seen before its account was registered is not linked once it is")
 	}
-	if got := h.m.get("counterparties{transactions}"); got != 3 {
+	if got := h.m.Get("counterparties{transactions}"); got != 3 {
 		t.Errorf("counterparties created counted %d after the second batch, want still 3", got)
 	}
 }
@@ -457,11 +464,11 @@ func TestRowTheDatabaseRefusesIsDeadLetteredAlone(t *testing.T) {
 		!strings.Contains(h.logs.String(), "count=1") {
 		t.Errorf("no WARN line for the undecodable record:\n%s", h.logs.String())
 	}
-	if h.m.get("dead_letters{transactions,rejected}") != 2 || h.m.get("dead_letters{transactions,undecodable}") != 1 {
-		t.Errorf("dead letters counted %v", h.m.n)
+	if h.m.Get("dead_letters{transactions,rejected}") != 2 || h.m.Get("dead_letters{transactions,undecodable}") != 1 {
+		t.Errorf("dead letters counted %v", h.m)
 	}
-	if h.m.get("retries{transactions}") != 0 || h.m.get("faults{transactions}") != 0 {
-		t.Errorf("a row's fault was retried: %v", h.m.n)
+	if h.m.Get("retries{transactions}") != 0 || h.m.Get("faults{transactions}") != 0 {
+		t.Errorf("a row's fault was retried: %v", h.m)
 	}
 }
 
@@ -489,31 +496,9 @@ func TestRetriesUntilTheOperatorFixesIt(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			done := make(chan error, 1)
-			go func() { done <- h.out.WriteBatch(context.Background(), txnBatch(t, h.ws, 0, 10, tt.tweak)) }()
-
-			deadline := time.Now().Add(30 * time.Second)
-			for strings.Count(h.logs.String(), logBatchRetry) < 3 {
-				if time.Now().After(deadline) {
-					t.Fatalf("no retries logged:\n%s", h.logs.String())
-				}
-				select {
-				case err := <-done:
-					t.Fatalf("WriteBatch returned %v while the database refuses the batch", err)
-				case <-time.After(20 * time.Millisecond):
-				}
-			}
-			if _, err := owner.Exec(context.Background(), tt.fixIt); err != nil {
-				t.Fatal(err)
-			}
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Fatalf("WriteBatch: %v", err)
-				}
-			case <-time.After(30 * time.Second):
-				t.Fatal("WriteBatch did not finish after the fix")
-			}
+			h.retriesUntilFixed(t, logBatchRetry, owner, tt.fixIt, func() error {
+				return h.out.WriteBatch(context.Background(), txnBatch(t, h.ws, 0, 10, tt.tweak))
+			})
 			if n := h.count("SELECT count(*) FROM speculapro.transactions"); n != 10 {
 				t.Errorf("stored %d, want 10", n)
 			}
@@ -526,10 +511,10 @@ func TestRetriesUntilTheOperatorFixesIt(t *testing.T) {
 				}
 			}
 			retries := int64(strings.Count(logs, logBatchRetry))
-			if got := h.m.get("retries{transactions}"); got != retries {
+			if got := h.m.Get("retries{transactions}"); got != retries {
 				t.Errorf("retries counted %d, %d logged", got, retries)
 			}
-			if got := h.m.get("faults{transactions}"); got != 1 {
+			if got := h.m.Get("faults{transactions}"); got != 1 {
 				t.Errorf("faults counted %d, want 1 for one failing batch", got)
 			}
 			if len(h.dlq.letters) != 0 {
@@ -591,7 +576,7 @@ func TestMissingPartitionHandsBackOnlyItsPartition(t *testing.T) {
 	if waited[1] < waited[0] {
 		t.Errorf("waits %v ms: the second wait is shorter than the first", waited)
 	}
-	if f, r := h.m.get("faults{transactions}"), h.m.get("retries{transactions}"); f != 1 || r != 2 {
+	if f, r := h.m.Get("faults{transactions}"), h.m.Get("retries{transactions}"); f != 1 || r != 2 {
 		t.Errorf("faults=%d retries=%d, want one fault (the partition started waiting) and a retry per hand-back", f, r)
 	}
 	if n := h.count("SELECT count(*) FROM speculapro.transactions"); n != 20 {
@@ -641,13 +626,13 @@ func TestShutdownWhileRetryingIsNoFault(t *testing.T) {
 		t.Fatalf("WriteBatch after shutdown: %v, want context.Canceled", err)
 	}
 	logged := int64(strings.Count(h.logs.String(), logBatchRetry))
-	if got := h.m.get("retries{transactions}"); got != logged {
+	if got := h.m.Get("retries{transactions}"); got != logged {
 		t.Errorf("retries counted %d, logged %d", got, logged)
 	}
-	if got := h.m.get("faults{transactions}"); got != 1 {
+	if got := h.m.Get("faults{transactions}"); got != 1 {
 		t.Errorf("faults = %d, want 1: the shutdown is not a fault", got)
 	}
-	if got := h.m.get("batches{transactions}"); got != 0 {
+	if got := h.m.Get("batches{transactions}"); got != 0 {
 		t.Errorf("a cancelled batch was counted as written")
 	}
 }
@@ -768,17 +753,17 @@ func TestBatchOf5000(t *testing.T) {
 	if n := h.count("SELECT count(*) FROM speculapro.transactions"); n != 5000 {
 		t.Errorf("after the replay: %d rows, want 5000", n)
 	}
-	if got := h.m.get("stored{transactions}"); got != 5000 {
+	if got := h.m.Get("stored{transactions}"); got != 5000 {
 		t.Errorf("rows stored counted %d over both writes, want 5000", got)
 	}
-	if got := h.m.get("skipped{transactions}"); got != 5000 {
+	if got := h.m.Get("skipped{transactions}"); got != 5000 {
 		t.Errorf("rows skipped counted %d, want the 5000 of the replay", got)
 	}
-	if got := h.m.get("batches{transactions}"); got != 2 {
+	if got := h.m.Get("batches{transactions}"); got != 2 {
 		t.Errorf("batches counted %d, want 2", got)
 	}
-	if len(h.dlq.letters) != 0 || h.m.get("retries{transactions}") != 0 {
-		t.Errorf("the replay dead-lettered %d or retried %d", len(h.dlq.letters), h.m.get("retries{transactions}"))
+	if len(h.dlq.letters) != 0 || h.m.Get("retries{transactions}") != 0 {
+		t.Errorf("the replay dead-lettered %d or retried %d", len(h.dlq.letters), h.m.Get("retries{transactions}"))
 	}
 }
 
@@ -802,7 +787,7 @@ func TestIsolatingIsBounded(t *testing.T) {
 		t.Fatalf("WriteBatch after %s: %v", time.Since(start).Round(time.Millisecond), err)
 	}
 	took := time.Since(start)
-	attempts := h.m.get("retries{transactions}") + 1
+	attempts := h.m.Get("retries{transactions}") + 1
 	t.Logf("5,000 bad rows of 5,010 isolated in %s over %d attempts of at most %s", took.Round(time.Millisecond), attempts, isolateTimeoutFactor*h.attempt)
 	// ~5,030 writes of about a millisecond or two, 500 ms per attempt.
 	if attempts > 60 {

@@ -21,8 +21,9 @@ import (
 
 // --- fixtures -------------------------------------------------------------
 
-func (c *fakeCounters) streamMetrics() *streamMetrics {
-	mk := func(name string) fakeCounter { return fakeCounter{c, name} }
+// streamMetricsOf is the output's metrics, recorded in m.
+func streamMetricsOf(m *testenv.Metrics) *streamMetrics {
+	mk := m.Metric
 	return &streamMetrics{
 		batches: mk("batches"), hitsStored: mk("hits"), alerts: mk("alerts"), outbox: mk("outbox"),
 		skipped: mk("skipped"), retries: mk("retries"), faults: mk("faults"), stage: mk("stage"),
@@ -47,7 +48,7 @@ type testRule struct {
 func newHitsHarness(t *testing.T) *hitsHarness {
 	t.Helper()
 	db := dbtest.New(t)
-	base := &harness{t: t, db: db, logs: &testenv.SyncBuffer{}, m: &fakeCounters{n: map[string]int64{}}}
+	base := &harness{t: t, db: db, logs: &testenv.SyncBuffer{}, m: &testenv.Metrics{}}
 	base.conn = db.Connect(t, db.SuperuserURL)
 	base.ws = base.workspace("acme")
 	h := &hitsHarness{harness: base, rules: map[string]testRule{}}
@@ -73,7 +74,7 @@ func (h *hitsHarness) newHitsOutput(url string) *pgRuleHits {
 	if err != nil {
 		h.t.Fatalf("newPgRuleHits: %v", err)
 	}
-	out.m = h.m.streamMetrics()
+	out.m = streamMetricsOf(h.m)
 	h.t.Cleanup(func() { _ = out.Close(context.Background()) })
 	return out
 }
@@ -205,10 +206,10 @@ SELECT h.rule_version, h.score::text, h.customer_id = $3 AND h.account_id = $4 A
 		t.Errorf("hit/alert = version %d score %s parties %v reads %v details %v severity %s title %q dedupe %s",
 			version, score, custOK, readsOK, details, severity, title, dedupe)
 	}
-	if got := h.m.get("hits{transaction}"); got != 40 {
+	if got := h.m.Get("hits{transaction}"); got != 40 {
 		t.Errorf("hits stored counted %d, want 40", got)
 	}
-	if got := h.m.get("alerts{transaction}"); got != 20 {
+	if got := h.m.Get("alerts{transaction}"); got != 20 {
 		t.Errorf("alerts counted %d, want 20", got)
 	}
 
@@ -220,10 +221,10 @@ SELECT h.rule_version, h.score::text, h.customer_id = $3 AND h.account_id = $4 A
 	if got := h.rowCounts(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("after the replays: rows %v, want %v", got, want)
 	}
-	if got := h.m.get("batches{transaction}"); got != 3 {
+	if got := h.m.Get("batches{transaction}"); got != 3 {
 		t.Errorf("batches counted %d, want 3", got)
 	}
-	if f := h.m.get("faults{transaction}") + h.m.get("retries{transaction}"); f != 0 {
+	if f := h.m.Get("faults{transaction}") + h.m.Get("retries{transaction}"); f != 0 {
 		t.Errorf("faults+retries %d on a healthy run", f)
 	}
 }
@@ -265,7 +266,7 @@ SELECT event_type = 'alert.created' AND status = 'pending' AND payload->>'type' 
 		"alert.created:"+alertID.String()+":"+sub.String()); n != 1 {
 		t.Errorf("notification for subscription %s: %d rows, want 1", sub, n)
 	}
-	if got := h.m.get("outbox{transaction,webhook_deliveries}") + h.m.get("outbox{transaction,notifications}"); got != 4 {
+	if got := h.m.Get("outbox{transaction,webhook_deliveries}") + h.m.Get("outbox{transaction,notifications}"); got != 4 {
 		t.Errorf("outbox rows counted %d, want 4", got)
 	}
 
@@ -309,7 +310,7 @@ func TestTwoWritersCreateEachRowOnce(t *testing.T) {
 	if got := h.rowCounts(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("rows %v, want %v", got, want)
 	}
-	if got := h.m.get("alerts{transaction}"); got != 160 {
+	if got := h.m.Get("alerts{transaction}"); got != 160 {
 		t.Errorf("alerts counted %d over both writers, want 160", got)
 	}
 }
@@ -339,10 +340,10 @@ func TestUndecodableAndMalformedAreCountedAndSkipped(t *testing.T) {
 	if got := h.rowCounts(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("rows %v, want %v", got, want)
 	}
-	if got := h.m.get("skipped{transaction,undecodable}"); got != 2 {
+	if got := h.m.Get("skipped{transaction,undecodable}"); got != 2 {
 		t.Errorf("undecodable counted %d, want 2", got)
 	}
-	if got := h.m.get("skipped{transaction,rejected}"); got != 2 {
+	if got := h.m.Get("skipped{transaction,rejected}"); got != 2 {
 		t.Errorf("rejected counted %d, want 2 (the malformed hits)", got)
 	}
 	logs := h.logs.String()
@@ -367,10 +368,10 @@ func TestHitTheDatabaseRefusesIsSkippedAlone(t *testing.T) {
 	if got := h.rowCounts(); got["rule_hits"] != 40 || got["alerts"] != 40 {
 		t.Errorf("rows %v, want the 40 hits the database takes, with their alerts", got)
 	}
-	if got := h.m.get("skipped{transaction,rejected}"); got != 1 {
+	if got := h.m.Get("skipped{transaction,rejected}"); got != 1 {
 		t.Errorf("rejected counted %d, want 1", got)
 	}
-	if f := h.m.get("faults{transaction}") + h.m.get("retries{transaction}"); f != 0 {
+	if f := h.m.Get("faults{transaction}") + h.m.Get("retries{transaction}"); f != 0 {
 		t.Errorf("faults+retries %d: a row's fault is not retried", f)
 	}
 	if logs := h.logs.String(); !strings.Contains(logs, `level=WARN msg="stream: skipped rule hits the database refused" count=1 codes=23514`) {
@@ -384,32 +385,9 @@ func TestRetriesUntilTheDatabaseTakesTheBatch(t *testing.T) {
 	if _, err := owner.Exec(context.Background(), "REVOKE INSERT ON speculapro.alerts FROM speculapro_system"); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() {
-		done <- h.hits.WriteBatch(context.Background(), evaluated(t, h.ws, 0, 10, h.rules["large_amount"]))
-	}()
-	deadline := time.Now().Add(30 * time.Second)
-	for strings.Count(h.logs.String(), logStreamBatchRetry) < 3 {
-		if time.Now().After(deadline) {
-			t.Fatalf("no retries logged:\n%s", h.logs.String())
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("WriteBatch returned %v while the database refuses the batch", err)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	if _, err := owner.Exec(context.Background(), "GRANT INSERT ON speculapro.alerts TO speculapro_system"); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("WriteBatch: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("WriteBatch did not finish after the fix")
-	}
+	h.retriesUntilFixed(t, logStreamBatchRetry, owner, "GRANT INSERT ON speculapro.alerts TO speculapro_system", func() error {
+		return h.hits.WriteBatch(context.Background(), evaluated(t, h.ws, 0, 10, h.rules["large_amount"]))
+	})
 	if got := h.rowCounts(); got["rule_hits"] != 10 || got["alerts"] != 10 {
 		t.Errorf("rows %v, want 10 hits and 10 alerts", got)
 	}
@@ -421,10 +399,10 @@ func TestRetriesUntilTheDatabaseTakesTheBatch(t *testing.T) {
 			t.Errorf("retry line %q lacks %q", line, want)
 		}
 	}
-	if got, logged := h.m.get("retries{transaction}"), int64(strings.Count(logs, logStreamBatchRetry)); got != logged {
+	if got, logged := h.m.Get("retries{transaction}"), int64(strings.Count(logs, logStreamBatchRetry)); got != logged {
 		t.Errorf("retries counted %d, %d logged", got, logged)
 	}
-	if got := h.m.get("faults{transaction}"); got != 1 {
+	if got := h.m.Get("faults{transaction}"); got != 1 {
 		t.Errorf("faults counted %d, want 1 for one failing batch", got)
 	}
 }
@@ -449,7 +427,7 @@ func TestShutdownDuringAWriteIsNoFault(t *testing.T) {
 		t.Fatalf("WriteBatch at shutdown: %v, want the context's error", err)
 	}
 	for _, m := range []string{"faults{transaction}", "retries{transaction}", "batches{transaction}"} {
-		if got := h.m.get(m); got != 0 {
+		if got := h.m.Get(m); got != 0 {
 			t.Errorf("%s = %d after a shutdown, want 0", m, got)
 		}
 	}

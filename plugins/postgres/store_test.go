@@ -20,10 +20,10 @@ func TestReplayOfDirectWriteIsNoFault(t *testing.T) {
 	if n := h.count("SELECT count(*) FROM speculapro.transactions"); n != 60 {
 		t.Fatalf("%d transactions, want 60", n)
 	}
-	if s, k := h.m.get("stored{transactions}"), h.m.get("skipped{transactions}"); s != 60 || k != 20 {
+	if s, k := h.m.Get("stored{transactions}"), h.m.Get("skipped{transactions}"); s != 60 || k != 20 {
 		t.Errorf("counted stored=%d skipped=%d, want 60 and 20", s, k)
 	}
-	if f, r := h.m.get("faults{transactions}"), h.m.get("retries{transactions}"); f != 0 || r != 0 {
+	if f, r := h.m.Get("faults{transactions}"), h.m.Get("retries{transactions}"); f != 0 || r != 0 {
 		t.Errorf("a replay counted faults=%d retries=%d, want none", f, r)
 	}
 	if len(h.dlq.letters) != 0 {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,49 +22,18 @@ import (
 
 // --- fixtures -------------------------------------------------------------
 
-// fakeMetrics records what the step counted, by metric and labels.
-type fakeMetrics struct {
-	mu sync.Mutex
-	n  map[string]int64
-}
-
-type fakeMetric struct {
-	f    *fakeMetrics
-	name string
-}
-
-func (m fakeMetric) Incr(n int64, labels ...string) {
-	m.f.mu.Lock()
-	defer m.f.mu.Unlock()
-	m.f.n[m.name+"{"+strings.Join(labels, ",")+"}"] += n
-}
-
-func (m fakeMetric) Set(v int64, labels ...string) {
-	m.f.mu.Lock()
-	defer m.f.mu.Unlock()
-	m.f.n[m.name+"{"+strings.Join(labels, ",")+"}"] = v
-}
-
-func (m fakeMetric) Timing(int64, ...string) {}
-
-func (f *fakeMetrics) get(key string) int64 {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.n[key]
-}
-
 type evalHarness struct {
 	t    *testing.T
 	db   *dbtest.DB
 	conn *pgx.Conn
 	logs *testenv.SyncBuffer
-	m    *fakeMetrics
+	m    *testenv.Metrics
 }
 
 func newEvalHarness(t *testing.T) *evalHarness {
 	t.Helper()
 	db := dbtest.New(t)
-	return &evalHarness{t: t, db: db, conn: db.Connect(t, db.SuperuserURL), logs: &testenv.SyncBuffer{}, m: &fakeMetrics{n: map[string]int64{}}}
+	return &evalHarness{t: t, db: db, conn: db.Connect(t, db.SuperuserURL), logs: &testenv.SyncBuffer{}, m: &testenv.Metrics{}}
 }
 
 func (h *evalHarness) step(kind event.Kind, reload time.Duration, realtime bool) *ruleEval {
@@ -75,8 +43,8 @@ func (h *evalHarness) step(kind event.Kind, reload time.Duration, realtime bool)
 	if err != nil {
 		h.t.Fatalf("newRuleEval: %v", err)
 	}
-	mk := func(name string) fakeMetric { return fakeMetric{h.m, name} }
-	r.m = ruleEvalMetrics{evaluated: mk("evaluated"), skipped: mk("skipped"), hits: mk("hits"), errors: mk("errors"), loaded: mk("loaded"), stage: mk("stage")}
+	m := h.m.Metric
+	r.m = ruleEvalMetrics{evaluated: m("evaluated"), skipped: m("skipped"), hits: m("hits"), errors: m("errors"), loaded: m("loaded"), stage: m("stage")}
 	h.t.Cleanup(func() { _ = r.Close(context.Background()) })
 	return r
 }
@@ -239,7 +207,7 @@ func TestEvaluatesEachWorkspacesRules(t *testing.T) {
 		"evaluated{transaction}": 5, "hits{large_to_new}": 1, "hits{velocity}": 2, "hits{everything}": 1,
 		"loaded{transaction}": 3,
 	} {
-		if got := h.m.get(key); got != want {
+		if got := h.m.Get(key); got != want {
 			t.Errorf("%s = %d, want %d", key, got, want)
 		}
 	}
@@ -263,7 +231,7 @@ func TestFailingRuleIsCountedLoggedOnceAndStopsNothing(t *testing.T) {
 			t.Fatalf("message %d: hits %v err %v, want [fine] and no error", i, got, m.GetError())
 		}
 	}
-	if got := h.m.get("errors{broken}"); got != 20 {
+	if got := h.m.Get("errors{broken}"); got != 20 {
 		t.Errorf("rule errors counted %d, want 20", got)
 	}
 	if n := strings.Count(h.logs.String(), logRuleFailed); n != 1 {
@@ -401,10 +369,10 @@ func TestReplaysOfStoredEventsAreNotEvaluatedAgain(t *testing.T) {
 			t.Errorf("message %d: hits %s, want %s", i, got, want)
 		}
 	}
-	if got := h.m.get("skipped{transaction}"); got != 2 {
+	if got := h.m.Get("skipped{transaction}"); got != 2 {
 		t.Errorf("replays skipped %d, want 2", got)
 	}
-	if got := h.m.get("evaluated{transaction}"); got != 3 {
+	if got := h.m.Get("evaluated{transaction}"); got != 3 {
 		t.Errorf("evaluated %d, want 3", got)
 	}
 }
