@@ -5,7 +5,9 @@ import (
 	"crypto/hkdf"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/binary"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 
@@ -293,6 +295,22 @@ func TestDevKeys(t *testing.T) {
 	}
 }
 
+// BenchmarkSeal is one identifier of a request's batch sealed by the
+// request's Sealer (BenchmarkProtect pays a Sealer per identifier).
+func BenchmarkSeal(b *testing.B) {
+	ring, _ := ParseKeyring(testKeyA)
+	s, err := ring.NewSealer()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := s.Seal(wsA, FieldCounterpartyIdentifier, "DE89370400440532013000"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 func BenchmarkProtect(b *testing.B) {
 	p, err := NewProtector(testKeyA, testFP)
 	if err != nil {
@@ -328,26 +346,94 @@ func TestCiphertextBoundToWorkspaceAndField(t *testing.T) {
 	}
 }
 
-// Every message gets its own derived key and nonce (item 16): the salt
-// prefix of two encryptions of one value differs, and the raw format starts
-// with the format byte and a 24-byte salt.
-func TestPerMessageKeys(t *testing.T) {
+// No GCM key meets random nonces or a nonce twice (item 16): every Sealer
+// (and every single Encrypt) takes its own salt, and a Sealer's messages
+// count up under it; the raw format is the format byte, the 24-byte salt
+// and the 4-byte counter.
+func TestSealerKeysAndNonces(t *testing.T) {
 	ring, _ := ParseKeyring(testKeyA)
-	seen := map[string]bool{}
-	for range 1000 {
+	salts := map[string]bool{}
+	parse := func(c string) (salt string, n uint32) {
+		raw := mustB64(t, strings.TrimPrefix(c, "k1:"))
+		if raw[0] != formatPerSealer || len(raw) != 1+saltSize+counterSize+len("12345678")+16 {
+			t.Fatalf("raw ciphertext: format %d, %d bytes", raw[0], len(raw))
+		}
+		return string(raw[1 : 1+saltSize]), binary.BigEndian.Uint32(raw[1+saltSize:])
+	}
+	for range 200 {
 		c, err := ring.Encrypt(wsA, FieldAccountNumber, "12345678")
 		if err != nil {
 			t.Fatal(err)
 		}
-		raw := mustB64(t, strings.TrimPrefix(c, "k1:"))
-		if raw[0] != ciphertextFormat || len(raw) != 1+saltSize+len("12345678")+16 {
-			t.Fatalf("raw ciphertext: format %d, %d bytes", raw[0], len(raw))
-		}
-		salt := string(raw[1 : 1+saltSize])
-		if seen[salt] {
+		salt, _ := parse(c)
+		if salts[salt] {
 			t.Fatal("a salt repeated")
 		}
-		seen[salt] = true
+		salts[salt] = true
+	}
+	for range 5 {
+		s, err := ring.NewSealer()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var first string
+		for i := range 300 {
+			c, err := s.Seal(wsA, FieldAccountNumber, "12345678")
+			if err != nil {
+				t.Fatal(err)
+			}
+			salt, n := parse(c)
+			if i == 0 {
+				if salts[salt] {
+					t.Fatal("a salt repeated")
+				}
+				salts[salt], first = true, salt
+			}
+			if salt != first || n != uint32(i) {
+				t.Fatalf("message %d of a sealer: its salt changed or counter %d", i, n)
+			}
+			if got, err := ring.Decrypt(wsA, FieldAccountNumber, c); err != nil || got != "12345678" {
+				t.Fatalf("message %d: Decrypt = %q, %v", i, got, err)
+			}
+		}
+	}
+	// Before the counter wraps, a Sealer takes a new salt.
+	s, _ := ring.NewSealer()
+	s.n = math.MaxUint32
+	c1, _ := s.Seal(wsA, FieldAccountNumber, "12345678")
+	c2, _ := s.Seal(wsA, FieldAccountNumber, "12345678")
+	salt1, n1 := parse(c1)
+	salt2, n2 := parse(c2)
+	if n1 != math.MaxUint32 || n2 != 0 || salt1 == salt2 {
+		t.Errorf("at the counter's end: counters %d, %d, same salt %v; want a new salt from 0", n1, n2, salt1 == salt2)
+	}
+	// A counter moved to another message's fails to open.
+	raw := mustB64(t, strings.TrimPrefix(c2, "k1:"))
+	raw[1+saltSize+counterSize-1] ^= 1
+	if _, err := ring.Decrypt(wsA, FieldAccountNumber, "k1:"+base64.StdEncoding.EncodeToString(raw)); !errors.Is(err, ErrCiphertext) {
+		t.Errorf("a changed counter: %v, want ErrCiphertext", err)
+	}
+}
+
+// What was stored under format 2 (a key per message) still opens, bound to
+// its workspace and field as before.
+func TestFormat2StillOpens(t *testing.T) {
+	const v2 = "k1:AqzpRX6l2hk/rc7bRs2Cwz+0DY5ZOphL21otajDKEzv/jRQzt0oUTRnlBb41gfKAcWV+SFyYXW41kpULHs7l" // made by the format-2 code
+	ring, _ := ParseKeyring(testKeyA)
+	if got, err := ring.Decrypt(wsA, FieldCounterpartyIdentifier, v2); err != nil || got != "DE89370400440532013000" {
+		t.Fatalf("format 2: Decrypt = %q, %v", got, err)
+	}
+	if _, err := ring.Decrypt(wsB, FieldCounterpartyIdentifier, v2); !errors.Is(err, ErrCiphertext) {
+		t.Errorf("format 2 in another workspace: %v, want ErrCiphertext", err)
+	}
+	if _, err := ring.Decrypt(wsA, FieldAccountNumber, v2); !errors.Is(err, ErrCiphertext) {
+		t.Errorf("format 2 in another field: %v, want ErrCiphertext", err)
+	}
+	// The same bytes relabelled as format 3 do not open.
+	raw := mustB64(t, strings.TrimPrefix(v2, "k1:"))
+	raw[0] = formatPerSealer
+	if _, err := ring.Decrypt(wsA, FieldCounterpartyIdentifier, "k1:"+base64.StdEncoding.EncodeToString(raw)); !errors.Is(err, ErrCiphertext) {
+		t.Errorf("format 2 relabelled 3: %v, want ErrCiphertext", err)
 	}
 }
 
@@ -399,7 +485,7 @@ func mustB64(t *testing.T, s string) []byte {
 func TestExpandIsHKDF(t *testing.T) {
 	ring, _ := ParseKeyring(testKeyA)
 	k := ring.keys["k1"]
-	info := []byte(adDomain + "0123456789abcdefghijklmn")
+	info := []byte(adDomainV3 + "0123456789abcdefghijklmn")
 	want, err := hkdf.Expand(sha256.New, k.prk, string(info), 44)
 	if err != nil {
 		t.Fatal(err)

@@ -151,12 +151,20 @@ func decodeBatch(body []byte, kind event.Kind, ws event.UUID, now time.Time, max
 		}
 	}
 	out := make([]parsedItem, len(raws))
+	// One Sealer for the request's identifiers: its key is derived once,
+	// not once per identifier (identity.Keyring). Without one (no salt
+	// could be read), each identifier tries on its own and fails alone.
+	var sealer *identity.Sealer
+	if kind == event.KindTransaction {
+		sealer, _ = prot.Keys.NewSealer()
+	}
 	for i, raw := range raws {
 		path := fmt.Sprintf("items[%d]", i)
 		r, err := newFieldReader(raw, path)
 		if err != nil {
 			return nil, err
 		}
+		r.sealer = sealer
 		if kind == event.KindTransaction {
 			out[i] = r.transaction(ws, now, prot)
 		} else {
@@ -219,6 +227,7 @@ func quoteAll(ss []string) string {
 // fieldReader reads the fields of one JSON object by name, collecting every
 // failure with its path instead of stopping at the first.
 type fieldReader struct {
+	sealer  *identity.Sealer // the request's, for its identifiers; nil: one per identifier
 	path    string
 	fields  []objField // the object's members in order (a repeated key: the last counts)
 	errs    *[]FieldError
@@ -633,13 +642,20 @@ type wireCounterparty struct {
 
 // protectCounterparty is the counterparty_fingerprint processor's work on
 // one parsed counterparty: the identifier (already normalised) encrypted
-// for ws and the field counterparty.identifier, masked and fingerprinted,
-// and the counterparty's de-duplication fingerprint.
-func protectCounterparty(prot *identity.Protector, ws event.UUID, cp *wireCounterparty) (*event.Counterparty, error) {
+// for ws and the field counterparty.identifier (by sealer, the request's,
+// when there is one), masked and fingerprinted, and the counterparty's
+// de-duplication fingerprint.
+func protectCounterparty(prot *identity.Protector, sealer *identity.Sealer, ws event.UUID, cp *wireCounterparty) (*event.Counterparty, error) {
 	c := &event.Counterparty{Name: cp.Name}
 	if cp.Identifier != "" {
 		k := identity.Kind(cp.IdentifierKind)
-		enc, err := prot.Keys.Encrypt(ws, identity.FieldCounterpartyIdentifier, cp.normalized)
+		var enc string
+		var err error
+		if sealer != nil {
+			enc, err = sealer.Seal(ws, identity.FieldCounterpartyIdentifier, cp.normalized)
+		} else {
+			enc, err = prot.Keys.Encrypt(ws, identity.FieldCounterpartyIdentifier, cp.normalized)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -679,7 +695,7 @@ func (r *fieldReader) transaction(ws event.UUID, now time.Time, prot *identity.P
 	var cpp *wireCounterparty
 	if cp.Name != "" || cp.Identifier != "" {
 		cpp = &cp
-		c, err := protectCounterparty(prot, ws, cpp)
+		c, err := protectCounterparty(prot, r.sealer, ws, cpp)
 		if err != nil {
 			// A failing cipher, not the client's fault; never the value.
 			r.fail("counterparty.identifier", "cannot be encrypted now")
