@@ -270,23 +270,29 @@ func (p *binProcess) scrape() (string, error) {
 // (it must run with http.debug_endpoints) to path, for a benchmark; a
 // failure is logged, as the profile is a by-product of the measurement.
 func saveCPUProfile(b *testing.B, p *binProcess, what, path string, seconds int) {
+	saveProfile(b, p, "profile", what, path, seconds)
+}
+
+// saveProfile saves the process's pprof profile of kind ("profile" for
+// CPU, "allocs" for what was allocated) over seconds to path.
+func saveProfile(b *testing.B, p *binProcess, kind, what, path string, seconds int) {
 	client := http.Client{Timeout: max(time.Minute, time.Duration(seconds+30)*time.Second)}
-	resp, err := client.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.httpAddr, seconds))
+	resp, err := client.Get(fmt.Sprintf("http://%s/debug/pprof/%s?seconds=%d", p.httpAddr, kind, seconds))
 	if err != nil {
-		b.Logf("CPU profile: %v", err)
+		b.Logf("%s profile: %v", kind, err)
 		return
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(resp.Body)
 	if err != nil || resp.StatusCode != http.StatusOK {
-		b.Logf("CPU profile: status %d, %v", resp.StatusCode, err)
+		b.Logf("%s profile: status %d, %v", kind, resp.StatusCode, err)
 		return
 	}
 	if err := os.WriteFile(path, data, 0o644); err != nil {
-		b.Logf("CPU profile: %v", err)
+		b.Logf("%s profile: %v", kind, err)
 		return
 	}
-	b.Logf("CPU profile of %d s of %s saved to %s (go tool pprof -top %s)", seconds, what, path, path)
+	b.Logf("%s profile of %d s of %s saved to %s (go tool pprof -top %s)", kind, seconds, what, path, path)
 }
 
 // metricSum adds up every sample of metric in a scrape whose labels include

@@ -86,16 +86,24 @@ func BenchmarkIngestThroughput(b *testing.B) {
 		failures  []string
 		wg        sync.WaitGroup
 	)
-	// SP_TEST_BENCH_CPUPROFILE=<file> saves a 3 s CPU profile of the ingest
-	// process under load (http.debug_endpoints is on for the benchmark).
+	// SP_TEST_BENCH_CPUPROFILE=<file> saves a CPU profile and
+	// SP_TEST_BENCH_ALLOCPROFILE=<file> an allocation profile of the ingest
+	// process under load (http.debug_endpoints is on for the benchmark),
+	// over about the run's first half: 3 s, 5 s at full scale.
 	var profiled sync.WaitGroup
-	if path := os.Getenv("SP_TEST_BENCH_CPUPROFILE"); path != "" {
-		profiled.Add(1)
-		// The fetch owns only its response; it ends after 3 s of profile.
-		go func() {
-			defer profiled.Done()
-			saveCPUProfile(b, p, "the ingest process", path, 3)
-		}()
+	seconds := 3
+	if fullScale() {
+		seconds = 5
+	}
+	for kind, env := range map[string]string{"profile": "SP_TEST_BENCH_CPUPROFILE", "allocs": "SP_TEST_BENCH_ALLOCPROFILE"} {
+		if path := os.Getenv(env); path != "" {
+			profiled.Add(1)
+			// The fetch owns only its response; it ends after its seconds.
+			go func() {
+				defer profiled.Done()
+				saveProfile(b, p, kind, "the ingest process", path, seconds)
+			}()
+		}
 	}
 	next := make(chan []byte)
 	start := time.Now()
