@@ -67,6 +67,14 @@ func NewFingerprinter(spec string) (*Fingerprinter, error) {
 // Version is the key version every fingerprint starts with.
 func (f *Fingerprinter) Version() byte { return f.version }
 
+// macState is a pooled HMAC under a workspace's key with the scratch its
+// input and output are built in (a hash.Hash is an interface, so what is
+// written to it would otherwise escape to the heap, one allocation a part).
+type macState struct {
+	h   hash.Hash
+	buf []byte
+}
+
 // pool returns the HMAC pool of ws's key, deriving the key on first use
 // (hmac.New costs two key schedules, so HMACs are reused).
 func (f *Fingerprinter) pool(ws event.UUID) *sync.Pool {
@@ -80,23 +88,25 @@ func (f *Fingerprinter) pool(ws event.UUID) *sync.Pool {
 		// Only an output longer than 255 hash blocks fails.
 		panic(fmt.Sprintf("identity: deriving a fingerprint key: %v", err))
 	}
-	p := &sync.Pool{New: func() any { return hmac.New(sha256.New, key) }}
+	p := &sync.Pool{New: func() any { return &macState{h: hmac.New(sha256.New, key), buf: make([]byte, 0, 256)} }}
 	actual, _ := f.pools.LoadOrStore(ws, p)
 	return actual.(*sync.Pool)
 }
 
-func (f *Fingerprinter) sum(ws event.UUID, parts ...string) string {
+// sum is hex(version ‖ HMAC(key_ws, a ‖ b ‖ c)).
+func (f *Fingerprinter) sum(ws event.UUID, a, b, c string) string {
 	pool := f.pool(ws)
-	h := pool.Get().(hash.Hash)
-	h.Reset()
-	for _, p := range parts {
-		h.Write([]byte(p))
-	}
-	var sum [1 + sha256.Size]byte
-	sum[0] = f.version
-	h.Sum(sum[1:1])
-	pool.Put(h)
-	return hex.EncodeToString(sum[:])
+	m := pool.Get().(*macState)
+	m.h.Reset()
+	m.buf = append(append(append(m.buf[:0], a...), b...), c...)
+	m.h.Write(m.buf)
+	m.buf = append(m.buf[:0], f.version)
+	m.buf = m.h.Sum(m.buf)
+	out := hex.AppendEncode(m.buf[len(m.buf):], m.buf)
+	fp := string(out)
+	m.buf = m.buf[:0]
+	pool.Put(m)
+	return fp
 }
 
 // Identifier is the keyed fingerprint of a normalised identifier in
@@ -133,10 +143,10 @@ func (f *Fingerprinter) Identifier(ws event.UUID, kind Kind, normalized string) 
 // recorded. The prefixes keep the two derivations from ever colliding.
 func (f *Fingerprinter) Counterparty(ws event.UUID, identifierFP, name string) string {
 	if identifierFP != "" {
-		return f.sum(ws, "cp:id:", identifierFP)
+		return f.sum(ws, "cp:id:", identifierFP, "")
 	}
 	if n := NormalizeName(name); n != "" {
-		return f.sum(ws, "cp:name:", n)
+		return f.sum(ws, "cp:name:", n, "")
 	}
 	return ""
 }

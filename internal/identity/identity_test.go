@@ -255,7 +255,7 @@ func TestFingerprints(t *testing.T) {
 	if f.Counterparty(wsA, "", "ACME Ltd") == f.Counterparty(wsA, "", "ACME Limited") {
 		t.Error("different names share a fingerprint")
 	}
-	if f.Counterparty(wsA, "", "acme") == f.Counterparty(wsA, f.sum(wsA, "acme"), "") {
+	if f.Counterparty(wsA, "", "acme") == f.Counterparty(wsA, f.sum(wsA, "acme", "", ""), "") {
 		t.Error("name and identifier derivations collide")
 	}
 	if got := f.Counterparty(wsA, "", " -- "); got != "" {
@@ -493,6 +493,25 @@ func TestExpandIsHKDF(t *testing.T) {
 	for range 3 { // pooled HMACs are reset between uses
 		if got := k.expand(info); !bytes.Equal(got, want) {
 			t.Fatalf("expand = %x, want %x", got, want)
+		}
+	}
+}
+
+// Fingerprints are compared with stored ones, so they never change: these
+// are what the first implementation gave (a pooled HMAC per part).
+func TestFingerprintsKnownAnswers(t *testing.T) {
+	f, err := NewFingerprinter(testFP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := f.Identifier(wsA, KindIBAN, "DE89370400440532013000")
+	for _, c := range []struct{ got, want string }{
+		{id, "0157e12bf60278975130bb44ea509c19c0906ab09e8f6f22e878abf48f3a7faaaa"},
+		{f.Counterparty(wsA, id, "x"), "015163e83a7fe5b7705be04b19587bc360eea768147caa5ac456c695a300a5e76f"},
+		{f.Counterparty(wsB, "", "ACME Ltd."), "01a9a632e6ba47441b61a8d077dc94e5af1165edd0209ed383074227be16b5af96"},
+	} {
+		if c.got != c.want {
+			t.Errorf("fingerprint %s, want %s", c.got, c.want)
 		}
 	}
 }

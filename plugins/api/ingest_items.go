@@ -103,30 +103,17 @@ type parsedItem struct {
 // fingerprints) while the item is parsed, exactly as the
 // counterparty_fingerprint processor would.
 func decodeBatch(body []byte, kind event.Kind, ws event.UUID, now time.Time, maxItems int, prot *identity.Protector) ([]parsedItem, error) {
-	var req map[string]json.RawMessage
-	// The fast decoder first; encoding/json only to explain a failure.
-	if gojson.Unmarshal(body, &req) != nil {
-		if err := strictUnmarshal(body, &req); err != nil {
+	// Duplicate keys, \u0000, numbers numeric cannot hold (event.CheckJSON):
+	// one pass over the body, which also proves it is JSON. A body that
+	// passes and is {"items": [...]} is split in place, its items slices of
+	// the body; anything else takes the careful path, which names the fault.
+	bodyErr := event.CheckJSON(body)
+	raws, ok := splitItems(body, bodyErr)
+	if !ok {
+		var err error
+		if raws, err = readItems(body); err != nil {
 			return nil, err
 		}
-		return nil, fmt.Errorf("%w: not a single JSON object", errMalformed)
-	}
-	if req == nil {
-		return nil, fmt.Errorf("%w: want a JSON object with an items array", errMalformed)
-	}
-	var unknown []string
-	for k := range req {
-		if k != "items" {
-			unknown = append(unknown, k)
-		}
-	}
-	if len(unknown) > 0 {
-		sort.Strings(unknown)
-		return nil, fmt.Errorf("%w %s", errUnknownField, quoteAll(unknown))
-	}
-	var raws []json.RawMessage
-	if err := gojson.Unmarshal(req["items"], &raws); err != nil || raws == nil {
-		return nil, fmt.Errorf("%w: items: want an array of objects", errMalformed)
 	}
 	if len(raws) == 0 {
 		return nil, fmt.Errorf("%w: items is empty", errNoItems)
@@ -134,12 +121,11 @@ func decodeBatch(body []byte, kind event.Kind, ws event.UUID, now time.Time, max
 	if len(raws) > maxItems {
 		return nil, fmt.Errorf("%w: %d items, at most %d per request", errTooManyItems, len(raws), maxItems)
 	}
-	// Duplicate keys, \u0000, numbers numeric cannot hold (event.CheckJSON):
-	// one pass over the body; only when it fails is each item checked, so
-	// the fault is answered on its item, or refuses the request when it is
-	// outside every item.
+	// Only when the body failed is each item checked, so the fault is
+	// answered on its item, or refuses the request when it is outside
+	// every item.
 	itemJSONErr := make([]error, len(raws))
-	if err := event.CheckJSON(body); err != nil {
+	if bodyErr != nil {
 		found := false
 		for i, raw := range raws {
 			if itemJSONErr[i] = event.CheckJSON(raw); itemJSONErr[i] != nil {
@@ -147,7 +133,7 @@ func decodeBatch(body []byte, kind event.Kind, ws event.UUID, now time.Time, max
 			}
 		}
 		if !found {
-			return nil, fmt.Errorf("%w: %s", errMalformed, strings.TrimPrefix(err.Error(), event.ErrJSONB.Error()+": "))
+			return nil, fmt.Errorf("%w: %s", errMalformed, strings.TrimPrefix(bodyErr.Error(), event.ErrJSONB.Error()+": "))
 		}
 	}
 	out := make([]parsedItem, len(raws))
@@ -159,7 +145,7 @@ func decodeBatch(body []byte, kind event.Kind, ws event.UUID, now time.Time, max
 		sealer, _ = prot.Keys.NewSealer()
 	}
 	for i, raw := range raws {
-		path := fmt.Sprintf("items[%d]", i)
+		path := itemPath(i)
 		r, err := newFieldReader(raw, path)
 		if err != nil {
 			return nil, err
@@ -185,6 +171,99 @@ func decodeBatch(body []byte, kind event.Kind, ws event.UUID, now time.Time, max
 		}
 	}
 	return out, nil
+}
+
+// splitItems splits a body event.CheckJSON accepted (bodyErr nil) that is
+// exactly {"items": [...]} into its items without copying them; false for
+// any other body.
+func splitItems(body []byte, bodyErr error) ([][]byte, bool) {
+	if bodyErr != nil {
+		return nil, false
+	}
+	fields, ok := splitObject(body)
+	if !ok || len(fields) != 1 || string(fields[0].key) != "items" {
+		return nil, false
+	}
+	arr := fields[0].val
+	if len(arr) < 2 || arr[0] != '[' {
+		return nil, false
+	}
+	raws := make([][]byte, 0, 64)
+	i := skipSpace(arr, 1)
+	if arr[i] == ']' {
+		return raws, true
+	}
+	for {
+		end := skipValue(arr, i)
+		if end < 0 {
+			return nil, false
+		}
+		raws = append(raws, arr[i:end:end])
+		i = skipSpace(arr, end)
+		if i >= len(arr) {
+			return nil, false
+		}
+		switch arr[i] {
+		case ',':
+			i = skipSpace(arr, i+1)
+		case ']':
+			return raws, true
+		default:
+			return nil, false
+		}
+	}
+}
+
+// readItems reads {"items": [...]} from a body splitItems did not take,
+// with the request-level error that explains why it is refused.
+func readItems(body []byte) ([][]byte, error) {
+	var req map[string]json.RawMessage
+	// The fast decoder first; encoding/json only to explain a failure.
+	if gojson.Unmarshal(body, &req) != nil {
+		if err := strictUnmarshal(body, &req); err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: not a single JSON object", errMalformed)
+	}
+	if req == nil {
+		return nil, fmt.Errorf("%w: want a JSON object with an items array", errMalformed)
+	}
+	var unknown []string
+	for k := range req {
+		if k != "items" {
+			unknown = append(unknown, k)
+		}
+	}
+	if len(unknown) > 0 {
+		sort.Strings(unknown)
+		return nil, fmt.Errorf("%w %s", errUnknownField, quoteAll(unknown))
+	}
+	var raws []json.RawMessage
+	if err := gojson.Unmarshal(req["items"], &raws); err != nil || raws == nil {
+		return nil, fmt.Errorf("%w: items: want an array of objects", errMalformed)
+	}
+	out := make([][]byte, len(raws))
+	for i, r := range raws {
+		out[i] = r
+	}
+	return out, nil
+}
+
+// itemPaths are "items[0]" to "items[999]", made once: every item needs
+// its path, in case one of its fields fails.
+var itemPaths = func() []string {
+	p := make([]string, maxItemsDefault)
+	for i := range p {
+		p[i] = "items[" + strconv.Itoa(i) + "]"
+	}
+	return p
+}()
+
+func itemPath(i int) string {
+	if i < len(itemPaths) {
+		return itemPaths[i]
+	}
+	return "items[" + strconv.Itoa(i) + "]"
 }
 
 // strictUnmarshal decodes one JSON value and refuses trailing data.
@@ -411,7 +490,7 @@ func (r *fieldReader) str(field string, required bool, max int) string {
 	}
 	s, ok := plainString(v)
 	if !ok {
-		if err := gojson.Unmarshal(v, &s); err != nil {
+		if s, ok = decodeString(v); !ok {
 			r.fail(field, "want a string")
 			return ""
 		}
@@ -449,6 +528,16 @@ func plainString(v json.RawMessage) (string, bool) {
 		return "", false
 	}
 	return string(v[1 : len(v)-1]), true
+}
+
+// decodeString decodes a JSON string with escapes (false: not a string).
+// Apart from str, so that str's own result does not escape to the heap.
+func decodeString(v json.RawMessage) (string, bool) {
+	var s string
+	if err := gojson.Unmarshal(v, &s); err != nil {
+		return "", false
+	}
+	return s, true
 }
 
 func (r *fieldReader) enum(field string, required bool, allowed ...string) string {
