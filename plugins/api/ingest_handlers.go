@@ -117,7 +117,7 @@ func (a *ingestAPI) answerBatch(ctx context.Context, ws event.UUID, kind event.K
 	results := make([]itemResult, len(parsed))
 	first := make(map[string]int, len(parsed)) // external_id → index of its first valid item
 	hashes := make([][8]byte, len(parsed))
-	var candidates []item
+	candidates := make([]*item, 0, len(parsed))
 	for i, p := range parsed {
 		results[i] = itemResult{Index: i, ExternalID: p.item.externalID}
 		if len(p.errors) > 0 {
@@ -130,7 +130,7 @@ func (a *ingestAPI) answerBatch(ctx context.Context, ws event.UUID, kind event.K
 			continue // answered like its first copy, below
 		}
 		first[p.item.externalID] = i
-		candidates = append(candidates, p.item)
+		candidates = append(candidates, &parsed[i].item)
 	}
 	if len(candidates) > 0 {
 		a.decide(ctx, ws, kind, topic, candidates, hashes, results)
@@ -183,7 +183,7 @@ func (a *ingestAPI) contentHash(_ event.UUID, it *item) [8]byte {
 // check could store a resend whose occurred_at differs as a second row,
 // and the client can always send again; a bad item is still answered
 // rejected on its own.
-func (a *ingestAPI) decide(ctx context.Context, ws event.UUID, kind event.Kind, topic string, candidates []item, hashes [][8]byte, results []itemResult) {
+func (a *ingestAPI) decide(ctx context.Context, ws event.UUID, kind event.Kind, topic string, candidates []*item, hashes [][8]byte, results []itemResult) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), iaProbeTimeout)
 	defer cancel()
 	keys := make([]string, len(candidates))
@@ -201,8 +201,7 @@ func (a *ingestAPI) decide(ctx context.Context, ws event.UUID, kind event.Kind, 
 		return
 	}
 	var fresh, send []int // indexes into candidates
-	for i := range candidates {
-		it := &candidates[i]
+	for i, it := range candidates {
 		res := &results[it.index]
 		p := prev[i]
 		switch {
@@ -243,7 +242,7 @@ func (a *ingestAPI) decide(ctx context.Context, ws event.UUID, kind event.Kind, 
 		var upKeys []string
 		var upEntries []idemEntry
 		for _, i := range fresh {
-			it := &candidates[i]
+			it := candidates[i]
 			if id, ok := stored[it.externalID]; ok {
 				results[it.index].Status, results[it.index].ID = statusDuplicate, id.String()
 				upKeys = append(upKeys, keys[i])
@@ -259,7 +258,7 @@ func (a *ingestAPI) decide(ctx context.Context, ws event.UUID, kind event.Kind, 
 	if len(send) == 0 {
 		return
 	}
-	items := make([]item, len(send))
+	items := make([]*item, len(send))
 	for j, i := range send {
 		items[j] = candidates[i]
 	}
@@ -268,7 +267,7 @@ func (a *ingestAPI) decide(ctx context.Context, ws event.UUID, kind event.Kind, 
 	var accKeys, relKeys []string
 	var accEntries, relEntries []idemEntry
 	for _, i := range send {
-		it := &candidates[i]
+		it := candidates[i]
 		switch results[it.index].Status {
 		case statusAccepted:
 			e := mine[i]
@@ -310,7 +309,7 @@ func (a *ingestAPI) rateLimited(last *atomic.Int64) bool {
 // result from the acknowledgement. It waits at most ackTimeout, whatever
 // the client does: an answer must not be given before the ack, and an ack
 // must be recorded even if nobody reads the answer.
-func (a *ingestAPI) deliver(topic string, items []item, results []itemResult) {
+func (a *ingestAPI) deliver(topic string, items []*item, results []itemResult) {
 	batch := make(service.MessageBatch, len(items))
 	for i, it := range items {
 		m := service.NewMessage(it.value)
@@ -318,7 +317,7 @@ func (a *ingestAPI) deliver(topic string, items []item, results []itemResult) {
 		m.MetaSetMut("ingest_key", it.key)
 		// The envelope rides along, so a later step (feature_update) reads
 		// it instead of parsing the record again.
-		batch[i] = eventmsg.With(m, &items[i].env)
+		batch[i] = eventmsg.With(m, &it.env)
 	}
 	j := &job{batch: batch, done: make(chan error, 1), index: batch.Index()}
 	timer := time.NewTimer(a.ackTimeout)
@@ -387,8 +386,19 @@ func (a *ingestAPI) storedIDs(ctx context.Context, ws event.UUID, kind event.Kin
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), iaProbeTimeout)
 	defer cancel()
 	stored := make(map[string]event.UUID)
-	err := a.inWorkspace(ctx, ws, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT external_id, id FROM `+table+` WHERE workspace_id = $1 AND external_id = ANY($2)`, ws, exts)
+	// One round trip: a batch runs as one implicit transaction, so the
+	// workspace binding (set_config local) holds for the query, and no
+	// BEGIN and COMMIT of their own wait on the request.
+	var b pgx.Batch
+	b.Queue(`SELECT set_config('speculapro.workspace_id', $1, true)`, ws.String())
+	b.Queue(`SELECT external_id, id FROM `+table+` WHERE workspace_id = $1 AND external_id = ANY($2)`, ws, exts)
+	err := func() error {
+		br := a.pool.SendBatch(ctx, &b)
+		defer br.Close()
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("binding the session to its workspace: %w", err)
+		}
+		rows, err := br.Query()
 		if err != nil {
 			return err
 		}
@@ -401,8 +411,12 @@ func (a *ingestAPI) storedIDs(ctx context.Context, ws event.UUID, kind event.Kin
 			}
 			stored[ext] = id
 		}
-		return rows.Err()
-	})
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		rows.Close()
+		return br.Close()
+	}()
 	if err != nil {
 		return nil, fmt.Errorf("querying %s for %d external IDs: %w", table, len(exts), err)
 	}
