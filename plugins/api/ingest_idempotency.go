@@ -90,14 +90,15 @@ type idemStore struct {
 const releaseScript = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`
 
 func (s *idemStore) key(kind event.Kind, ws event.UUID, externalID string) string {
-	h := sha256.New()
-	h.Write([]byte(kind))
-	h.Write([]byte{0})
-	h.Write(ws[:])
-	h.Write([]byte(externalID))
-	var sum [sha256.Size]byte
-	h.Sum(sum[:0])
-	return s.prefix + "idem:{" + base64.RawURLEncoding.EncodeToString(sum[:16]) + "}"
+	// One buffer hashed at once (sha256.Sum256 allocates nothing) and the
+	// key built in another: the same hash as writing the parts one by one.
+	var in [256]byte
+	b := append(append(append(append(in[:0], kind...), 0), ws[:]...), externalID...)
+	sum := sha256.Sum256(b)
+	var out [128]byte
+	k := append(append(out[:0], s.prefix...), "idem:{"...)
+	k = base64.RawURLEncoding.AppendEncode(k, sum[:16])
+	return string(append(k, '}'))
 }
 
 // claim writes each entry where none exists (SET NX GET, with the TTL) and
@@ -176,23 +177,34 @@ func (s *idemStore) release(ctx context.Context, keys []string, entries []idemEn
 // whatever its time, see TransactionID) and the counterparty identifier by
 // its fingerprint, so no clear identifier is hashed into Redis.
 func contentHash(e *event.Envelope, cp *wireCounterparty, identifierFP string) [8]byte {
-	h := sha256.New()
-	var n [4]byte
+	// Each part length-prefixed, all in one buffer hashed at once (on the
+	// stack for a usual item; sha256.Sum256 allocates nothing).
+	var in [1024]byte
+	b := in[:0]
 	write := func(s string) {
-		binary.BigEndian.PutUint32(n[:], uint32(len(s)))
-		h.Write(n[:])
-		h.Write([]byte(s))
+		b = binary.BigEndian.AppendUint32(b, uint32(len(s)))
+		b = append(b, s...)
 	}
-	for _, s := range []string{string(e.Kind), e.ExternalID, e.AccountExternalID, e.CustomerExternalID, e.Amount, e.Currency,
-		string(e.Direction), e.Type, e.Status, e.Reference, e.Channel, string(e.Metadata), string(e.Attributes)} {
-		write(s)
-	}
+	write(string(e.Kind))
+	write(e.ExternalID)
+	write(e.AccountExternalID)
+	write(e.CustomerExternalID)
+	write(e.Amount)
+	write(e.Currency)
+	write(string(e.Direction))
+	write(e.Type)
+	write(e.Status)
+	write(e.Reference)
+	write(e.Channel)
+	write(string(e.Metadata))
+	write(string(e.Attributes))
 	if cp != nil {
 		write(cp.Name)
 		write(cp.IdentifierKind)
 		write(identifierFP)
 	}
+	sum := sha256.Sum256(b)
 	var out [8]byte
-	copy(out[:], h.Sum(nil))
+	copy(out[:], sum[:])
 	return out
 }
