@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	gojson "github.com/goccy/go-json"
@@ -73,10 +74,27 @@ func (it *item) encode(slab *[]byte) {
 		it.value = appendRecord(nil, &it.env)
 		return
 	}
+	if cap(*slab)-len(*slab) < recordRoom {
+		// A new chunk rather than a bigger copy of this one: the records
+		// already written keep pointing into the old chunk.
+		*slab = make([]byte, 0, recordChunk)
+	}
 	start := len(*slab)
 	*slab = appendRecord(*slab, &it.env)
 	it.value = (*slab)[start:len(*slab):len(*slab)]
 }
+
+// Records are written into chunks of recordChunk bytes, a new one taken when
+// less than recordRoom is left (a usual record is under 1 KiB; a longer one
+// only grows its chunk).
+const (
+	recordChunk = 64 << 10
+	recordRoom  = 4 << 10
+)
+
+// memberSlabs are the requests' buffers of object members (about 15 an
+// item), reused between requests.
+var memberSlabs = sync.Pool{New: func() any { s := make([]objField, 0, 8<<10); return &s }}
 
 // withID gives the item the ID it was first accepted under, and that
 // ID's occurred_at, so a resend of an item that may already be in Kafka is
@@ -147,10 +165,17 @@ func decodeBatch(body []byte, kind event.Kind, ws event.UUID, now time.Time, max
 	if kind == event.KindTransaction {
 		sealer, _ = prot.Keys.NewSealer()
 	}
-	// The records take about what the items took in the body, plus the
-	// envelope's own fields and the protected identifiers.
-	records := make([]byte, 0, len(body)+len(raws)*400)
-	members := make([]objField, 0, len(raws)*20)
+	var records []byte // chunks of recordChunk bytes (item.encode)
+	mp := memberSlabs.Get().(*[]objField)
+	members := (*mp)[:0]
+	defer func() {
+		// The members slice the body; none is read after this call.
+		clear(members)
+		if cap(members) <= 1<<16 {
+			*mp = members[:0]
+			memberSlabs.Put(mp)
+		}
+	}()
 	for i, raw := range raws {
 		path := itemPath(i)
 		r, err := newSlabReader(raw, path, &members)

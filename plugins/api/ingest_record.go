@@ -114,14 +114,21 @@ func appendTime(dst []byte, t time.Time) []byte {
 const hexDigits = "0123456789abcdef"
 
 // appendJSONString appends s quoted as encoding/json does without HTML
-// escaping: '"', '\\' and control characters escaped (\b \f \n \r \t by
-// name), invalid UTF-8 as \ufffd, U+2028 and U+2029 as \u2028 and \u2029.
-func appendJSONString(dst []byte, s string) []byte {
+// escaping (the record's bytes): '"', '\\' and control characters escaped
+// (\b \f \n \r \t by name), invalid UTF-8 as \ufffd, U+2028 and U+2029 as
+// \u2028 and \u2029.
+func appendJSONString(dst []byte, s string) []byte { return appendQuoted(dst, s, false) }
+
+// appendHTMLSafeString is appendJSONString with '<', '>' and '&' escaped
+// too, as json.Marshal writes an answer.
+func appendHTMLSafeString(dst []byte, s string) []byte { return appendQuoted(dst, s, true) }
+
+func appendQuoted(dst []byte, s string, escapeHTML bool) []byte {
 	dst = append(dst, '"')
 	start := 0
 	for i := 0; i < len(s); {
 		if b := s[i]; b < utf8.RuneSelf {
-			if b >= 0x20 && b != '"' && b != '\\' {
+			if b >= 0x20 && b != '"' && b != '\\' && !(escapeHTML && (b == '<' || b == '>' || b == '&')) {
 				i++
 				continue
 			}

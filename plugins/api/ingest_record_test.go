@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -80,4 +81,28 @@ func FuzzRecordIsEncode(f *testing.F) {
 			t.Fatalf("record\n%s\nevent.Encode\n%s", got[0].item.value, want)
 		}
 	})
+}
+
+// TestBatchAnswerIsMarshal: a batch answer is json.Marshal's bytes, for
+// every kind of result and text needing escapes.
+func TestBatchAnswerIsMarshal(t *testing.T) {
+	for _, resp := range []batchResponse{
+		{},
+		{Results: []itemResult{}},
+		{Accepted: 2, Duplicate: 1, Rejected: 1, Retry: 1, Conflict: 1, Results: []itemResult{
+			{Index: 0, ExternalID: "t-1", Status: statusAccepted, ID: "0193f5a2-7c00-7abc-8def-0123456789ab"},
+			{Index: 1, ExternalID: `<a href="x">&\u2028` + "\u2029\x01\t\xff é", Status: statusDuplicate, ID: "0193f5a2-7c00-7abc-8def-0123456789ab"},
+			{Index: 2, Status: statusRejected, Errors: []FieldError{{Field: "items[2].amount", Message: "required"}, {Field: "items[2].x<", Message: `want "a"`}}},
+			{Index: 3, ExternalID: "t-4", Status: statusRetry, ID: "0193f5a2-7c00-7abc-8def-0123456789ac", Message: "send it again & again"},
+			{Index: 4, ExternalID: "t-5", Status: statusConflict, ID: "x", Message: msgConflict, Errors: []FieldError{}},
+		}},
+	} {
+		want, err := json.Marshal(resp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := appendBatchResponse(nil, &resp); !bytes.Equal(got, want) {
+			t.Errorf("answer\n%s\njson.Marshal\n%s", got, want)
+		}
+	}
 }

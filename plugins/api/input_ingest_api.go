@@ -30,10 +30,13 @@ const (
 	iaFieldRedisPrefix  = "redis_key_prefix"
 	iaFieldIdemTTL      = "idempotency_ttl"
 
-	// iaRejectPrefix starts the error of an item the pipeline refused for
-	// its content (see pipelines/ingest.yaml, whose reject output writes
-	// it): such an item is answered rejected, every other failure retry.
-	iaRejectPrefix = "rejected: "
+	// iaRejectPrefix and iaRejectErroredPrefix start the error of an item
+	// the pipeline refused for its content: a reject output's message
+	// starting "rejected: ", or what reject_errored (pipelines/ingest.yaml)
+	// nacks a message a processor failed with. Such an item is answered
+	// rejected with the rest of the message, every other failure retry.
+	iaRejectPrefix        = "rejected: "
+	iaRejectErroredPrefix = "rejecting due to failed processing: "
 	// iaProbeTimeout bounds each readiness probe and each database call on
 	// the request path that has no item deadline of its own.
 	iaProbeTimeout = 2 * time.Second
