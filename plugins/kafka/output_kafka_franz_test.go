@@ -290,3 +290,53 @@ func TestKfoRefusesUnsafeConnections(t *testing.T) {
 		t.Fatalf("Connect with a wrong password: %q, want a hint at the password that does not show it", err)
 	}
 }
+
+// A topic or key that is a prefix and one metadata value is read from the
+// metadata directly: the same record as the interpolation gives, which
+// still serves a value that is absent or not a string.
+func TestKfoMetadataReferencesMatchInterpolation(t *testing.T) {
+	for _, s := range []struct {
+		in         string
+		ref        bool
+		prefix, at string
+	}{
+		{"sp.${! @ingest_topic }", true, "sp.", "ingest_topic"},
+		{"${!@ingest_key}", true, "", "ingest_key"},
+		{"${! @kafka_topic }.dlq", false, "", ""},
+		{`${! meta("kafka_key") }`, false, "", ""},
+		{"static", false, "", ""},
+		{"a${! @x }${! @y }", false, "", ""},
+	} {
+		r := parseKfoMetaRef(s.in)
+		if (r != nil) != s.ref || r != nil && (r.prefix != s.prefix || r.key != s.at) {
+			t.Errorf("parseKfoMetaRef(%q) = %+v", s.in, r)
+		}
+	}
+	w, err := kfoFromYAML(t, "seed_brokers: [ 127.0.0.1:1 ]\ntopic: sp.${! @ingest_topic }\nkey: ${! @ingest_key }\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.topicRef == nil || w.keyRef == nil {
+		t.Fatal("the metadata references were not recognised")
+	}
+	msgs := service.MessageBatch{service.NewMessage([]byte("a")), service.NewMessage([]byte("b")), service.NewMessage([]byte("c")), service.NewMessage([]byte("d"))}
+	msgs[0].MetaSetMut("ingest_topic", "txn.ingested")
+	msgs[0].MetaSetMut("ingest_key", "ws:acc-1")
+	msgs[1].MetaSetMut("ingest_topic", "account.events")
+	msgs[1].MetaSetMut("ingest_key", 42) // not a string: interpolated
+	msgs[2].MetaSetMut("ingest_topic", "txn.ingested")
+	msgs[3].MetaSetMut("ingest_topic", []byte("bytes.topic"))
+	ex := w.executors(msgs)
+	want := []struct{ topic, key string }{{"sp.txn.ingested", "ws:acc-1"}, {"sp.account.events", "42"}, {"sp.txn.ingested", "null"}, {"sp.bytes.topic", "null"}}
+	for i, m := range msgs {
+		r, err := w.record(ex, i, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		it, _ := msgs.TryInterpolatedString(i, w.topic)
+		ik, _ := msgs.TryInterpolatedString(i, w.key)
+		if r.Topic != want[i].topic || string(r.Key) != want[i].key || r.Topic != it || string(r.Key) != ik {
+			t.Errorf("message %d: topic %q key %q, want %q %q (interpolation %q %q)", i, r.Topic, r.Key, want[i].topic, want[i].key, it, ik)
+		}
+	}
+}
