@@ -202,7 +202,7 @@ func (a *ingestAPI) answerBatch(ctx context.Context, ws event.UUID, kind event.K
 			continue
 		}
 		hashes[i] = a.contentHash(ws, &parsed[i].item)
-		results[i].ID = p.item.id.String()
+		results[i].ID = uuidString(p.item.id)
 		if _, seen := first[p.item.externalID]; seen {
 			continue // answered like its first copy, below
 		}

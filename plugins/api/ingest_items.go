@@ -166,6 +166,7 @@ func decodeBatch(body []byte, kind event.Kind, ws event.UUID, now time.Time, max
 		sealer, _ = prot.Keys.NewSealer()
 	}
 	var records []byte // chunks of recordChunk bytes (item.encode)
+	wsPrefix := ws.String() + ":"
 	mp := memberSlabs.Get().(*[]objField)
 	members := (*mp)[:0]
 	defer func() {
@@ -182,7 +183,7 @@ func decodeBatch(body []byte, kind event.Kind, ws event.UUID, now time.Time, max
 		if err != nil {
 			return nil, err
 		}
-		r.sealer, r.records = sealer, &records
+		r.sealer, r.records, r.wsPrefix = sealer, &records, wsPrefix
 		if kind == event.KindTransaction {
 			out[i] = r.transaction(ws, now, prot)
 		} else {
@@ -338,14 +339,15 @@ func quoteAll(ss []string) string {
 // fieldReader reads the fields of one JSON object by name, collecting every
 // failure with its path instead of stopping at the first.
 type fieldReader struct {
-	sealer  *identity.Sealer // the request's, for its identifiers; nil: one per identifier
-	records *[]byte          // the request's buffer the records are appended to; nil: one each
-	slab    *[]objField      // the request's buffer of object members; nil: one slice an object
-	path    string
-	fields  []objField // the object's members in order (a repeated key: the last counts)
-	errs    *[]FieldError
-	nested  []*fieldReader
-	present bool
+	sealer   *identity.Sealer // the request's, for its identifiers; nil: one per identifier
+	records  *[]byte          // the request's buffer the records are appended to; nil: one each
+	slab     *[]objField      // the request's buffer of object members; nil: one slice an object
+	wsPrefix string           // "<workspace>:", the Kafka keys' start; "": made per item
+	path     string
+	fields   []objField // the object's members in order (a repeated key: the last counts)
+	errs     *[]FieldError
+	nested   []*fieldReader
+	present  bool
 }
 
 // objField is one member of a JSON object: its key (unescaped) and its
@@ -852,7 +854,7 @@ func (r *fieldReader) transaction(ws event.UUID, now time.Time, prot *identity.P
 		}
 		e.Counterparty = c
 	}
-	return r.finish(e, cpp, ws.String()+":"+e.AccountExternalID)
+	return r.finish(e, cpp, r.keyOf(ws, e.AccountExternalID))
 }
 
 func (r *fieldReader) accountEvent(ws event.UUID, now time.Time) parsedItem {
@@ -869,7 +871,16 @@ func (r *fieldReader) accountEvent(ws event.UUID, now time.Time) parsedItem {
 		return parsedItem{item: item{externalID: e.ExternalID}, errors: *r.errs}
 	}
 	e.ID = event.AccountEventID(ws, e.ExternalID, e.OccurredAt)
-	return r.finish(e, nil, ws.String()+":"+e.CustomerExternalID)
+	return r.finish(e, nil, r.keyOf(ws, e.CustomerExternalID))
+}
+
+// keyOf is the Kafka key <workspace>:<id>, the workspace's part made once
+// per request when the reader has it.
+func (r *fieldReader) keyOf(ws event.UUID, id string) string {
+	if r.wsPrefix == "" {
+		return ws.String() + ":" + id
+	}
+	return r.wsPrefix + id
 }
 
 // finish encodes the envelope, once. The reader's checks are stricter than

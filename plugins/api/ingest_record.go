@@ -96,10 +96,25 @@ func appendObject(dst []byte, name string, raw json.RawMessage) []byte {
 
 // appendUUID appends a UUID as its quoted text.
 func appendUUID(dst []byte, u event.UUID) []byte {
-	text, _ := u.MarshalText()
-	dst = append(dst, '"')
-	dst = append(dst, text...)
-	return append(dst, '"')
+	return append(appendUUIDText(append(dst, '"'), u), '"')
+}
+
+// appendUUIDText appends a UUID's text (event.UUID.String's, without its
+// two allocations).
+func appendUUIDText(dst []byte, u event.UUID) []byte {
+	for i, b := range u {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			dst = append(dst, '-')
+		}
+		dst = append(dst, hexDigits[b>>4], hexDigits[b&0xF])
+	}
+	return dst
+}
+
+// uuidString is u.String() in one allocation.
+func uuidString(u event.UUID) string {
+	var b [36]byte
+	return string(appendUUIDText(b[:0], u))
 }
 
 // appendTime appends a time as encoding/json does (RFC 3339 with
