@@ -30,13 +30,6 @@ var (
 // row-level security, so it sees that workspace's keys only.
 func apikeyCommand() *cli.Command {
 	wsFlag := &cli.StringFlag{Name: "workspace", Usage: "the workspace's ID", Required: true}
-	workspace := func(c *cli.Context, cmd string) (event.UUID, error) {
-		ws, err := event.ParseUUID(c.String("workspace"))
-		if err != nil {
-			return ws, fmt.Errorf("apikey %s: --workspace: %w", cmd, err)
-		}
-		return ws, nil
-	}
 	return &cli.Command{
 		Name:  "apikey",
 		Usage: "Manage API keys: create, list, revoke",
@@ -47,13 +40,9 @@ func apikeyCommand() *cli.Command {
 				"stored: copy it now.",
 			Flags: []cli.Flag{wsFlag, &cli.StringFlag{Name: "name", Usage: "what the key is for, to tell keys apart", Value: "api key"}},
 			Action: func(c *cli.Context) error {
-				ws, err := workspace(c, "create")
-				if err != nil {
-					return err
-				}
-				ctx, cancel := context.WithTimeout(c.Context, workspaceTimeout)
-				defer cancel()
-				return runAPIKeyCreate(ctx, c.App.Writer, config.DBURL.Value(), ws, c.String("name"))
+				return workspaceAction(c, "apikey create", func(ctx context.Context, ws event.UUID) error {
+					return runAPIKeyCreate(ctx, c.App.Writer, config.DBURL.Value(), ws, c.String("name"))
+				})
 			},
 		}, {
 			Name:        "list",
@@ -61,13 +50,9 @@ func apikeyCommand() *cli.Command {
 			Description: "Connects as SP_DB_URL. Only the non-secret key_prefix of each key is shown.",
 			Flags:       []cli.Flag{wsFlag},
 			Action: func(c *cli.Context) error {
-				ws, err := workspace(c, "list")
-				if err != nil {
-					return err
-				}
-				ctx, cancel := context.WithTimeout(c.Context, workspaceTimeout)
-				defer cancel()
-				return runAPIKeyList(ctx, c.App.Writer, config.DBURL.Value(), ws)
+				return workspaceAction(c, "apikey list", func(ctx context.Context, ws event.UUID) error {
+					return runAPIKeyList(ctx, c.App.Writer, config.DBURL.Value(), ws)
+				})
 			},
 		}, {
 			Name:  "revoke",
@@ -79,13 +64,9 @@ func apikeyCommand() *cli.Command {
 				&cli.StringFlag{Name: "id", Usage: "the key's ID, when several keys share a prefix"},
 			},
 			Action: func(c *cli.Context) error {
-				ws, err := workspace(c, "revoke")
-				if err != nil {
-					return err
-				}
-				ctx, cancel := context.WithTimeout(c.Context, workspaceTimeout)
-				defer cancel()
-				return runAPIKeyRevoke(ctx, c.App.Writer, config.DBURL.Value(), ws, c.String("prefix"), c.String("id"))
+				return workspaceAction(c, "apikey revoke", func(ctx context.Context, ws event.UUID) error {
+					return runAPIKeyRevoke(ctx, c.App.Writer, config.DBURL.Value(), ws, c.String("prefix"), c.String("id"))
+				})
 			},
 		}},
 	}

@@ -108,19 +108,14 @@ func webhookCommand() *cli.Command {
 	}
 }
 
-// webhookAction parses --workspace, bounds the command and names it in
-// its error.
+// webhookAction is workspaceAction naming the command in every error.
 func webhookAction(c *cli.Context, name string, fn func(context.Context, event.UUID) error) error {
-	ws, err := event.ParseUUID(c.String("workspace"))
-	if err != nil {
-		return fmt.Errorf("webhook %s: --workspace: %w", name, err)
-	}
-	ctx, cancel := context.WithTimeout(c.Context, workspaceTimeout)
-	defer cancel()
-	if err := fn(ctx, ws); err != nil {
-		return fmt.Errorf("webhook %s: %w", name, err)
-	}
-	return nil
+	return workspaceAction(c, "webhook "+name, func(ctx context.Context, ws event.UUID) error {
+		if err := fn(ctx, ws); err != nil {
+			return fmt.Errorf("webhook %s: %w", name, err)
+		}
+		return nil
+	})
 }
 
 // newSealedSecret makes an endpoint's signing secret and seals it under the

@@ -25,6 +25,19 @@ const workspaceTimeout = 30 * time.Second
 // not active); row-level security makes both look the same.
 var errNoWorkspace = errors.New("no such workspace")
 
+// workspaceAction parses --workspace and runs fn bounded by
+// workspaceTimeout, for the commands that act on one workspace (apikey,
+// webhook); cmd ("apikey create") names the command in a flag error.
+func workspaceAction(c *cli.Context, cmd string, fn func(context.Context, event.UUID) error) error {
+	ws, err := event.ParseUUID(c.String("workspace"))
+	if err != nil {
+		return fmt.Errorf("%s: --workspace: %w", cmd, err)
+	}
+	ctx, cancel := context.WithTimeout(c.Context, workspaceTimeout)
+	defer cancel()
+	return fn(ctx, ws)
+}
+
 // workspaceCommand creates a workspace and its first API key.
 func workspaceCommand() *cli.Command {
 	return &cli.Command{
