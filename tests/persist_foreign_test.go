@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/speculapro/speculapro/internal/dbmigrate/dbtest"
 )
 
 // rawProducer writes records as a foreign system would: franz-go alone, no
@@ -55,10 +53,7 @@ func randomRunes(n int) string {
 // the others are stored and their offsets committed, and once the month's
 // partition exists the waiting partition catches up.
 func TestPersistForeignRecordsNeverBlockAPartition(t *testing.T) {
-	db := dbtest.New(t)
-	k := newPersistKafka(t)
-	conn := db.Connect(t, db.SuperuserURL)
-	ws := persistWorkspace(t, conn)
+	db, k, conn, ws := newPersistFixture(t)
 	produce := rawProducer(t, k)
 
 	type bad struct {

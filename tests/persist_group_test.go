@@ -20,10 +20,7 @@ import (
 // group gives the dead member's partitions away after the input's session
 // timeout (6 s), not Kafka's default 45 s.
 func TestPersistResumesSecondsAfterSIGKILL(t *testing.T) {
-	db := dbtest.New(t)
-	k := newPersistKafka(t)
-	conn := db.Connect(t, db.SuperuserURL)
-	ws := persistWorkspace(t, conn)
+	db, k, conn, ws := newPersistFixture(t)
 	const countTxns = "SELECT count(*) FROM speculapro.transactions WHERE workspace_id = $1"
 	k.produceTxns(t, ws, 0, 30)
 	p := newBinProcess(t)

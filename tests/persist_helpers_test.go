@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/speculapro/speculapro/internal/dbmigrate/dbtest"
 	"github.com/speculapro/speculapro/internal/event"
 )
 
@@ -127,6 +128,18 @@ func persistRawTxn(t testing.TB, ws event.UUID, n int, tweak func(map[string]any
 		t.Fatal(err)
 	}
 	return out
+}
+
+// newPersistFixture is what most persister tests start from: a fresh
+// migrated database, topics and a group of the test's own on the shared
+// broker, a superuser connection for setting up and checking, and one
+// workspace.
+func newPersistFixture(t *testing.T) (*dbtest.DB, *persistKafka, *pgx.Conn, event.UUID) {
+	t.Helper()
+	db := dbtest.New(t)
+	k := newPersistKafka(t)
+	conn := db.Connect(t, db.SuperuserURL)
+	return db, k, conn, persistWorkspace(t, conn)
 }
 
 // persistWorkspace creates a workspace through a superuser connection.

@@ -10,7 +10,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/speculapro/speculapro/internal/dbmigrate/dbtest"
 	"github.com/speculapro/speculapro/internal/event"
 )
 
@@ -18,10 +17,7 @@ import (
 // on the dead-letter topic with their key, value, headers and source-offset,
 // each alone; everything else is stored, and the partitions move on.
 func TestPersistDeadLettersPoisonRecords(t *testing.T) {
-	db := dbtest.New(t)
-	k := newPersistKafka(t)
-	conn := db.Connect(t, db.SuperuserURL)
-	ws := persistWorkspace(t, conn)
+	db, k, conn, ws := newPersistFixture(t)
 
 	type poison struct {
 		value []byte

@@ -10,7 +10,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/speculapro/speculapro/internal/dbmigrate/dbtest"
 	"github.com/speculapro/speculapro/internal/event"
 )
 
@@ -18,10 +17,7 @@ import (
 // logged, the process exits cleanly, the shutdown is counted neither as a
 // fault nor as a retry, and the batch is not committed (it is read again).
 func TestPersistShutdownWhileBatchKeepsFailing(t *testing.T) {
-	db := dbtest.New(t)
-	k := newPersistKafka(t)
-	conn := db.Connect(t, db.SuperuserURL)
-	ws := persistWorkspace(t, conn)
+	db, k, conn, ws := newPersistFixture(t)
 	owner := db.Connect(t, db.OwnerURL)
 	if _, err := owner.Exec(context.Background(), "REVOKE INSERT ON speculapro.transactions FROM speculapro_system"); err != nil {
 		t.Fatal(err)

@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/speculapro/speculapro/internal/dbmigrate/dbtest"
 )
 
 const persistRoleError = "error: persist/stream/worker roles: database role cannot bypass row-level security (set SP_DB_SYSTEM_URL to the speculapro_system role)"
@@ -17,10 +15,7 @@ const persistRoleError = "error: persist/stream/worker roles: database role cann
 // before it reads (and so commits) anything — alone and as a stream of
 // `speculapro streams`, as `speculapro dev` runs it.
 func TestPersistRefusesToStartAsAppRole(t *testing.T) {
-	db := dbtest.New(t)
-	k := newPersistKafka(t)
-	conn := db.Connect(t, db.SuperuserURL)
-	ws := persistWorkspace(t, conn)
+	db, k, conn, ws := newPersistFixture(t)
 	var recs []*kgo.Record
 	for n := range 20 {
 		key, val, _ := persistTxn(t, ws, n, nil)

@@ -8,7 +8,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/speculapro/speculapro/internal/dbmigrate/dbtest"
 	"github.com/speculapro/speculapro/internal/event"
 )
 
@@ -17,10 +16,7 @@ import (
 // unreadable records reach its own dead-letter twin, and /metrics carries the
 // persister's metrics per table.
 func TestPersistPipelinesAsStreams(t *testing.T) {
-	db := dbtest.New(t)
-	k := newPersistKafka(t)
-	conn := db.Connect(t, db.SuperuserURL)
-	ws := persistWorkspace(t, conn)
+	db, k, conn, ws := newPersistFixture(t)
 
 	var txns, events []*kgo.Record
 	for n := range 50 {
