@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -373,6 +374,23 @@ func uniqueName(t testing.TB, what string) string {
 	}
 	what = strings.ToLower(regexp.MustCompile(`[^A-Za-z0-9]+`).ReplaceAllString(what, "-"))
 	return fmt.Sprintf("t-%s-%s", what, hex.EncodeToString(b))
+}
+
+// persistRoleError is the one line the persist, stream and worker roles
+// refuse to start with when their database role is bound by row-level
+// security.
+const persistRoleError = "error: persist/stream/worker roles: database role cannot bypass row-level security (set SP_DB_SYSTEM_URL to the speculapro_system role)"
+
+// requireRoleRefusal waits for p to exit and fails the test unless it exited
+// non-zero with persistRoleError as a whole line of its stderr.
+func requireRoleRefusal(t *testing.T, p *binProcess) {
+	t.Helper()
+	if code := p.waitExit(t, exitBound); code == 0 {
+		t.Fatalf("exit code 0, want non-zero")
+	}
+	if !slices.Contains(strings.Split(p.stderr.String(), "\n"), persistRoleError) {
+		t.Fatalf("stderr lacks the exact line\n%s\nstderr:\n%s", persistRoleError, p.stderr)
+	}
 }
 
 // privateKafkaWithTopics starts a real broker of the test's own (which it

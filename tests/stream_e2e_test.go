@@ -182,16 +182,7 @@ func TestStreamRefusesToStartAsAppRole(t *testing.T) {
 		t.Run(mode.name, func(t *testing.T) {
 			p := newBinProcess(t)
 			p.start(t, env, mode.args(p)...)
-			if code := p.waitExit(t, exitBound); code == 0 {
-				t.Fatalf("exit code 0, want non-zero")
-			}
-			found := false
-			for _, line := range strings.Split(p.stderr.String(), "\n") {
-				found = found || line == persistRoleError
-			}
-			if !found {
-				t.Fatalf("stderr lacks the exact line\n%s\nstderr:\n%s", persistRoleError, p.stderr)
-			}
+			requireRoleRefusal(t, p)
 		})
 	}
 	if n := k.committedOffsets(t, k.group); n != 0 {

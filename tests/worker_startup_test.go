@@ -1,7 +1,6 @@
 package tests
 
 import (
-	"strings"
 	"testing"
 )
 
@@ -14,18 +13,7 @@ func TestWorkerRefusesToStartAsAppRole(t *testing.T) {
 	ep, _ := s.addEndpoint(t, rcv.url("/ok/refused"))
 	s.queueDeliveries(t, ep, 5)
 	w := startWorker(t, "worker as speculapro_app", s.with(map[string]string{"SP_DB_SYSTEM_URL": s.db.AppURL}))
-	if code := w.waitExit(t, exitBound); code == 0 {
-		t.Fatalf("exit code 0, want non-zero")
-	}
-	var found bool
-	for _, line := range strings.Split(w.stderr.String(), "\n") {
-		if line == persistRoleError {
-			found = true
-		}
-	}
-	if !found {
-		t.Fatalf("stderr lacks the exact line\n%s\nstderr:\n%s", persistRoleError, w.stderr)
-	}
+	requireRoleRefusal(t, w)
 	if got := len(rcv.requests("/")); got != 0 {
 		t.Errorf("a refused worker sent %d requests", got)
 	}
