@@ -1,7 +1,6 @@
 package tests
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -9,7 +8,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/speculapro/speculapro/internal/event"
-	"github.com/speculapro/speculapro/internal/loadgen"
 	"github.com/speculapro/speculapro/internal/testenv"
 )
 
@@ -26,15 +24,8 @@ func TestStreamBadInput(t *testing.T) {
 	testenv.Binary(t)
 	s := newProofStack(t, "badinput", testenv.RedisURL(t))
 	r := newProofRun(t, cfg)
-	if _, err := loadgen.SeedKnownURL(context.Background(), s.db.SystemURL, r.g); err != nil {
-		t.Fatal(err)
-	}
 	throwing := proofRule{name: "t_throws", appliesTo: "transaction", alert: true, expr: `event.metadata.nothing.deeper > 1`}
-	x := &exactRun{s: s, r: r, ruleIDs: s.insertRules(t, r.g.Workspaces(), throwing)}
-	var err error
-	if x.hits, err = predictHits(r.events, r.txns); err != nil {
-		t.Fatal(err)
-	}
+	x := newExactRun(t, s, r, throwing)
 
 	ws := r.g.Workspaces()[0].String()
 	bad := []*kgo.Record{

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/speculapro/speculapro/internal/event"
-	"github.com/speculapro/speculapro/internal/loadgen"
 	"github.com/speculapro/speculapro/internal/testenv"
 )
 
@@ -35,14 +34,7 @@ func TestStreamCrashKills(t *testing.T) {
 	testenv.Binary(t)
 	s := newProofStack(t, "crash", testenv.RedisURL(t))
 	r := newProofRun(t, cfg)
-	if _, err := loadgen.SeedKnownURL(context.Background(), s.db.SystemURL, r.g); err != nil {
-		t.Fatal(err)
-	}
-	x := &exactRun{s: s, r: r, ruleIDs: s.insertRules(t, r.g.Workspaces())}
-	var err error
-	if x.hits, err = predictHits(r.events, r.txns); err != nil {
-		t.Fatal(err)
-	}
+	x := newExactRun(t, s, r)
 	t.Logf("seed %d (SP_TEST_SEED replays it): %d transactions at %.0f/s, %d account events; predicted %v",
 		cfg.Seed, cfg.Count, rate, cfg.AccountEvents, countByRule(x.hits))
 
@@ -127,14 +119,7 @@ func TestStreamCrashBetweenTotalsAndHits(t *testing.T) {
 	s := newProofStack(t, "crash-mid", testenv.RedisURL(t))
 	r := newProofRun(t, cfg)
 	ctx := context.Background()
-	if _, err := loadgen.SeedKnownURL(ctx, s.db.SystemURL, r.g); err != nil {
-		t.Fatal(err)
-	}
-	x := &exactRun{s: s, r: r, ruleIDs: s.insertRules(t, r.g.Workspaces())}
-	var err error
-	if x.hits, err = predictHits(r.events, r.txns); err != nil {
-		t.Fatal(err)
-	}
+	x := newExactRun(t, s, r)
 	t.Logf("seed %d: predicted %v", cfg.Seed, countByRule(x.hits))
 	s.produceLG(t, r.g, event.KindAccountEvent, 0, cfg.AccountEvents, 0)
 	evp := s.startStream(t, "stream-events", streamEvtPipeline, nil)

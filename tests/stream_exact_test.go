@@ -45,6 +45,22 @@ func runExact(t *testing.T, name, redisURL string, cfg loadgen.Config) *exactRun
 	return runExactTTL(t, name, redisURL, cfg, "30m")
 }
 
+// newExactRun seeds r's known accounts into s's database, inserts the proof
+// rules (and extra) for r's workspaces, and predicts their hits from the
+// model: what the exactness, crash and bad-input runs are checked against.
+func newExactRun(t *testing.T, s *proofStack, r *proofRun, extra ...proofRule) *exactRun {
+	t.Helper()
+	if _, err := loadgen.SeedKnownURL(context.Background(), s.db.SystemURL, r.g); err != nil {
+		t.Fatal(err)
+	}
+	x := &exactRun{s: s, r: r, ruleIDs: s.insertRules(t, r.g.Workspaces(), extra...)}
+	var err error
+	if x.hits, err = predictHits(r.events, r.txns); err != nil {
+		t.Fatal(err)
+	}
+	return x
+}
+
 // runExactTTL is runExact with SP_STREAM_REPLAY_TTL=ttl.
 func runExactTTL(t *testing.T, name, redisURL string, cfg loadgen.Config, ttl string) *exactRun {
 	t.Helper()
@@ -52,15 +68,7 @@ func runExactTTL(t *testing.T, name, redisURL string, cfg loadgen.Config, ttl st
 	s := newProofStack(t, name, redisURL)
 	s.replayTTL = ttl
 	r := newProofRun(t, cfg)
-	ctx := context.Background()
-	if _, err := loadgen.SeedKnownURL(ctx, s.db.SystemURL, r.g); err != nil {
-		t.Fatal(err)
-	}
-	x := &exactRun{s: s, r: r, ruleIDs: s.insertRules(t, r.g.Workspaces())}
-	var err error
-	if x.hits, err = predictHits(r.events, r.txns); err != nil {
-		t.Fatal(err)
-	}
+	x := newExactRun(t, s, r)
 	t.Logf("seed %d: %d transactions and %d account events over %d accounts; predicted hits by rule %v",
 		cfg.Seed, cfg.Count, cfg.AccountEvents, cfg.Accounts, countByRule(x.hits))
 
