@@ -488,14 +488,21 @@ func metricOf(t testing.TB, p *binProcess, metric string, labels ...string) floa
 	return metricSum(body, metric, labels...)
 }
 
-// consumeFor counts the records on the stack's txn.ingested within d.
-func consumeFor(t testing.TB, s *decisionStack, d time.Duration) int {
+// txnReader is a client reading the stack's txn.ingested from the start.
+func (s *decisionStack) txnReader(t testing.TB) *kgo.Client {
 	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(s.brokers...), kgo.ConsumeTopics(s.prefix+"txn.ingested"),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
 		t.Fatal(err)
 	}
+	return cl
+}
+
+// consumeFor counts the records on the stack's txn.ingested within d.
+func consumeFor(t testing.TB, s *decisionStack, d time.Duration) int {
+	t.Helper()
+	cl := s.txnReader(t)
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
@@ -510,11 +517,7 @@ func consumeFor(t testing.TB, s *decisionStack, d time.Duration) int {
 // txn.ingested.
 func (s *decisionStack) externalIDsOnTopic(t testing.TB, idle time.Duration) map[string]int {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(s.brokers...), kgo.ConsumeTopics(s.prefix+"txn.ingested"),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cl := s.txnReader(t)
 	defer cl.Close()
 	out := map[string]int{}
 	for {
