@@ -149,8 +149,12 @@ func BenchmarkPersistThroughput(b *testing.B) {
 	}
 	var ps []*binProcess
 	for i := range procs {
-		ps = append(ps, startPersister(b, s, fmt.Sprintf("persister-%d", i+1),
-			map[string]string{"SP_PERSIST_WORKERS": strconv.Itoa(workers), "SP_PERSIST_BATCH_MAX": strconv.Itoa(batch)}, extra...))
+		env := map[string]string{"SP_PERSIST_WORKERS": strconv.Itoa(workers), "SP_PERSIST_BATCH_MAX": strconv.Itoa(batch)}
+		if v := os.Getenv("SP_TEST_BENCH_GOGC"); v != "" {
+			// The persisters' GOGC only, to measure a collector setting.
+			env["GOGC"] = v
+		}
+		ps = append(ps, startPersister(b, s, fmt.Sprintf("persister-%d", i+1), env, extra...))
 	}
 	p := ps[0]
 	var firstRow time.Time
