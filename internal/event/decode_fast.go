@@ -1,16 +1,18 @@
 package event
 
 import (
+	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
 
 // decodeFast reads an envelope in the shape Encode writes it: one object of
 // known keys, each once, with plain strings (no escape) and the metadata
-// and attributes objects. It reports false as soon as the record strays from
-// that shape in any way (an escape, an unknown, repeated or differently
-// cased key, a null, a number but "v": 1, a decision, bytes after the
-// object), and Decode then reads the record with the JSON library; so does a
+// and attributes objects, the counterparty and decision objects. It reports
+// false as soon as the record strays from that shape in any way (an escape,
+// an unknown, repeated or differently cased key, a null, "v" other than 1,
+// bytes after the object), and Decode then reads the record with the JSON library; so does a
 // record it read that normalize refuses. Every record it is unsure of, and
 // every error, comes from the one general path.
 // What it accepts it reads exactly as the JSON library would (the
@@ -182,6 +184,17 @@ func (d *fastDecoder) envelopeField(e *Envelope, key string) bool {
 		raw, ok := d.rawObject()
 		e.Attributes = raw
 		return ok
+	case "decision":
+		if !d.once(19) {
+			return false
+		}
+		dec := &Decision{}
+		e.Decision = dec
+		outer := d.seen
+		d.seen = 0
+		ok := d.object(func(key string) bool { return d.decisionField(dec, key) })
+		d.seen = outer
+		return ok
 	case "external_id":
 		into, bit = &e.ExternalID, 10
 	case "customer_external_id":
@@ -201,12 +214,149 @@ func (d *fastDecoder) envelopeField(e *Envelope, key string) bool {
 	case "channel":
 		into, bit = &e.Channel, 18
 	default:
-		// A decision, or a key this version does not know.
+		// A key this version does not know.
 		return false
 	}
 	v, ok := d.str()
 	*into = v
 	return ok && d.once(bit)
+}
+
+func (d *fastDecoder) decisionField(dec *Decision, key string) bool {
+	switch key {
+	case "outcome":
+		v, ok := d.str()
+		dec.Outcome = Outcome(v)
+		return ok && d.once(0)
+	case "score":
+		num, ok := d.number()
+		if !ok || !d.once(1) {
+			return false
+		}
+		f, err := strconv.ParseFloat(num, 64)
+		dec.Score = f
+		return err == nil
+	case "reasons":
+		if !d.once(2) || !d.array(func() bool {
+			v, ok := d.str()
+			dec.Reasons = append(dec.Reasons, v)
+			return ok
+		}) {
+			return false
+		}
+		if dec.Reasons == nil {
+			dec.Reasons = []string{}
+		}
+		return true
+	case "decided_at":
+		return d.once(3) && d.time(&dec.DecidedAt)
+	case "rule_ids":
+		if !d.once(4) || !d.array(func() bool {
+			var u UUID
+			ok := d.uuid(&u)
+			dec.RuleIDs = append(dec.RuleIDs, u)
+			return ok
+		}) {
+			return false
+		}
+		if dec.RuleIDs == nil {
+			dec.RuleIDs = []UUID{}
+		}
+		return true
+	case "latency_ms":
+		num, ok := d.number()
+		if !ok || !d.once(5) || strings.ContainsAny(num, ".eE") {
+			return false
+		}
+		n, err := strconv.Atoi(num)
+		dec.LatencyMS = n
+		return err == nil
+	case "degraded":
+		if !d.once(6) {
+			return false
+		}
+		switch {
+		case d.lit("true"):
+			dec.Degraded = true
+		case d.lit("false"):
+		default:
+			return false
+		}
+		return true
+	}
+	return false
+}
+
+// array reads [value, ...], elem reading each value.
+func (d *fastDecoder) array(elem func() bool) bool {
+	if d.i >= len(d.s) || d.s[d.i] != '[' {
+		return false
+	}
+	d.i++
+	d.ws()
+	if d.i < len(d.s) && d.s[d.i] == ']' {
+		d.i++
+		return true
+	}
+	for {
+		d.ws()
+		if !elem() {
+			return false
+		}
+		d.ws()
+		if d.i >= len(d.s) {
+			return false
+		}
+		switch d.s[d.i] {
+		case ',':
+			d.i++
+		case ']':
+			d.i++
+			return true
+		default:
+			return false
+		}
+	}
+}
+
+// number reads a JSON number token (-?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?)
+// as its text.
+func (d *fastDecoder) number() (string, bool) {
+	start := d.i
+	i := d.i
+	digits := func() int {
+		n := 0
+		for i < len(d.s) && d.s[i] >= '0' && d.s[i] <= '9' {
+			i++
+			n++
+		}
+		return n
+	}
+	if i < len(d.s) && d.s[i] == '-' {
+		i++
+	}
+	if i < len(d.s) && d.s[i] == '0' {
+		i++
+	} else if digits() == 0 {
+		return "", false
+	}
+	if i < len(d.s) && d.s[i] == '.' {
+		i++
+		if digits() == 0 {
+			return "", false
+		}
+	}
+	if i < len(d.s) && (d.s[i] == 'e' || d.s[i] == 'E') {
+		i++
+		if i < len(d.s) && (d.s[i] == '+' || d.s[i] == '-') {
+			i++
+		}
+		if digits() == 0 {
+			return "", false
+		}
+	}
+	d.i = i
+	return d.s[start:i], true
 }
 
 func (d *fastDecoder) counterpartyField(c *Counterparty, key string) bool {

@@ -32,9 +32,15 @@ func fastAgrees(t *testing.T, b []byte) (fast bool) {
 }
 
 func TestDecodeFastAgreesWithTheLibrary(t *testing.T) {
+	decided := func(decision string) string {
+		return sampleUndecided[:len(sampleUndecided)-1] + `,"decision":` + decision + "}"
+	}
 	for _, in := range []string{
 		sampleUndecided,
+		sampleTransaction,
 		sampleAccountEvent,
+		decided(`{"outcome":"decline","score":-0.5e1,"reasons":[],"rule_ids":["0193f5a2-7c00-7abc-8def-0123456789ab", "0193f5a2-7c00-7abc-8def-0123456789ac"],"latency_ms":12,"degraded":true}`),
+		decided(`{ "outcome" : "approve" , "score" : 0 , "degraded" : false , "latency_ms" : -0 }`),
 		" \n" + sampleUndecided + "\t ",
 		strings.ReplaceAll(sampleUndecided, `":`, `" : `),
 		strings.ReplaceAll(sampleUndecided, `,"`, ` ,  "`),
@@ -47,7 +53,11 @@ func TestDecodeFastAgreesWithTheLibrary(t *testing.T) {
 	}
 	// Records decodeFast leaves to the library, each for one reason.
 	for _, in := range []string{
-		sampleTransaction, // a decision
+		decided(`{"outcome":"approve","score":1,"latency_ms":1.0}`),               // not an integer
+		decided(`{"outcome":"approve","score":01}`),                               // not a JSON number
+		decided(`{"outcome":"approve","score":1e999}`),                            // beyond float64
+		decided(`{"outcome":"approve","score":1,"degraded":null}`),                // a null
+		decided(`{"outcome":"approve","score":1,"reasons":["a",]}`),               // a trailing comma
 		strings.Replace(sampleUndecided, `"kind"`, `"Kind"`, 1),                   // a key in another case
 		strings.Replace(sampleUndecided, `"v":1`, `"v":1,"v":1`, 1),               // a repeated key
 		strings.Replace(sampleUndecided, `"v":1`, `"v":1.0`, 1),                   // not the integer 1
