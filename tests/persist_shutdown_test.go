@@ -43,13 +43,22 @@ func TestPersistShutdownWhileBatchKeepsFailing(t *testing.T) {
 	}
 
 	// Scrape until the HTTP server goes away: the engine stops the stream
-	// before it, so the last scrape sees the counts after the shutdown.
+	// before it, so the last scrape sees the counts after the shutdown. A
+	// scrape just before the signal stands in when the process is gone
+	// before the first one after it (it exited within 6 ms once).
+	var last string
+	if !poll(waitBound, 20*time.Millisecond, func() bool {
+		s, err := p.scrape()
+		last = s
+		return err == nil
+	}) {
+		t.Fatal("no /metrics scrape succeeded before SIGTERM")
+	}
 	atSignal := len(retryLine.FindAllString(p.stdout.String(), -1))
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	stopped := time.Now()
-	var last string
 	for {
 		s, err := p.scrape()
 		if err != nil {
