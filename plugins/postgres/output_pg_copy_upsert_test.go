@@ -38,6 +38,21 @@ func persistMetricsOf(m *testenv.Metrics) *persistMetrics {
 	}
 }
 
+// decodedTxns is b as the pipeline's event_decode step hands transactions
+// to the output: each message carries its decoded envelope.
+func decodedTxns(t testing.TB, b service.MessageBatch) service.MessageBatch {
+	t.Helper()
+	decoded := make(service.MessageBatch, len(b))
+	for i, msg := range b {
+		env, err := eventmsg.Decode(msg, event.KindTransaction)
+		if err != nil {
+			t.Fatal(err)
+		}
+		decoded[i] = eventmsg.With(msg, env)
+	}
+	return decoded
+}
+
 // retriesUntilFixed runs write while the database refuses its batch: write
 // must keep retrying (retryLine logged three times, write not returned) until
 // fix runs as the owner, and then succeed within 30 s.
@@ -730,15 +745,7 @@ func TestBatchOf5000(t *testing.T) {
 		e.CustomerExternalID = "cust-" + strconv.Itoa(len(e.ExternalID)%500)
 		e.Counterparty = &event.Counterparty{Name: "R", Fingerprint: fp[:60] + e.ExternalID[len(e.ExternalID)-2:] + "00"}
 	})
-	// Decoded before the output, as the pipeline's event_decode step does.
-	decoded := make(service.MessageBatch, len(b))
-	for i, msg := range b {
-		env, err := eventmsg.Decode(msg, event.KindTransaction)
-		if err != nil {
-			t.Fatal(err)
-		}
-		decoded[i] = eventmsg.With(msg, env)
-	}
+	decoded := decodedTxns(t, b) // as the pipeline's event_decode step leaves them
 	start := time.Now()
 	h.write(decoded)
 	took := time.Since(start)

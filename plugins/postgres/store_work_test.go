@@ -13,7 +13,6 @@ import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/speculapro/speculapro/internal/event"
-	"github.com/speculapro/speculapro/internal/eventmsg"
 	"github.com/speculapro/speculapro/internal/pgsystem"
 )
 
@@ -119,15 +118,7 @@ func realisticBatch(t testing.TB, ws event.UUID, from, n int) service.MessageBat
 				IdentifierEnc: "k1:AAAA", IdentifierMasked: "DE89 **** 3000", IdentifierFP: fp, Fingerprint: fp}
 		}
 	})
-	decoded := make(service.MessageBatch, len(b))
-	for i, msg := range b {
-		env, err := eventmsg.Decode(msg, event.KindTransaction)
-		if err != nil {
-			t.Fatal(err)
-		}
-		decoded[i] = eventmsg.With(msg, env)
-	}
-	return decoded
+	return decodedTxns(t, b)
 }
 
 // The per-batch budget of a first write: BEGIN, the rows' COPY, one pipelined
