@@ -2,10 +2,12 @@ package features
 
 import "sync"
 
-// cache keeps, between batches, the values of entities as this process last
-// wrote (or read) them (encoded: a decoded state takes about ten times the
-// memory), with the generation Redis holds them at, so that a batch does
-// not read again what the process already has (doc.go "Apply").
+// cache keeps, between batches, the states of entities as this process last
+// wrote (or read) them, encoded whole (a decoded state takes about ten times
+// the memory; Redis' value may be a base and delta records, the cache's is
+// the state they decode to), with the generation and lengths of Redis'
+// value, so that a batch does not read again what the process already has
+// (doc.go "Apply").
 // It is only ever a guess: the write's CAS compares the generation, and an
 // entity somebody else wrote since is read again and recomputed, exactly as
 // after a lost race. An entity only read in a batch (a counterparty paying
@@ -35,9 +37,14 @@ type cache struct {
 }
 
 type cached struct {
-	gen        string
-	base       string   // the base (its first 8 bytes may be an older generation)
-	recs       []string // the delta records after it, in pieces
+	gen string
+	// base is the state encoded whole (its first 8 bytes may be another
+	// generation), even when Redis' value is a base and delta records:
+	// decoding those would apply every record again in each batch, which
+	// for a busy entity costs more than its base. recs are records after
+	// it, in pieces (none once published).
+	base string
+	recs []string
 	size       int64
 	vlen, blen int // the value's length in Redis, its base's
 }
@@ -130,10 +137,12 @@ func (c *cache) publish(ents []*entity) uint64 {
 		switch {
 		case e.changed && e.appended:
 			gen, vlen = string(e.val[:genLen]), e.vlen+len(e.val)-genLen
-			recs = append(recs[:len(recs):len(recs)], string(e.val[genLen:]))
+			base, recs = string(e.cval), nil
 		case e.changed:
 			gen, vlen, blen = string(e.val[:genLen]), len(e.val), len(e.val)
 			base, recs = string(e.val), nil
+		case len(e.cval) > 0:
+			base, recs = string(e.cval), nil
 		}
 		if c.max < 0 || gen == "" || e.st == nil || e.corrupt != nil && !e.changed {
 			continue // no key in Redis, or nothing readable
@@ -147,7 +156,10 @@ func (c *cache) publish(ents []*entity) uint64 {
 		if ok {
 			c.bytes -= old.size
 		}
-		size := int64(vlen + len(e.key) + 64)
+		size := int64(len(base) + len(e.key) + 64)
+		for _, r := range recs {
+			size += int64(len(r))
+		}
 		c.m[e.key] = cached{gen: gen, base: base, recs: recs, size: size, vlen: vlen, blen: blen}
 		c.bytes += size
 	}

@@ -325,6 +325,9 @@ type entity struct {
 	replays []int
 	dropped []uint64
 	arena   []byte
+	// cval is the state encoded whole for the cache when Redis' value is
+	// not (records appended, or read with records): cache.go.
+	cval []byte
 }
 
 // snap is one event's snapshot on one entity.
@@ -593,7 +596,11 @@ func (s *Store) compute(e *entity, r *run) {
 				// As read: split into the base and its records.
 				e.base, e.recs = e.base[:base], []string{e.base[base:]}
 			}
-			e.blen = base
+			if !e.hit {
+				// A cached value is the state encoded whole (cache.go):
+				// the base length of Redis' value came with it.
+				e.blen = base
+			}
 		}
 	}
 	st := e.st
@@ -713,6 +720,14 @@ func (s *Store) compute(e *entity, r *run) {
 		if !e.appended {
 			e.val = encode(e.val[:0], gen, st)
 		}
+	}
+	// The cache keeps the state encoded whole, not Redis' base and
+	// records, so the next batch decodes it without applying the records
+	// again (cache.go): when Redis' value has records, encode it here,
+	// outside the cache's lock.
+	e.cval = e.cval[:0]
+	if s.cache.max >= 0 && e.corrupt == nil && (e.changed && e.appended || !e.changed && len(e.recs) > 0) {
+		e.cval = encode(e.cval, 0, st)
 	}
 }
 

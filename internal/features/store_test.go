@@ -717,8 +717,9 @@ func TestHugeSumsStayExact(t *testing.T) {
 	}
 }
 
-// A value written as a base and appended delta records is byte for byte
-// the one the writer's cache holds and decodes to the same state (delta.go),
+// A value written as a base and appended delta records has the lengths the
+// writer's cache notes, decodes to the state the cache holds encoded whole
+// and to the writer's state (delta.go),
 // replays and account events included, and busy entities do get records
 // appended.
 func TestDeltaRecordsDecodeToTheWritersState(t *testing.T) {
@@ -761,9 +762,6 @@ func TestDeltaRecordsDecodeToTheWritersState(t *testing.T) {
 				}
 				if base < len(v) {
 					appended++
-				}
-				if whole := x.gen + (x.base + strings.Join(x.recs, ""))[genLen:]; whole != v {
-					t.Fatalf("%s: the cached value differs from Redis'", k)
 				}
 				cst, _, err := decodeParts(x.base, x.recs)
 				if err != nil {
