@@ -43,8 +43,8 @@ type cached struct {
 	// decoding those would apply every record again in each batch, which
 	// for a busy entity costs more than its base. recs are records after
 	// it, in pieces (none once published).
-	base string
-	recs []string
+	base       string
+	recs       []string
 	size       int64
 	vlen, blen int // the value's length in Redis, its base's
 }

@@ -222,15 +222,16 @@ func (r *reader) cpSnap(w *[4]totals) {
 	w[3].dp = w[1].dp + r.varint()
 }
 
-// snapSections is a decoded snapshot: the feature maps of its sections
-// (nil for a section it does not hold).
+// snapSections is a decoded snapshot: its sections (nil for a section it
+// does not hold).
 type snapSections struct {
-	own    map[string]any // the entity's own section
-	readCP map[string]any // secReadCP
+	own    *secVals // the entity's own section
+	readCP *secVals // secReadCP
 }
 
-// decodeSnap turns a snapshot back into feature maps, built by the same
-// functions as a first application's (state.go), so they are deep-equal.
+// decodeSnap turns a snapshot back into the sections' figures, which build
+// the same maps as a first application's (values.go), so they are
+// deep-equal.
 func decodeSnap(v string) (snapSections, error) {
 	var out snapSections
 	if len(v) < 1 {
@@ -260,23 +261,16 @@ func decodeSnap(v string) (snapSections, error) {
 	if r.err != nil {
 		return snapSections{}, r.err
 	}
-	switch {
-	case secs&secTxn != 0:
-		out.own = make(map[string]any, 27)
-		txnMap(out.own, &tf)
-		if secs&secEvents != 0 {
-			evMap(out.own, &ef)
+	if own := secs & (secTxn | secEvents | secCP); own != 0 {
+		if own&(secTxn|secEvents) != 0 {
+			// A section is a transaction's (with or without the events
+			// part), an account event's, or a counterparty's.
+			own &^= secCP
 		}
-	case secs&secEvents != 0:
-		out.own = make(map[string]any, 5)
-		evMap(out.own, &ef)
-	case secs&secCP != 0:
-		out.own = make(map[string]any, 6)
-		cpMap(out.own, &cw)
+		out.own = &secVals{secs: own, tf: tf, ef: ef, cw: cw}
 	}
 	if secs&secReadCP != 0 {
-		out.readCP = make(map[string]any, 6)
-		cpMap(out.readCP, &rw)
+		out.readCP = &secVals{secs: secCP, cw: rw}
 	}
 	return out, nil
 }

@@ -387,16 +387,73 @@ func (st *state) txnFeat(f *txnFeat, cur string, newcp bool, ssp int64) {
 	f.w, f.newcp, f.ssp = st.windows(cur), newcp, ssp
 }
 
-func txnMap(m map[string]any, f *txnFeat) {
+// txnNames are a transaction section's features (doc.go), in txnGet.
+var txnNames = []string{
+	"out_count_1h", "out_count_24h", "out_count_7d", "out_count_30d",
+	"in_count_1h", "in_count_24h", "in_count_7d", "in_count_30d",
+	"out_sum_1h", "out_sum_24h", "out_sum_7d", "out_sum_30d",
+	"in_sum_1h", "in_sum_24h", "in_sum_7d", "in_sum_30d",
+	"distinct_payees_24h", "distinct_payees_30d", "distinct_senders_24h", "distinct_senders_30d",
+	"new_counterparty", "seconds_since_previous",
+}
+
+// txnGet is one feature of a transaction section, the one place that says
+// which figure each name is (txnMap builds the map from it).
+func txnGet(f *txnFeat, name string) (any, bool) {
 	w := &f.w
-	m["out_count_1h"], m["out_count_24h"], m["out_count_7d"], m["out_count_30d"] = w[0].oc, w[1].oc, w[2].oc, w[3].oc
-	m["in_count_1h"], m["in_count_24h"], m["in_count_7d"], m["in_count_30d"] = w[0].ic, w[1].ic, w[2].ic, w[3].ic
-	m["out_sum_1h"], m["out_sum_24h"], m["out_sum_7d"], m["out_sum_30d"] = w[0].os.number(), w[1].os.number(), w[2].os.number(), w[3].os.number()
-	m["in_sum_1h"], m["in_sum_24h"], m["in_sum_7d"], m["in_sum_30d"] = w[0].is.number(), w[1].is.number(), w[2].is.number(), w[3].is.number()
-	m["distinct_payees_24h"], m["distinct_payees_30d"] = w[1].dp, w[3].dp
-	m["distinct_senders_24h"], m["distinct_senders_30d"] = w[1].ds, w[3].ds
-	m["new_counterparty"] = f.newcp
-	m["seconds_since_previous"] = f.ssp
+	switch name {
+	case "out_count_1h":
+		return w[0].oc, true
+	case "out_count_24h":
+		return w[1].oc, true
+	case "out_count_7d":
+		return w[2].oc, true
+	case "out_count_30d":
+		return w[3].oc, true
+	case "in_count_1h":
+		return w[0].ic, true
+	case "in_count_24h":
+		return w[1].ic, true
+	case "in_count_7d":
+		return w[2].ic, true
+	case "in_count_30d":
+		return w[3].ic, true
+	case "out_sum_1h":
+		return w[0].os.number(), true
+	case "out_sum_24h":
+		return w[1].os.number(), true
+	case "out_sum_7d":
+		return w[2].os.number(), true
+	case "out_sum_30d":
+		return w[3].os.number(), true
+	case "in_sum_1h":
+		return w[0].is.number(), true
+	case "in_sum_24h":
+		return w[1].is.number(), true
+	case "in_sum_7d":
+		return w[2].is.number(), true
+	case "in_sum_30d":
+		return w[3].is.number(), true
+	case "distinct_payees_24h":
+		return w[1].dp, true
+	case "distinct_payees_30d":
+		return w[3].dp, true
+	case "distinct_senders_24h":
+		return w[1].ds, true
+	case "distinct_senders_30d":
+		return w[3].ds, true
+	case "new_counterparty":
+		return f.newcp, true
+	case "seconds_since_previous":
+		return f.ssp, true
+	}
+	return nil, false
+}
+
+func txnMap(m map[string]any, f *txnFeat) {
+	for _, k := range txnNames {
+		m[k], _ = txnGet(f, k)
+	}
 }
 
 func (st *state) putTransaction(m map[string]any, cur string, newcp bool, ssp int64) {
@@ -411,10 +468,29 @@ func (st *state) evFeat(f *evFeat, ref int64) {
 	f.sim, f.prof = st.since(st.ls[0], ref), st.since(st.ls[1], ref)
 }
 
+var evNames = []string{"events_1h", "events_24h", "events_7d", "seconds_since_sim_swap", "seconds_since_profile_change"}
+
+// evGet is one account-event feature (evMap builds the map from it).
+func evGet(f *evFeat, name string) (any, bool) {
+	switch name {
+	case "events_1h":
+		return f.ev[0], true
+	case "events_24h":
+		return f.ev[1], true
+	case "events_7d":
+		return f.ev[2], true
+	case "seconds_since_sim_swap":
+		return f.sim, true
+	case "seconds_since_profile_change":
+		return f.prof, true
+	}
+	return nil, false
+}
+
 func evMap(m map[string]any, f *evFeat) {
-	m["events_1h"], m["events_24h"], m["events_7d"] = f.ev[0], f.ev[1], f.ev[2]
-	m["seconds_since_sim_swap"] = f.sim
-	m["seconds_since_profile_change"] = f.prof
+	for _, k := range evNames {
+		m[k], _ = evGet(f, k)
+	}
 }
 
 // putEvents adds the account-event features, seconds measured to ref.
@@ -424,10 +500,31 @@ func (st *state) putEvents(m map[string]any, ref int64) {
 	evMap(m, &f)
 }
 
+var cpNames = []string{"paid_count_24h", "paid_count_30d", "paid_sum_24h", "paid_sum_30d", "distinct_payers_24h", "distinct_payers_30d"}
+
+// cpGet is one counterparty feature (cpMap builds the map from it).
+func cpGet(w *[4]totals, name string) (any, bool) {
+	switch name {
+	case "paid_count_24h":
+		return w[1].oc, true
+	case "paid_count_30d":
+		return w[3].oc, true
+	case "paid_sum_24h":
+		return w[1].os.number(), true
+	case "paid_sum_30d":
+		return w[3].os.number(), true
+	case "distinct_payers_24h":
+		return w[1].dp, true
+	case "distinct_payers_30d":
+		return w[3].dp, true
+	}
+	return nil, false
+}
+
 func cpMap(m map[string]any, w *[4]totals) {
-	m["paid_count_24h"], m["paid_count_30d"] = w[1].oc, w[3].oc
-	m["paid_sum_24h"], m["paid_sum_30d"] = w[1].os.number(), w[3].os.number()
-	m["distinct_payers_24h"], m["distinct_payers_30d"] = w[1].dp, w[3].dp
+	for _, k := range cpNames {
+		m[k], _ = cpGet(w, k)
+	}
 }
 
 func (st *state) putCounterparty(m map[string]any, cur string) {

@@ -341,7 +341,7 @@ type snap struct {
 type run struct {
 	events   []*event.Envelope
 	preps    []prep
-	out      []map[string]any
+	out      []*Values
 	replayed []bool
 	// reads holds, per event, the snapshot section of a counterparty only
 	// read (paying in): it travels in the account's snapshot.
@@ -383,6 +383,21 @@ func (s *Store) Apply(ctx context.Context, events []*event.Envelope) ([]map[stri
 // as they are now where no snapshot is left). The stream uses it to leave
 // an event it has fully evaluated before alone.
 func (s *Store) ApplyReplays(ctx context.Context, events []*event.Envelope) ([]map[string]any, []bool, error) {
+	vals, replayed, err := s.ApplyValues(ctx, events)
+	if vals == nil {
+		return nil, nil, err
+	}
+	out := make([]map[string]any, len(vals))
+	for i, v := range vals {
+		out[i] = v.Map()
+	}
+	return out, replayed, err
+}
+
+// ApplyValues is ApplyReplays with each event's features as Values, built
+// into maps only as far as the caller asks (rule_eval: the features its
+// rules name).
+func (s *Store) ApplyValues(ctx context.Context, events []*event.Envelope) ([]*Values, []bool, error) {
 	preps := make([]prep, len(events))
 	byKey := make(map[string]*entity, len(events)*2)
 	var ents []*entity
@@ -396,14 +411,14 @@ func (s *Store) ApplyReplays(ctx context.Context, events []*event.Envelope) ([]m
 		}
 		e.ops = append(e.ops, op{ev: ev, mode: mode})
 	}
-	out := make([]map[string]any, len(events))
+	out := make([]*Values, len(events))
 	for i, e := range events {
+		out[i] = newValues(e.Kind)
 		p := &preps[i]
 		p.at = e.OccurredAt.Unix()
 		p.idh = idHash(e.ID)
 		switch e.Kind {
 		case event.KindTransaction:
-			out[i] = map[string]any{"account": nil, "customer": nil, "counterparty": nil}
 			p.in = e.Direction == event.DirectionIn
 			var err error
 			// An amount beyond ±10^11 is counted, left out of the sums.
@@ -425,7 +440,6 @@ func (s *Store) ApplyReplays(ctx context.Context, events []*event.Envelope) ([]m
 				use(entityCounterparty, p.cp, i, mode)
 			}
 		case event.KindAccountEvent:
-			out[i] = map[string]any{"customer": nil}
 			use(entityCustomer, event.CustomerID(e.WorkspaceID, e.CustomerExternalID), i, modeEvent)
 		default:
 			return nil, nil, fmt.Errorf("features: event %d: unknown kind", i)
@@ -615,14 +629,12 @@ func (s *Store) compute(e *entity, r *run) {
 		ev, p := r.events[o.ev], &r.preps[o.ev]
 		switch o.mode {
 		case modeRead:
-			w := st.windows(ev.Currency)
-			m := make(map[string]any, 6)
-			cpMap(m, &w)
-			r.out[o.ev]["counterparty"] = m
+			sv := &secVals{secs: secCP, cw: st.windows(ev.Currency)}
+			r.out[o.ev].cp = sv
 			if r.reads == nil {
 				r.reads = make([][]byte, len(r.events))
 			}
-			r.reads[o.ev] = appendCPSnap(r.reads[o.ev][:0], &w)
+			r.reads[o.ev] = appendCPSnap(r.reads[o.ev][:0], &sv.cw)
 		case modeEvent:
 			seen := st.replay(p.idh, nowMs, ttlMs)
 			if !seen {
@@ -631,16 +643,14 @@ func (s *Store) compute(e *entity, r *run) {
 				e.changed = true
 			}
 			r.replayed[o.ev] = seen
-			var f evFeat
-			st.evFeat(&f, p.at)
-			m := make(map[string]any, 5)
-			evMap(m, &f)
-			r.out[o.ev]["customer"] = m
+			sv := &secVals{secs: secEvents}
+			st.evFeat(&sv.ef, p.at)
+			r.out[o.ev].customer = sv
 			if seen {
 				e.replays = append(e.replays, o.ev)
 			} else {
 				start := len(e.arena)
-				e.arena = appendEvSnap(append(e.arena, secEvents), &f)
+				e.arena = appendEvSnap(append(e.arena, secEvents), &sv.ef)
 				keep(o.ev, p.idh, start)
 			}
 		case modeTxn:
@@ -662,33 +672,25 @@ func (s *Store) compute(e *entity, r *run) {
 			switch e.kind {
 			case entityAccount:
 				r.replayed[o.ev] = seen
-				var f txnFeat
-				st.txnFeat(&f, ev.Currency, newcp, ssp)
-				m := make(map[string]any, 22)
-				txnMap(m, &f)
-				r.out[o.ev]["account"] = m
+				sv := &secVals{secs: secTxn}
+				st.txnFeat(&sv.tf, ev.Currency, newcp, ssp)
+				r.out[o.ev].account = sv
 				if !seen {
-					e.arena = appendTxnSnap(append(e.arena, secTxn), &f)
+					e.arena = appendTxnSnap(append(e.arena, secTxn), &sv.tf)
 				}
 			case entityCustomer:
-				var f txnFeat
-				var g evFeat
-				st.txnFeat(&f, ev.Currency, newcp, ssp)
-				st.evFeat(&g, p.at)
-				m := make(map[string]any, 27)
-				txnMap(m, &f)
-				evMap(m, &g)
-				r.out[o.ev]["customer"] = m
+				sv := &secVals{secs: secTxn | secEvents}
+				st.txnFeat(&sv.tf, ev.Currency, newcp, ssp)
+				st.evFeat(&sv.ef, p.at)
+				r.out[o.ev].customer = sv
 				if !seen {
-					e.arena = appendEvSnap(appendTxnSnap(append(e.arena, secTxn|secEvents), &f), &g)
+					e.arena = appendEvSnap(appendTxnSnap(append(e.arena, secTxn|secEvents), &sv.tf), &sv.ef)
 				}
 			case entityCounterparty:
-				w := st.windows(ev.Currency)
-				m := make(map[string]any, 6)
-				cpMap(m, &w)
-				r.out[o.ev]["counterparty"] = m
+				sv := &secVals{secs: secCP, cw: st.windows(ev.Currency)}
+				r.out[o.ev].cp = sv
 				if !seen {
-					e.arena = appendCPSnap(append(e.arena, secCP), &w)
+					e.arena = appendCPSnap(append(e.arena, secCP), &sv.cw)
 				}
 			}
 			if seen {
@@ -802,9 +804,16 @@ func (s *Store) put(e *entity, ev int, v string, r *run) {
 		return
 	}
 	s.restored.Add(1)
-	r.out[ev][section(e.kind)] = sec.own
+	switch v := r.out[ev]; e.kind {
+	case entityAccount:
+		v.account = sec.own
+	case entityCustomer:
+		v.customer = sec.own
+	default:
+		v.cp = sec.own
+	}
 	if sec.readCP != nil {
-		r.out[ev]["counterparty"] = sec.readCP
+		r.out[ev].cp = sec.readCP
 	}
 }
 

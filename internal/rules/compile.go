@@ -56,7 +56,12 @@ type kindProgram struct {
 	// fields are the envelope fields the expressions name (event.<f>);
 	// nil when one uses the event as a whole: the input then holds all.
 	fields map[string]bool
-	exprs  []string
+	// needs are the features the expressions name, section → names, for
+	// EvaluateFeatures to build only those; allFeatures when one uses the
+	// features otherwise (a whole section, a method on one, `this`).
+	needs       map[string][]string
+	allFeatures bool
+	exprs       []string
 }
 
 // readPath is one features.* path an expression names.
@@ -119,6 +124,7 @@ func Compile(rules []Rule) (*Program, error) {
 		}
 		kp.exec = exec
 		kp.fields = eventFields(kp.exprs)
+		kp.needs, kp.allFeatures = featureNeeds(kp.exprs)
 	}
 	return p, nil
 }
@@ -168,6 +174,48 @@ func eventFields(exprs []string) map[string]bool {
 		}
 	}
 	return out
+}
+
+// featureRoot finds each use of the features (features, this.features) and
+// what follows it.
+var featureRoot = regexp.MustCompile(`(?:^|[^A-Za-z0-9_.$])(?:this\.)?features\b`)
+
+// featureName reads .section.name right after a use of the features.
+var featureName = regexp.MustCompile(`^\.([A-Za-z_][A-Za-z0-9_]*)\.([A-Za-z_][A-Za-z0-9_]*)`)
+
+// featureNeeds lists the features the expressions name as
+// features.<section>.<name> (deeper paths and methods on that value
+// included), section → names; all true when any uses the features, or the
+// input, otherwise (`features` alone, a whole section, a method on one, a
+// quoted path, `this` other than this.event. or this.features.): the
+// program then gets every feature. The extraction is textual and errs
+// towards including.
+func featureNeeds(exprs []string) (needs map[string][]string, all bool) {
+	seen := map[string]bool{}
+	needs = map[string][]string{}
+	for _, x := range exprs {
+		for _, m := range featureRoot.FindAllStringIndex(x, -1) {
+			rest := x[m[1]:]
+			n := featureName.FindStringSubmatch(rest)
+			if n == nil || len(n[0]) < len(rest) && rest[len(n[0])] == '(' {
+				return nil, true
+			}
+			if k := n[1] + "." + n[2]; !seen[k] {
+				seen[k] = true
+				needs[n[1]] = append(needs[n[1]], n[2])
+			}
+		}
+		for _, m := range eventWord.FindAllStringIndex(x, -1) {
+			if x[m[0]:m[1]] != "this" || m[0] > 0 && x[m[0]-1] == '.' {
+				continue
+			}
+			rest := x[m[1]:]
+			if !strings.HasPrefix(rest, ".event.") && !strings.HasPrefix(rest, ".features.") {
+				return nil, true
+			}
+		}
+	}
+	return needs, false
 }
 
 // compileOne compiles one rule's expression alone, the way it runs inside the
@@ -324,6 +372,47 @@ func featureReads(expr string) []readPath {
 	return out
 }
 
+// Features are an event's running totals, given feature by feature (the
+// stream's features.Values): a program builds its input from only the
+// features its rules name.
+type Features interface {
+	// Has reports whether section is a value (not null or absent).
+	Has(section string) bool
+	// Feature is one feature of a section, nil when absent.
+	Feature(section, name string) any
+	// Map is every feature, the map rules see.
+	Map() map[string]any
+}
+
+// EvaluateFeatures is Evaluate over features given by f: the input holds
+// only the features the rules name (all of them when a rule uses the
+// features otherwise), so the result, and each hit's Reads, is the one
+// Evaluate gives with f.Map().
+func (p *Program) EvaluateFeatures(env *event.Envelope, f Features) (hits []Hit, errs []RuleError) {
+	kp := p.kinds[env.Kind]
+	if kp == nil {
+		return nil, nil
+	}
+	if kp.allFeatures {
+		return kp.evaluate(env, f.Map())
+	}
+	m := make(map[string]any, len(kp.needs))
+	for sec, names := range kp.needs {
+		if !f.Has(sec) {
+			m[sec] = nil
+			continue
+		}
+		sm := make(map[string]any, len(names))
+		for _, n := range names {
+			if v := f.Feature(sec, n); v != nil {
+				sm[n] = v
+			}
+		}
+		m[sec] = sm
+	}
+	return kp.evaluate(env, m)
+}
+
 // Evaluate runs the program of env's kind once over env and its features and
 // returns the rules that fired and the rules that could not be decided. The
 // hits' and errors' Rule point into the program (do not modify them).
@@ -332,6 +421,10 @@ func (p *Program) Evaluate(env *event.Envelope, features map[string]any) (hits [
 	if kp == nil {
 		return nil, nil
 	}
+	return kp.evaluate(env, features)
+}
+
+func (kp *kindProgram) evaluate(env *event.Envelope, features map[string]any) (hits []Hit, errs []RuleError) {
 	in := input(env, features, kp.fields)
 	res, err := kp.exec.Query(in)
 	results, ok := res.([]any)

@@ -64,7 +64,8 @@ Takes each message's event envelope (attached by `+"`event_decode`"+`, or decode
 running totals with one Lua call per entity and event, all in one pipeline (one round trip per batch, one per
 node on a Redis Cluster), and sets metadata `+"`features`"+` to the event's features right after it: for a
 transaction `+"`{account, customer, counterparty}`"+`, for an account event `+"`{customer}`"+` (README, "Running
-totals (features)"). An event id is remembered for `+"`"+fuFieldReplayTTL+"`"+`: a replay inside it changes no total.
+totals (features)"), as figures `+"`rule_eval`"+` reads feature by feature (building only those its rules name; with
+`+"`keep_features: true`"+` it leaves the whole map there for what follows). An event id is remembered for `+"`"+fuFieldReplayTTL+"`"+`: a replay inside it changes no total.
 
 Messages already flagged with an error, and messages that are not an envelope of one of `+"`"+fuFieldKinds+"`"+`,
 pass through untouched.
@@ -273,7 +274,7 @@ func (p *featureUpdate) ProcessBatch(ctx context.Context, batch service.MessageB
 	apply := func(ctx context.Context, _ int) error {
 		actx, cancel := context.WithTimeout(ctx, p.timeout)
 		defer cancel()
-		feats, replayed, err := store.ApplyReplays(actx, envs)
+		feats, replayed, err := store.ApplyValues(actx, envs)
 		var corrupt *features.CorruptError
 		if errors.As(err, &corrupt) {
 			// Those entities were counted from empty and overwritten; every

@@ -12,6 +12,7 @@ import (
 
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/eventmsg"
+	"github.com/speculapro/speculapro/internal/features"
 	"github.com/speculapro/speculapro/internal/testenv"
 )
 
@@ -94,7 +95,9 @@ func featuresOf(msg *service.Message) map[string]any {
 	if !ok {
 		return nil
 	}
-	return v.(map[string]any)
+	// feature_update attaches the features as figures; rule_eval builds
+	// the features its rules read from them, and Map builds them all.
+	return v.(*features.Values).Map()
 }
 
 func TestFeatureUpdateOnRedis(t *testing.T) {

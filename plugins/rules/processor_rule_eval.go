@@ -297,11 +297,17 @@ func (r *ruleEval) ProcessBatch(ctx context.Context, batch service.MessageBatch)
 		}
 		hits := []any{}
 		if wp := set.workspaces[env.WorkspaceID]; wp != nil {
-			var features map[string]any
-			if v, ok := msg.MetaGetMut(metaFeatures); ok {
-				features, _ = v.(map[string]any)
+			var found []rules.Hit
+			var errs []rules.RuleError
+			v, _ := msg.MetaGetMut(metaFeatures)
+			if vals, ok := v.(rules.Features); ok {
+				// feature_update's: only the features the rules name are
+				// built.
+				found, errs = wp.program.EvaluateFeatures(env, vals)
+			} else {
+				features, _ := v.(map[string]any)
+				found, errs = wp.program.Evaluate(env, features)
 			}
-			found, errs := wp.program.Evaluate(env, features)
 			for _, h := range found {
 				hits = append(hits, hitMeta(h))
 				r.m.hits.Incr(1, h.Rule.Name)
@@ -314,6 +320,11 @@ func (r *ruleEval) ProcessBatch(ctx context.Context, batch service.MessageBatch)
 		batch[i].MetaSetMut(metaRuleEval, map[string]any{"hits": hits})
 		if !r.keepFeatures {
 			batch[i].MetaDelete(metaFeatures)
+		} else if v, ok := batch[i].MetaGetMut(metaFeatures); ok {
+			if vals, ok := v.(rules.Features); ok {
+				// Kept for what follows: the map a mapping can read.
+				batch[i].MetaSetMut(metaFeatures, vals.Map())
+			}
 		}
 	}
 	r.m.evaluated.Incr(int64(evaluated), string(r.kind))

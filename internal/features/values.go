@@ -1,0 +1,114 @@
+package features
+
+import "github.com/speculapro/speculapro/internal/event"
+
+// Values is one event's features as computed: each section's figures, kept
+// as numbers, built into the maps of doc.go only on demand. The stream's
+// rules read a handful of the ~55 features; building every map for every
+// event (and collecting them again) was a quarter of the stream's CPU, so
+// rule_eval asks for exactly the features its compiled rules name
+// (Feature), and Map builds them all for whoever needs the whole set (the
+// decision API, `keep_features`).
+type Values struct {
+	// txn: a transaction (sections account, customer, counterparty), else
+	// an account event (section customer).
+	txn                   bool
+	account, customer, cp *secVals // nil: no such section (null)
+}
+
+// secVals is one section: the figures its map is built from.
+type secVals struct {
+	secs byte // secTxn, secEvents, secCP (snapshot.go): the parts present
+	tf   txnFeat
+	ef   evFeat
+	cw   [4]totals
+}
+
+func newValues(k event.Kind) *Values { return &Values{txn: k == event.KindTransaction} }
+
+// section returns the section named name, and whether the event kind has
+// such a section at all.
+func (v *Values) section(name string) (*secVals, bool) {
+	switch name {
+	case "account":
+		return v.account, v.txn
+	case "customer":
+		return v.customer, true
+	case "counterparty":
+		return v.cp, v.txn
+	}
+	return nil, false
+}
+
+// Has reports whether the features hold section name as a value (not null
+// or absent).
+func (v *Values) Has(name string) bool {
+	s, _ := v.section(name)
+	return s != nil
+}
+
+// Feature returns one feature of section name, as Map would hold it; nil
+// when the section or the feature is absent.
+func (v *Values) Feature(sec, name string) any {
+	s, _ := v.section(sec)
+	if s == nil {
+		return nil
+	}
+	return s.get(name)
+}
+
+// Map returns every feature, the map of doc.go: {account, customer,
+// counterparty} for a transaction, {customer} for an account event.
+func (v *Values) Map() map[string]any {
+	if !v.txn {
+		return map[string]any{"customer": v.customer.m()}
+	}
+	return map[string]any{"account": v.account.m(), "customer": v.customer.m(), "counterparty": v.cp.m()}
+}
+
+// m is the section's map, built by the functions a replay's snapshot uses
+// too (state.go), so both are deep-equal; nil for an absent section.
+func (s *secVals) m() any {
+	if s == nil {
+		return nil
+	}
+	var m map[string]any
+	switch {
+	case s.secs&secTxn != 0:
+		m = make(map[string]any, 27)
+		txnMap(m, &s.tf)
+		if s.secs&secEvents != 0 {
+			evMap(m, &s.ef)
+		}
+	case s.secs&secEvents != 0:
+		m = make(map[string]any, 5)
+		evMap(m, &s.ef)
+	case s.secs&secCP != 0:
+		m = make(map[string]any, 6)
+		cpMap(m, &s.cw)
+	default:
+		m = map[string]any{}
+	}
+	return m
+}
+
+// get is one feature of the section (nil when it has none of that name),
+// the value its map holds.
+func (s *secVals) get(name string) any {
+	if s.secs&secTxn != 0 {
+		if v, ok := txnGet(&s.tf, name); ok {
+			return v
+		}
+	}
+	if s.secs&secEvents != 0 {
+		if v, ok := evGet(&s.ef, name); ok {
+			return v
+		}
+	}
+	if s.secs&secCP != 0 {
+		if v, ok := cpGet(&s.cw, name); ok {
+			return v
+		}
+	}
+	return nil
+}
