@@ -8,9 +8,19 @@ type table[K comparable] struct {
 	keys []K
 	vals []int64
 	idx  map[K]int32
+	// scans counts the linear searches of a long table: its index is
+	// built only once a few searched it, since a batch looks up a busy
+	// entity's replay memory once or twice per event while building the
+	// index of its few hundred entries costs a hundred such searches.
+	scans int32
 }
 
-const linearMax = 24
+const (
+	linearMax = 24
+	// indexAfter is how many linear searches of a table longer than
+	// linearMax build its index.
+	indexAfter = 16
+)
 
 func (t *table[K]) len() int { return len(t.keys) }
 
@@ -27,6 +37,9 @@ func (t *table[K]) find(k K) int {
 		}
 	}
 	if len(t.keys) > linearMax {
+		if t.scans++; t.scans < indexAfter {
+			return -1
+		}
 		t.idx = make(map[K]int32, len(t.keys)*2)
 		for i, x := range t.keys {
 			t.idx[x] = int32(i)
