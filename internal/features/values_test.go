@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/speculapro/speculapro/internal/event"
 )
 
 // Values give each feature, one by one, as the map Map builds holds it,
@@ -50,5 +52,35 @@ func TestValuesFeatureByFeature(t *testing.T) {
 	}
 	if checked < 10000 {
 		t.Fatalf("only %d features checked", checked)
+	}
+}
+
+// A batch of many entities, computed on several goroutines, gives every
+// event the features one computing them one after the other gives.
+func TestParallelComputeAsSerial(t *testing.T) {
+	c, prefix, _ := open(t, targets[0])
+	par := New(c, Options{KeyPrefix: prefix})
+	ser := New(c, Options{KeyPrefix: prefix + "serial:"})
+	ser.serial = true
+	clock := time.Now().UTC()
+	par.now, ser.now = func() time.Time { return clock }, func() time.Time { return clock }
+	ctx := context.Background()
+	evs := realistic(6000, 2500, clock.Add(-time.Hour), 9)
+	for off := 0; off < len(evs); off += 2000 {
+		batch := evs[off : off+2000]
+		if off > 0 {
+			batch = append(append([]*event.Envelope(nil), evs[off-100:off]...), batch...) // replays
+		}
+		got, gotReplayed, err := par.ApplyReplays(ctx, batch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, wantReplayed, err := ser.ApplyReplays(ctx, batch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) || !reflect.DeepEqual(gotReplayed, wantReplayed) {
+			t.Fatalf("batch at %d: computed in parallel, the features differ from the serial ones", off)
+		}
 	}
 }
