@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/big"
 	"strings"
-
 )
 
 // The value of an entity's key (doc.go "Value format"):
