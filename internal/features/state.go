@@ -414,67 +414,75 @@ func (st *state) txnFeat(f *txnFeat, cur string, newcp bool, ssp int64) {
 	f.w, f.newcp, f.ssp = st.windows(cur), newcp, ssp
 }
 
-// txnNames are a transaction section's features (doc.go), in txnGet.
-var txnNames = []string{
-	"out_count_1h", "out_count_24h", "out_count_7d", "out_count_30d",
-	"in_count_1h", "in_count_24h", "in_count_7d", "in_count_30d",
-	"out_sum_1h", "out_sum_24h", "out_sum_7d", "out_sum_30d",
-	"in_sum_1h", "in_sum_24h", "in_sum_7d", "in_sum_30d",
-	"distinct_payees_24h", "distinct_payees_30d", "distinct_senders_24h", "distinct_senders_30d",
-	"new_counterparty", "seconds_since_previous",
+// txnField says which figure of a txnFeat a transaction feature is: what
+// (the fields below) and, for the windowed ones, which window.
+type txnField struct {
+	what byte
+	w    int
 }
 
-// txnGet is one feature of a transaction section, the one place that says
-// which figure each name is (txnMap builds the map from it).
-func txnGet(f *txnFeat, name string) (any, bool) {
-	w := &f.w
-	switch name {
-	case "out_count_1h":
-		return w[0].oc, true
-	case "out_count_24h":
-		return w[1].oc, true
-	case "out_count_7d":
-		return w[2].oc, true
-	case "out_count_30d":
-		return w[3].oc, true
-	case "in_count_1h":
-		return w[0].ic, true
-	case "in_count_24h":
-		return w[1].ic, true
-	case "in_count_7d":
-		return w[2].ic, true
-	case "in_count_30d":
-		return w[3].ic, true
-	case "out_sum_1h":
-		return w[0].os.number(), true
-	case "out_sum_24h":
-		return w[1].os.number(), true
-	case "out_sum_7d":
-		return w[2].os.number(), true
-	case "out_sum_30d":
-		return w[3].os.number(), true
-	case "in_sum_1h":
-		return w[0].is.number(), true
-	case "in_sum_24h":
-		return w[1].is.number(), true
-	case "in_sum_7d":
-		return w[2].is.number(), true
-	case "in_sum_30d":
-		return w[3].is.number(), true
-	case "distinct_payees_24h":
-		return w[1].dp, true
-	case "distinct_payees_30d":
-		return w[3].dp, true
-	case "distinct_senders_24h":
-		return w[1].ds, true
-	case "distinct_senders_30d":
-		return w[3].ds, true
-	case "new_counterparty":
-		return f.newcp, true
-	case "seconds_since_previous":
-		return f.ssp, true
+// What a transaction feature is.
+const (
+	tfOutCount = iota
+	tfInCount
+	tfOutSum
+	tfInSum
+	tfPayees
+	tfSenders
+	tfNewCP
+	tfSince
+)
+
+// txnFields names every transaction feature (doc.go), txnNames lists them:
+// the counts and sums of each window, the distinct counts of 24h and 30d,
+// new_counterparty and seconds_since_previous.
+var txnFields, txnNames = func() (map[string]txnField, []string) {
+	m := map[string]txnField{}
+	var names []string
+	add := func(name string, f txnField) { m[name] = f; names = append(names, name) }
+	windows := []string{"1h", "24h", "7d", "30d"}
+	for _, k := range []struct {
+		prefix string
+		what   byte
+	}{{"out_count_", tfOutCount}, {"in_count_", tfInCount}, {"out_sum_", tfOutSum}, {"in_sum_", tfInSum}} {
+		for w, suffix := range windows {
+			add(k.prefix+suffix, txnField{k.what, w})
+		}
 	}
-	return nil, false
+	for _, w := range []int{1, 3} {
+		add("distinct_payees_"+windows[w], txnField{tfPayees, w})
+		add("distinct_senders_"+windows[w], txnField{tfSenders, w})
+	}
+	add("new_counterparty", txnField{what: tfNewCP})
+	add("seconds_since_previous", txnField{what: tfSince})
+	return m, names
+}()
+
+// txnGet is one feature of a transaction section (txnMap builds the map
+// from it).
+func txnGet(f *txnFeat, name string) (any, bool) {
+	x, ok := txnFields[name]
+	if !ok {
+		return nil, false
+	}
+	w := &f.w[x.w]
+	switch x.what {
+	case tfOutCount:
+		return w.oc, true
+	case tfInCount:
+		return w.ic, true
+	case tfOutSum:
+		return w.os.number(), true
+	case tfInSum:
+		return w.is.number(), true
+	case tfPayees:
+		return w.dp, true
+	case tfSenders:
+		return w.ds, true
+	case tfNewCP:
+		return f.newcp, true
+	}
+	return f.ssp, true
 }
 
 func txnMap(m map[string]any, f *txnFeat) {

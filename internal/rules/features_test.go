@@ -1,7 +1,6 @@
 package rules
 
 import (
-	"path/filepath"
 	"reflect"
 	"sort"
 	"testing"
@@ -22,22 +21,7 @@ func (m mapFeatures) Map() map[string]any { return m }
 // every starter pack test case as Evaluate does with all of them: the same
 // hits, the same values read, the same failures.
 func TestEvaluateFeaturesAsEvaluate(t *testing.T) {
-	paths, err := filepath.Glob("../../config/rules/*.yaml")
-	if err != nil || len(paths) == 0 {
-		t.Fatalf("no starter pack files (%v)", err)
-	}
-	defs, err := ParseFiles(paths...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rs []Rule
-	for _, d := range defs {
-		rs = append(rs, d.Rule)
-	}
-	prog, err := Compile(rs)
-	if err != nil {
-		t.Fatal(err)
-	}
+	defs, prog := starterPack(t)
 	for _, kp := range prog.kinds {
 		if kp.allFeatures {
 			t.Fatal("the starter pack's features are all named, yet the program takes them all")

@@ -10,14 +10,7 @@ import (
 // TestStarterPack runs config/rules' own test cases and checks the pack's
 // promise: every rule has at least one hit and one no_hit case.
 func TestStarterPack(t *testing.T) {
-	paths, err := filepath.Glob("../../config/rules/*.yaml")
-	if err != nil || len(paths) == 0 {
-		t.Fatalf("no starter pack files (%v)", err)
-	}
-	defs, err := ParseFiles(paths...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	defs, _ := starterPack(t)
 	if len(defs) < 12 {
 		t.Errorf("the starter pack has %d rules, want at least 12", len(defs))
 	}
@@ -80,19 +73,7 @@ func TestEventFields(t *testing.T) {
 // The starter pack's program reads only some envelope fields, and on every
 // one of its test cases decides exactly as on the whole envelope.
 func TestPrunedInputDecidesAsWhole(t *testing.T) {
-	paths, _ := filepath.Glob("../../config/rules/*.yaml")
-	defs, err := ParseFiles(paths...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rs []Rule
-	for _, d := range defs {
-		rs = append(rs, d.Rule)
-	}
-	prog, err := Compile(rs)
-	if err != nil {
-		t.Fatal(err)
-	}
+	defs, prog := starterPack(t)
 	for kind, kp := range prog.kinds {
 		if kp.fields == nil {
 			t.Errorf("%s: the starter pack's program reads the whole envelope", kind)
@@ -110,4 +91,26 @@ func TestPrunedInputDecidesAsWhole(t *testing.T) {
 			}
 		}
 	}
+}
+
+// starterPack parses config/rules and compiles all its rules as one program.
+func starterPack(t *testing.T) ([]Definition, *Program) {
+	t.Helper()
+	paths, err := filepath.Glob("../../config/rules/*.yaml")
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("no starter pack files (%v)", err)
+	}
+	defs, err := ParseFiles(paths...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rs []Rule
+	for _, d := range defs {
+		rs = append(rs, d.Rule)
+	}
+	prog, err := Compile(rs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return defs, prog
 }
