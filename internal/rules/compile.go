@@ -388,29 +388,24 @@ type Features interface {
 // only the features the rules name (all of them when a rule uses the
 // features otherwise), so the result, and each hit's Reads, is the one
 // Evaluate gives with f.Map().
-func (p *Program) EvaluateFeatures(env *event.Envelope, f Features) (hits []Hit, errs []RuleError) {
+//
+// sc (nil for none) holds the maps the input is built in, reused by the
+// next call: one per goroutine.
+func (p *Program) EvaluateFeatures(env *event.Envelope, f Features, sc *Scratch) (hits []Hit, errs []RuleError) {
 	kp := p.kinds[env.Kind]
 	if kp == nil {
 		return nil, nil
 	}
+	if sc == nil {
+		sc = &Scratch{}
+	}
+	var features map[string]any
 	if kp.allFeatures {
-		return kp.evaluate(env, f.Map())
+		features = f.Map()
+	} else {
+		features = sc.features(kp, f)
 	}
-	m := make(map[string]any, len(kp.needs))
-	for sec, names := range kp.needs {
-		if !f.Has(sec) {
-			m[sec] = nil
-			continue
-		}
-		sm := make(map[string]any, len(names))
-		for _, n := range names {
-			if v := f.Feature(sec, n); v != nil {
-				sm[n] = v
-			}
-		}
-		m[sec] = sm
-	}
-	return kp.evaluate(env, m)
+	return kp.run(sc.input(env, features, kp.fields), features)
 }
 
 // Evaluate runs the program of env's kind once over env and its features and
@@ -425,7 +420,11 @@ func (p *Program) Evaluate(env *event.Envelope, features map[string]any) (hits [
 }
 
 func (kp *kindProgram) evaluate(env *event.Envelope, features map[string]any) (hits []Hit, errs []RuleError) {
-	in := input(env, features, kp.fields)
+	return kp.run(input(env, features, kp.fields), features)
+}
+
+// run runs the program on in, built from features.
+func (kp *kindProgram) run(in, features map[string]any) (hits []Hit, errs []RuleError) {
 	res, err := kp.exec.Query(in)
 	results, ok := res.([]any)
 	if err != nil || !ok || len(results) != len(kp.rules) {

@@ -28,10 +28,11 @@ func TestEvaluateFeaturesAsEvaluate(t *testing.T) {
 		}
 	}
 	cases, hits := 0, 0
+	var sc Scratch // reused by every case, as by the stream's batches
 	for _, d := range defs {
 		for _, tc := range d.Tests {
 			want, wantErrs := prog.Evaluate(tc.Event, tc.Features)
-			got, gotErrs := prog.EvaluateFeatures(tc.Event, mapFeatures(tc.Features))
+			got, gotErrs := prog.EvaluateFeatures(tc.Event, mapFeatures(tc.Features), &sc)
 			if !reflect.DeepEqual(got, want) {
 				t.Errorf("%s / %s: hits %v, Evaluate gives %v", d.Rule.Name, tc.Name, got, want)
 			}

@@ -21,22 +21,73 @@ func Input(env *event.Envelope, features map[string]any) map[string]any {
 // input is Input with only the envelope fields in fields (all when nil):
 // a program builds only what its expressions can read.
 func input(env *event.Envelope, features map[string]any, fields map[string]bool) map[string]any {
+	return inputInto(map[string]any{}, map[string]any{}, env, features, fields)
+}
+
+// inputInto is input built in the maps in and ev (emptied first), which a
+// Scratch reuses event after event.
+func inputInto(in, ev map[string]any, env *event.Envelope, features map[string]any, fields map[string]bool) map[string]any {
 	var f any
 	if features != nil {
 		f = features
 	}
-	return map[string]any{"event": envelopeValue(env, fields), "features": f}
+	clear(in)
+	clear(ev)
+	envelopeInto(ev, env, fields)
+	in["event"], in["features"] = ev, f
+	return in
 }
 
-// envelopeValue builds the envelope's JSON shape directly (no encode and
-// decode round trip: it runs once per event in the stream), only the
-// fields in fields when not nil.
-func envelopeValue(e *event.Envelope, fields map[string]bool) map[string]any {
-	want := func(k string) bool { return fields == nil || fields[k] }
-	m := make(map[string]any, min(20, len(fields)+1))
-	if fields == nil {
-		m = make(map[string]any, 20)
+// Scratch holds the maps one goroutine builds its evaluations' inputs in,
+// reused event after event (the stream evaluates a batch on one goroutine):
+// allocating them per event was a large share of the stream's garbage.
+// Nothing a program returns refers to them. The zero value is ready.
+type Scratch struct {
+	in, ev, feats map[string]any
+	secs          map[string]map[string]any
+}
+
+// features is the features kp's rules name, taken from f, in the
+// scratch's maps.
+func (sc *Scratch) features(kp *kindProgram, f Features) map[string]any {
+	if sc.feats == nil {
+		sc.feats, sc.secs = map[string]any{}, map[string]map[string]any{}
 	}
+	clear(sc.feats)
+	for sec, names := range kp.needs {
+		if !f.Has(sec) {
+			sc.feats[sec] = nil
+			continue
+		}
+		sm := sc.secs[sec]
+		if sm == nil {
+			sm = make(map[string]any, len(names))
+			sc.secs[sec] = sm
+		}
+		clear(sm)
+		for _, n := range names {
+			if v := f.Feature(sec, n); v != nil {
+				sm[n] = v
+			}
+		}
+		sc.feats[sec] = sm
+	}
+	return sc.feats
+}
+
+// input is the input of env and features in the scratch's maps.
+func (sc *Scratch) input(env *event.Envelope, features map[string]any, fields map[string]bool) map[string]any {
+	if sc.in == nil {
+		sc.in, sc.ev = map[string]any{}, map[string]any{}
+	}
+	return inputInto(sc.in, sc.ev, env, features, fields)
+}
+
+// envelopeInto builds the envelope's JSON shape directly in m (no encode
+// and decode round trip: it runs once per event in the stream), only the
+// fields in fields when not nil.
+func envelopeInto(m map[string]any, e *event.Envelope, fields map[string]bool) {
+	want := func(k string) bool { return fields == nil || fields[k] }
 	put := func(k string, v string) {
 		if v != "" && want(k) {
 			m[k] = v
@@ -108,7 +159,6 @@ func envelopeValue(e *event.Envelope, fields map[string]bool) map[string]any {
 			m["attributes"] = v
 		}
 	}
-	return m
 }
 
 func putString(m map[string]any, k, v string) {

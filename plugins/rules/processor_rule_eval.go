@@ -279,6 +279,7 @@ func (r *ruleEval) ProcessBatch(ctx context.Context, batch service.MessageBatch)
 	start := time.Now()
 	stored := r.storedReplays(ctx, batch)
 	evaluated, skipped := 0, 0
+	var sc rules.Scratch // this call's: pipeline threads run batches at once
 	for i, msg := range batch {
 		if msg.GetError() != nil {
 			continue
@@ -303,7 +304,7 @@ func (r *ruleEval) ProcessBatch(ctx context.Context, batch service.MessageBatch)
 			if vals, ok := v.(rules.Features); ok {
 				// feature_update's: only the features the rules name are
 				// built.
-				found, errs = wp.program.EvaluateFeatures(env, vals)
+				found, errs = wp.program.EvaluateFeatures(env, vals, &sc)
 			} else {
 				features, _ := v.(map[string]any)
 				found, errs = wp.program.Evaluate(env, features)
