@@ -46,7 +46,8 @@ type cached struct {
 	base       string
 	recs       []string
 	size       int64
-	vlen, blen int // the value's length in Redis, its base's
+	vlen, blen int   // the value's length in Redis, its base's
+	ttlAt      int64 // when this process last set the key's TTL (unix ms)
 }
 
 // waitBytes: a batch waits for an entity another batch holds from this
@@ -95,7 +96,7 @@ func (c *cache) take(ents []*entity, fromCache bool) {
 		delete(c.m, e.key)
 		c.bytes -= x.size
 		c.held[e.key] = x.vlen
-		e.hit, e.gen, e.exists, e.vlen, e.blen = true, x.gen, true, x.vlen, x.blen
+		e.hit, e.gen, e.exists, e.vlen, e.blen, e.ttlAt = true, x.gen, true, x.vlen, x.blen, x.ttlAt
 		e.base, e.recs = x.base, x.recs
 	}
 }
@@ -160,7 +161,7 @@ func (c *cache) publish(ents []*entity) uint64 {
 		for _, r := range recs {
 			size += int64(len(r))
 		}
-		c.m[e.key] = cached{gen: gen, base: base, recs: recs, size: size, vlen: vlen, blen: blen}
+		c.m[e.key] = cached{gen: gen, base: base, recs: recs, size: size, vlen: vlen, blen: blen, ttlAt: e.ttlAt}
 		c.bytes += size
 	}
 	if c.bytes > c.max {

@@ -89,11 +89,14 @@
 //
 // A batch's events are grouped by entity in order. Round trip 1: one
 // pipeline of GET for every entity touched that the Store does not hold in
-// its cache (cache.go: the values this process last wrote, kept between
-// batches within Options.CacheBytes, checked by the write's CAS; an entity
-// only read is always read), on a Cluster one pipeline per node, in
-// parallel. Go decodes each value, applies the
-// entity's events in order and records each event's features right after it.
+// its cache (cache.go: the states this process last wrote, encoded whole
+// even where Redis holds a base and delta records, kept between batches
+// within Options.CacheBytes, checked by the write's CAS; an entity only
+// read is always read), on a Cluster one pipeline per node, in parallel.
+// Go decodes each value, applies the entity's events in order and records
+// each event's features right after it, as figures (Values: rule_eval
+// builds only the features its rules name; Apply builds the maps), the
+// entities of a batch on GOMAXPROCS goroutines.
 // Round trip 2: one pipeline writing every changed entity with its events'
 // snapshots: per entity, for a key that did not exist SET NX EX, else a
 // CAS (GETRANGE 0 7 must equal the generation read, then SET EX, or

@@ -82,9 +82,11 @@ var cas, create = redis.NewScript(casLua), redis.NewScript(createLua)
 // pairs of an entity's key and its snapshot hash (same hash tag). ARGV:
 // TTL (s), snapshot hash TTL (s), then per entity: mode ("n" new key, "c"
 // compare, "r" compare and drop every snapshot first: a reset state
-// remembers no event, "a" compare and append: the value is then the new
-// generation and a delta record, delta.go), generation read ("" for "n"),
-// value, the number of
+// remembers no event, "a" compare and append: the value is then a delta
+// record, delta.go, "A" the same without refreshing the key's TTL, which
+// this process did within keyTTLRefresh), generation read ("" for "n"),
+// the new generation ("a" and "A": SETRANGE writes it over the first 8
+// bytes; else ""), value, the number of
 // fields to delete (the events the state forgot), the number of
 // field/snapshot arguments, those fields, then the field/snapshot pairs.
 // It returns one 1 (written) or 0 (lost to another writer) per entity.
@@ -96,21 +98,22 @@ local res = {}
 local a = 3
 for k = 1, #KEYS, 2 do
   local key, skey, mode = KEYS[k], KEYS[k + 1], ARGV[a]
-  local nd, ns = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
+  local nd, ns = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
   local ok
   if mode == 'n' then
-    ok = redis.call('SET', key, ARGV[a + 2], 'NX', 'EX', ttl)
+    ok = redis.call('SET', key, ARGV[a + 3], 'NX', 'EX', ttl)
   elseif redis.call('GETRANGE', key, 0, 7) == ARGV[a + 1] then
-    if mode == 'a' then
-      local v = ARGV[a + 2]
-      redis.call('SETRANGE', key, 0, string.sub(v, 1, 8))
-      redis.call('APPEND', key, string.sub(v, 9))
-      ok = redis.call('EXPIRE', key, ttl)
+    if mode == 'a' or mode == 'A' then
+      redis.call('SETRANGE', key, 0, ARGV[a + 2])
+      ok = redis.call('APPEND', key, ARGV[a + 3])
+      if mode == 'a' then
+        redis.call('EXPIRE', key, ttl)
+      end
     else
-      ok = redis.call('SET', key, ARGV[a + 2], 'EX', ttl)
+      ok = redis.call('SET', key, ARGV[a + 3], 'EX', ttl)
     end
   end
-  a = a + 5
+  a = a + 6
   if ok then
     if mode == 'r' then
       redis.call('DEL', skey)
@@ -160,6 +163,13 @@ const (
 	// DefaultCacheBytes is Options.CacheBytes' default.
 	DefaultCacheBytes = 128 << 20
 )
+
+// keyTTLRefresh: an append by a process that set the key's TTL less than
+// this long ago leaves it as it is (one EXPIRE less per entity and batch
+// on a single Redis; the key exists, with its TTL, since the CAS matched):
+// an entity is then forgotten after 31 days of silence less up to an
+// hour, still beyond the longest window.
+const keyTTLRefresh = time.Hour
 
 // keyTTL is every key's TTL, from the wall clock, refreshed on write: the
 // longest window (30 d) plus a day, so an entity silent for that long is
@@ -329,6 +339,11 @@ type entity struct {
 	replays []int
 	dropped []uint64
 	arena   []byte
+	// ttlAt is when (unix ms) this process last set the key's TTL, as far
+	// as the cache knows (0: not known); refreshTTL says this write sets
+	// it (an append otherwise leaves it, keyTTLRefresh).
+	ttlAt      int64
+	refreshTTL bool
 	// cval is the state encoded whole for the cache when Redis' value is
 	// not (records appended, or read with records): cache.go.
 	cval []byte
@@ -779,6 +794,10 @@ func (s *Store) compute(e *entity, r *run) {
 		if !e.appended {
 			e.val = encode(e.val[:0], gen, st)
 		}
+		e.refreshTTL = !e.appended || !e.hit || nowMs-e.ttlAt >= keyTTLRefresh.Milliseconds()
+		if e.refreshTTL {
+			e.ttlAt = nowMs
+		}
 	}
 	// The cache keeps the state encoded whole, not Redis' base and
 	// records, so the next batch decodes it without applying the records
@@ -914,17 +933,20 @@ func (s *Store) write(ctx context.Context, ents []*entity) ([]*entity, error) {
 		}
 		cur.ents = append(cur.ents, e)
 		cur.keys = append(cur.keys, e.key, snapKey(e.key))
-		mode, gen := "n", ""
+		mode, gen, newGen, val := "n", "", []byte(nil), e.val
 		if e.exists {
 			mode, gen = "c", e.gen
 			switch {
 			case e.corrupt != nil:
 				mode = "r"
 			case e.appended:
-				mode = "a"
+				mode, newGen, val = "a", e.val[:genLen], e.val[genLen:]
+				if !e.refreshTTL {
+					mode = "A"
+				}
 			}
 		}
-		cur.args = append(cur.args, mode, gen, e.val, len(e.dropped), 2*len(e.snaps))
+		cur.args = append(cur.args, mode, gen, newGen, val, len(e.dropped), 2*len(e.snaps))
 		for _, h := range e.dropped {
 			cur.args = append(cur.args, snapField(h))
 		}

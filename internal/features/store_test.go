@@ -789,3 +789,48 @@ func TestDeltaRecordsDecodeToTheWritersState(t *testing.T) {
 		})
 	}
 }
+
+// An append leaves the key's TTL alone when this process set it less than
+// keyTTLRefresh ago, and sets it again after that: the key never lives
+// shorter than the longest window.
+func TestAppendRefreshesTheTTLHourly(t *testing.T) {
+	c, prefix, _ := open(t, targets[0])
+	s := New(c, Options{KeyPrefix: prefix})
+	clock := time.Now().UTC()
+	s.now = func() time.Time { return clock }
+	ctx := context.Background()
+	key := s.key(entityAccount, event.AccountID(testWorkspace, "acc-ttl"))
+	n := 0
+	apply := func() {
+		t.Helper()
+		for range 3 {
+			n++
+			e := txn(fmt.Sprintf("ttl-%d", n), "acc-ttl", "", "", "1.00", "EUR", event.DirectionOut, clock.Truncate(time.Second))
+			if _, err := s.Apply(ctx, []*event.Envelope{e}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// A base large enough that one event's record is appended to it.
+	var first []*event.Envelope
+	for i := range 50 {
+		first = append(first, txn(fmt.Sprintf("ttl-base-%d", i), "acc-ttl", "", fmt.Sprintf("fp-%d", i), "1.00", "EUR", event.DirectionOut, clock.Truncate(time.Second)))
+	}
+	if _, err := s.Apply(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	apply()
+	if err := c.Expire(ctx, key, 100*time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	clock = clock.Add(time.Minute)
+	apply()
+	if ttl := c.TTL(ctx, key).Val(); ttl > 100*time.Second {
+		t.Fatalf("an append within the hour set the TTL again (%v)", ttl)
+	}
+	clock = clock.Add(keyTTLRefresh)
+	apply()
+	if ttl := c.TTL(ctx, key).Val(); ttl < keyTTL-time.Hour {
+		t.Fatalf("an append an hour later left the TTL at %v", ttl)
+	}
+}
