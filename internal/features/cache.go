@@ -3,11 +3,11 @@ package features
 import "sync"
 
 // cache keeps, between batches, the states of entities as this process last
-// wrote (or read) them, encoded whole (a decoded state takes about ten times
-// the memory; Redis' value may be a base and delta records, the cache's is
-// the state they decode to), with the generation and lengths of Redis'
-// value, so that a batch does not read again what the process already has
-// (doc.go "Apply").
+// wrote (or read) them, encoded (a decoded state takes about ten times the
+// memory): a base and delta records, as Redis' value or re-encoded whole
+// once the records grow (cached.base), with the generation and lengths of
+// Redis' value, so that a batch does not read again what the process
+// already has (doc.go "Apply").
 // It is only ever a guess: the write's CAS compares the generation, and an
 // entity somebody else wrote since is read again and recomputed, exactly as
 // after a lost race. An entity only read in a batch (a counterparty paying
@@ -38,11 +38,11 @@ type cache struct {
 
 type cached struct {
 	gen string
-	// base is the state encoded whole (its first 8 bytes may be another
-	// generation), even when Redis' value is a base and delta records:
-	// decoding those would apply every record again in each batch, which
-	// for a busy entity costs more than its base. recs are records after
-	// it, in pieces (none once published).
+	// base is a base (its first 8 bytes may be another generation) and
+	// recs the delta records after it, in pieces: Redis' value, or, once
+	// the records reach a quarter of the base, the state encoded whole
+	// (applying every record again in each batch cost a busy entity more
+	// than decoding its base).
 	base       string
 	recs       []string
 	size       int64
@@ -136,9 +136,12 @@ func (c *cache) publish(ents []*entity) uint64 {
 		}
 		gen, vlen, blen, base, recs := e.gen, e.vlen, e.blen, e.base, e.recs
 		switch {
-		case e.changed && e.appended:
+		case e.changed && e.appended && len(e.cval) > 0:
 			gen, vlen = string(e.val[:genLen]), e.vlen+len(e.val)-genLen
 			base, recs = string(e.cval), nil
+		case e.changed && e.appended:
+			gen, vlen = string(e.val[:genLen]), e.vlen+len(e.val)-genLen
+			recs = append(recs[:len(recs):len(recs)], string(e.val[genLen:]))
 		case e.changed:
 			gen, vlen, blen = string(e.val[:genLen]), len(e.val), len(e.val)
 			base, recs = string(e.val), nil

@@ -799,13 +799,23 @@ func (s *Store) compute(e *entity, r *run) {
 			e.ttlAt = nowMs
 		}
 	}
-	// The cache keeps the state encoded whole, not Redis' base and
-	// records, so the next batch decodes it without applying the records
-	// again (cache.go): when Redis' value has records, encode it here,
-	// outside the cache's lock.
+	// The cache keeps a base and the records after it, and encodes the
+	// state whole again (here, outside the cache's lock) once the records
+	// reach a quarter of the base: applying them again in every batch cost
+	// more than decoding the base (cache.go), encoding on every append
+	// about as much.
 	e.cval = e.cval[:0]
-	if s.cache.max >= 0 && e.corrupt == nil && (e.changed && e.appended || !e.changed && len(e.recs) > 0) {
-		e.cval = encode(e.cval, 0, st)
+	if s.cache.max >= 0 && e.corrupt == nil && (e.changed && e.appended || !e.changed) {
+		recs := 0
+		for _, r := range e.recs {
+			recs += len(r)
+		}
+		if e.appended {
+			recs += len(e.val) - genLen
+		}
+		if 4*recs > len(e.base) {
+			e.cval = encode(e.cval, 0, st)
+		}
 	}
 }
 
