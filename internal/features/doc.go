@@ -27,7 +27,9 @@
 // entity's id (event.AccountID, CustomerID, CounterpartyID: never an external
 // id). The braces are the Cluster hash tag. The value is a string; its TTL is
 // 31 days (the longest window plus a day) from the wall clock, refreshed on
-// every write, so an entity silent for that long is forgotten as a whole.
+// every write (an append within the hour after this process last set it
+// leaves it: keyTTLRefresh), so an entity silent for that long is
+// forgotten as a whole.
 // Next to it, <prefix>{<e>:<uuid>}:r is its replay snapshot hash (doc
 // "Replays"), same hash tag, TTL the replay TTL plus a minute. A
 // counterparty's events are the payments to it: a transaction in which it
