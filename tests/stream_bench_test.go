@@ -16,6 +16,7 @@ import (
 
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/loadgen"
+	"github.com/speculapro/speculapro/internal/rules"
 	"github.com/speculapro/speculapro/internal/testenv"
 )
 
@@ -85,6 +86,21 @@ func logTable(b *testing.B, title string, rows []benchRow) {
 		fmt.Fprintf(&sb, "  %-40s %12.0f %-3s  %-28s %7s  %s\n", r.metric, r.value, r.unit, base, ratio, r.aim)
 	}
 	b.Log(sb.String())
+	// The same rows in make bench's summary table.
+	for _, r := range rows {
+		value := fmt.Sprintf("%.0f %s", r.value, r.unit)
+		if r.value < 100 {
+			value = fmt.Sprintf("%.1f %s", r.value, r.unit)
+		}
+		ratio, aim := "", r.aim
+		if r.ratio != 0 {
+			ratio = fmt.Sprintf("%.2f", r.ratio)
+		}
+		if aim == "-" {
+			aim = ""
+		}
+		benchSummary(b, r.metric, strings.TrimSpace(value), r.baseline, ratio, aim)
+	}
 }
 
 // redisUsedMemory is INFO memory's used_memory (bytes), summed over the
@@ -195,6 +211,10 @@ func BenchmarkStreamThroughput(b *testing.B) {
 	}
 	b.Logf("timers:\n%s", strings.Join(timing, "\n"))
 	evaluated := metricSum(scrape, "speculapro_stream_events_evaluated_total")
+	// rule_eval's own time (its stage timer: input, the one program, the
+	// hits), per event evaluated.
+	evalSeconds := metricSum(scrape, "speculapro_stream_stage_duration_seconds_sum", `stage="evaluate"`)
+	updateSeconds := metricSum(scrape, "speculapro_stream_feature_update_seconds_sum")
 	hits := metricSum(scrape, "speculapro_stream_rule_hits_total")
 	memAfter := redisUsedMemory(b, s)
 	rstats := redisStats(b, s).minus(statsBefore)
@@ -232,6 +252,8 @@ func BenchmarkStreamThroughput(b *testing.B) {
 		{"stream events/s vs the issue's aim", streamRate, "/s", "25,000/s", streamRate / 25000, ">= 25,000/s"},
 		{"stream peak RSS", float64(rss) / (1 << 20), "MB", fmt.Sprintf("persister %.0f MB", float64(persistRSS)/(1<<20)), float64(rss) / float64(persistRSS), "-"},
 		{"stream process CPU per event", streamCPU / float64(n) * 1e6, "µs", fmt.Sprintf("persister %.1f µs", persistCPU/float64(n)*1e6), streamCPU / persistCPU, "-"},
+		{fmt.Sprintf("rule evaluation per event (%d rules, in the stream)", rules), evalSeconds / max(evaluated, 1) * 1e6, "µs", "", 0, "-"},
+		{"feature update per event (Redis round trips included)", updateSeconds / float64(n) * 1e6, "µs", "", 0, "-"},
 		{"Redis CPU per event (user+sys)", rstats.cpu / float64(n) * 1e6, "µs", "", 0, "-"},
 		{"Redis bytes in+out per event", float64(rstats.netIn+rstats.netOut) / float64(n), "B", "", 0, "-"},
 		{"Redis bytes per account (MEMORY USAGE)", perAccount, "B", fmt.Sprintf("%d keys", keys), 0, "-"},
@@ -335,7 +357,7 @@ JOIN speculapro.rules r ON r.id = a.rule_id WHERE r.name = 't_every_transaction'
 		{"produce-to-alert p50", p50, "ms", "", 0, "-"},
 		{"produce-to-alert p99", p99, "ms", "500 ms", p99 / 500, "p99 <= 500 ms"},
 		{"produce-to-alert max", pmax, "ms", "", 0, "-"},
-		{"stream peak RSS", float64(rss) / (1 << 20), "MB", "", 0, "-"},
+		{"stream peak RSS (latency run)", float64(rss) / (1 << 20), "MB", "", 0, "-"},
 	})
 }
 
@@ -444,3 +466,71 @@ func processCPU(b *testing.B, p *binProcess) float64 {
 	st, _ := strconv.ParseFloat(f[12], 64)
 	return (ut + st) / 100
 }
+
+// BenchmarkRuleEvaluation: rule evaluation per event, as the stream runs
+// it (rules.Program.EvaluateFeatures, one reused Scratch), for one
+// workspace with the starter pack and with 100 rules (the pack repeated
+// under other names), over the pack's own test cases' events and features;
+// the baseline is building the whole input alone (rules.Input), which the
+// stream no longer does.
+func BenchmarkRuleEvaluation(b *testing.B) {
+	files, err := filepath.Glob(filepath.Join(testenv.RepoRoot(b), "config/rules/*.yaml"))
+	if err != nil || len(files) == 0 {
+		b.Fatalf("no starter rules (%v)", err)
+	}
+	defs, err := rules.ParseFiles(files...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	type tcase struct {
+		env   *event.Envelope
+		feats ruleFeatures
+	}
+	var cases []tcase
+	for _, d := range defs {
+		for _, tc := range d.Tests {
+			cases = append(cases, tcase{tc.Event, ruleFeatures(tc.Features)})
+		}
+	}
+	perEvent := func(run func(c tcase)) float64 {
+		const rounds = 200
+		start := time.Now()
+		for range rounds {
+			for _, c := range cases {
+				run(c)
+			}
+		}
+		return float64(time.Since(start).Nanoseconds()) / float64(rounds*len(cases)) / 1000
+	}
+	inputOnly := perEvent(func(c tcase) { rules.Input(c.env, c.feats) })
+	var rowsOut []benchRow
+	for _, n := range []int{len(defs), 100} {
+		var rs []rules.Rule
+		for i := range n {
+			r := defs[i%len(defs)].Rule
+			r.Name = fmt.Sprintf("%s_%d", r.Name, i)
+			rs = append(rs, r)
+		}
+		prog, err := rules.Compile(rs)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var sc rules.Scratch
+		us := perEvent(func(c tcase) { prog.EvaluateFeatures(c.env, c.feats, &sc) })
+		rowsOut = append(rowsOut, benchRow{fmt.Sprintf("rule evaluation per event, %d rules", n), us, "µs",
+			fmt.Sprintf("whole input alone %.1f µs", inputOnly), us / inputOnly, "-"})
+		b.ReportMetric(us, fmt.Sprintf("µs/event-%d-rules", n))
+	}
+	logTable(b, fmt.Sprintf("rule evaluation: %d events (the starter pack's test cases), one workspace", len(cases)), rowsOut)
+}
+
+// ruleFeatures gives a features map feature by feature (rules.Features),
+// as feature_update's features.Values do.
+type ruleFeatures map[string]any
+
+func (m ruleFeatures) Has(sec string) bool { _, ok := m[sec].(map[string]any); return ok }
+func (m ruleFeatures) Feature(sec, name string) any {
+	s, _ := m[sec].(map[string]any)
+	return s[name]
+}
+func (m ruleFeatures) Map() map[string]any { return m }
