@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math/big"
 	"strings"
+
+	"github.com/speculapro/speculapro/internal/event"
 )
 
 // The value of an entity's key (doc.go "Value format"):
@@ -331,7 +333,7 @@ func decodeParts(base string, recs []string) (*state, int, error) {
 
 // base reads the state as written whole.
 func (r *reader) base() (*state, error) {
-	st := recycledState()
+	st := newState()
 	st.mx, st.lt, st.ls[0], st.ls[1] = r.time(), r.time(), r.time(), r.time()
 	strs := make([]string, r.count(1))
 	for i := range strs {
@@ -351,19 +353,10 @@ func (r *reader) base() (*state, error) {
 		if n == 0 {
 			continue
 		}
-		// Room for the bucket or two a batch adds (bucketAt), in a
-		// recycled state's slice when it is large enough.
-		bs := st.lv[l]
-		if cap(bs) >= n+2 {
-			bs = bs[:n]
-		} else {
-			bs = make([]bucket, n, n+2)
-		}
+		// Room for the bucket or two a batch adds (bucketAt).
+		bs := make([]bucket, n, n+2)
 		for i := range bs {
 			b := &bs[i]
-			// Whole: a recycled bucket's sums may be another's (prune
-			// shifts buckets down, leaving copies past the end).
-			*b = bucket{}
 			b.n = h - int64(min(r.uvarint(), 1<<40))
 			f := r.bytes(1)
 			if r.err != nil {
@@ -403,7 +396,7 @@ func (r *reader) base() (*state, error) {
 			continue
 		}
 		m := &st.members[d]
-		m.keys, m.vals = grown(m.keys, n), grown(m.vals, n)
+		m.keys, m.vals = make([]event.UUID, n, n+4), make([]int64, n, n+4)
 		for i := range n {
 			copy(m.keys[i][:], r.bytes(16))
 			m.vals[i] = st.mx - int64(min(r.uvarint(), 1<<40))
@@ -412,7 +405,7 @@ func (r *reader) base() (*state, error) {
 	if n := r.count(9); n > 0 {
 		base := int64(min(r.uvarint(), 1<<62))
 		seen := &st.seen
-		seen.keys, seen.vals = grown(seen.keys, n), grown(seen.vals, n)
+		seen.keys, seen.vals = make([]uint64, n, n+4), make([]int64, n, n+4)
 		for i := range n {
 			h := r.bytes(8)
 			if r.err != nil {
@@ -426,13 +419,4 @@ func (r *reader) base() (*state, error) {
 		return nil, r.err
 	}
 	return st, nil
-}
-
-// grown returns s (its contents dropped) with length n and room for a few
-// more, reusing its array when large enough.
-func grown[T any](s []T, n int) []T {
-	if cap(s) >= n+4 {
-		return s[:n]
-	}
-	return make([]T, n, n+4)
 }

@@ -3,7 +3,6 @@ package features
 import (
 	"encoding/json"
 	"math/big"
-	"sync"
 
 	"github.com/speculapro/speculapro/internal/event"
 )
@@ -141,32 +140,6 @@ type state struct {
 
 func newState() *state {
 	return &state{mx: none, lt: none, ls: [2]int64{none, none}}
-}
-
-// statePool holds the states of finished batches: decoding every entity a
-// batch touches allocated its buckets and tables anew each time, the
-// largest share of the stream's allocations.
-var statePool = sync.Pool{New: func() any { return newState() }}
-
-// recycledState is an empty state, with the arrays of a finished one.
-func recycledState() *state {
-	st := statePool.Get().(*state)
-	st.mx, st.lt, st.ls = none, none, [2]int64{none, none}
-	for l := range st.lv {
-		st.lv[l] = st.lv[l][:0]
-	}
-	for d := range st.members {
-		st.members[d].reset()
-	}
-	st.seen.reset()
-	return st
-}
-
-// recycle hands st back to recycledState: nothing may use it after.
-func recycle(st *state) {
-	if st != nil {
-		statePool.Put(st)
-	}
 }
 
 // head is the head's bucket number in level l (-1 without events).

@@ -349,19 +349,6 @@ type entity struct {
 	cval []byte
 }
 
-// entityPool holds the entities of finished batches, for their buffers
-// (the value written, the snapshots, the delta record): allocated anew per
-// entity and batch, they were a fifth of the stream's allocations.
-var entityPool = sync.Pool{New: func() any { return new(entity) }}
-
-// newEntity is an entity of kind at key, with a finished one's buffers.
-func newEntity(kind byte, key string) *entity {
-	e := entityPool.Get().(*entity)
-	*e = entity{kind: kind, key: key, ops: e.ops[:0], d: delta{ops: e.d.ops[:0]}, val: e.val[:0],
-		snaps: e.snaps[:0], replays: e.replays[:0], dropped: e.dropped[:0], arena: e.arena[:0], cval: e.cval[:0]}
-	return e
-}
-
 // snap is one event's snapshot on one entity.
 type snap struct {
 	idh uint64
@@ -438,7 +425,7 @@ func (s *Store) ApplyValues(ctx context.Context, events []*event.Envelope) ([]*V
 		k := s.key(kind, id)
 		e := byKey[k]
 		if e == nil {
-			e = newEntity(kind, k)
+			e = &entity{kind: kind, key: k}
 			byKey[k] = e
 			ents = append(ents, e)
 		}
@@ -564,13 +551,6 @@ func (s *Store) ApplyValues(ctx context.Context, events []*event.Envelope) ([]*V
 			ce.Entities[kindName(e.kind)]++
 		}
 	}
-	for _, e := range ents {
-		// Nothing of the batch refers to them any more: the cache keeps
-		// values, out its own figures.
-		recycle(e.st)
-		e.st = nil
-		entityPool.Put(e)
-	}
 	if ce != nil {
 		return out, replayed, ce
 	}
@@ -672,14 +652,12 @@ func (s *Store) computeAll(ents []*entity, r *run) {
 // features and, for each event counted, its snapshot.
 func (s *Store) compute(e *entity, r *run) {
 	e.corrupt = nil
-	recycle(e.st) // an earlier attempt's
-	e.st = recycledState()
+	e.st = newState()
 	if e.exists {
 		st, base, err := decodeParts(e.base, e.recs)
 		if err != nil {
 			e.corrupt = err
 		} else {
-			recycle(e.st)
 			e.st = st
 			if !e.hit && base < len(e.base) {
 				// As read: split into the base and its records.

@@ -24,9 +24,6 @@ const (
 
 func (t *table[K]) len() int { return len(t.keys) }
 
-// reset empties t, keeping its arrays.
-func (t *table[K]) reset() { t.keys, t.vals, t.idx, t.scans = t.keys[:0], t.vals[:0], nil, 0 }
-
 func (t *table[K]) find(k K) int {
 	if t.idx != nil {
 		if i, ok := t.idx[k]; ok {
