@@ -484,12 +484,12 @@ func BenchmarkRuleEvaluation(b *testing.B) {
 	}
 	type tcase struct {
 		env   *event.Envelope
-		feats ruleFeatures
+		feats rules.MapFeatures
 	}
 	var cases []tcase
 	for _, d := range defs {
 		for _, tc := range d.Tests {
-			cases = append(cases, tcase{tc.Event, ruleFeatures(tc.Features)})
+			cases = append(cases, tcase{tc.Event, rules.MapFeatures(tc.Features)})
 		}
 	}
 	perEvent := func(run func(c tcase)) float64 {
@@ -523,14 +523,3 @@ func BenchmarkRuleEvaluation(b *testing.B) {
 	}
 	logTable(b, fmt.Sprintf("rule evaluation: %d events (the starter pack's test cases), one workspace", len(cases)), rowsOut)
 }
-
-// ruleFeatures gives a features map feature by feature (rules.Features),
-// as feature_update's features.Values do.
-type ruleFeatures map[string]any
-
-func (m ruleFeatures) Has(sec string) bool { _, ok := m[sec].(map[string]any); return ok }
-func (m ruleFeatures) Feature(sec, name string) any {
-	s, _ := m[sec].(map[string]any)
-	return s[name]
-}
-func (m ruleFeatures) Map() map[string]any { return m }

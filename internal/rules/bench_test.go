@@ -102,14 +102,14 @@ func benchmarkEvaluateFeatures(b *testing.B, n int) {
 	}
 	env, features := benchInput()
 	var sc Scratch
-	hits, errs := p.EvaluateFeatures(env, mapFeatures(features), &sc)
+	hits, errs := p.EvaluateFeatures(env, MapFeatures(features), &sc)
 	if len(errs) != 0 {
 		b.Fatalf("rule errors on the benchmark input: %v", errs)
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
-		p.EvaluateFeatures(env, mapFeatures(features), &sc)
+		p.EvaluateFeatures(env, MapFeatures(features), &sc)
 	}
 	b.ReportMetric(float64(len(hits)), "hits/event")
 }

@@ -384,6 +384,23 @@ type Features interface {
 	Map() map[string]any
 }
 
+// MapFeatures gives a features map (the one rules see) feature by feature,
+// for callers that hold the map: EvaluateFeatures(env, MapFeatures(m), sc)
+// decides as Evaluate(env, m).
+type MapFeatures map[string]any
+
+// Has reports whether section is a map in m.
+func (m MapFeatures) Has(sec string) bool { _, ok := m[sec].(map[string]any); return ok }
+
+// Feature is m[sec][name], nil when absent.
+func (m MapFeatures) Feature(sec, name string) any {
+	s, _ := m[sec].(map[string]any)
+	return s[name]
+}
+
+// Map is m.
+func (m MapFeatures) Map() map[string]any { return m }
+
 // EvaluateFeatures is Evaluate over features given by f: the input holds
 // only the features the rules name (all of them when a rule uses the
 // features otherwise), so the result, and each hit's Reads, is the one

@@ -6,17 +6,6 @@ import (
 	"testing"
 )
 
-// mapFeatures gives a features map feature by feature, as the stream's
-// features.Values does.
-type mapFeatures map[string]any
-
-func (m mapFeatures) Has(sec string) bool { _, ok := m[sec].(map[string]any); return ok }
-func (m mapFeatures) Feature(sec, name string) any {
-	s, _ := m[sec].(map[string]any)
-	return s[name]
-}
-func (m mapFeatures) Map() map[string]any { return m }
-
 // EvaluateFeatures, which builds only the features the rules name, decides
 // every starter pack test case as Evaluate does with all of them: the same
 // hits, the same values read, the same failures.
@@ -32,7 +21,7 @@ func TestEvaluateFeaturesAsEvaluate(t *testing.T) {
 	for _, d := range defs {
 		for _, tc := range d.Tests {
 			want, wantErrs := prog.Evaluate(tc.Event, tc.Features)
-			got, gotErrs := prog.EvaluateFeatures(tc.Event, mapFeatures(tc.Features), &sc)
+			got, gotErrs := prog.EvaluateFeatures(tc.Event, MapFeatures(tc.Features), &sc)
 			if !reflect.DeepEqual(got, want) {
 				t.Errorf("%s / %s: hits %v, Evaluate gives %v", d.Rule.Name, tc.Name, got, want)
 			}
