@@ -105,10 +105,18 @@ func (s *idemStore) key(kind event.Kind, ws event.UUID, externalID string) strin
 // returns, per key, the entry that was there (nil: this request claimed
 // it). One pipeline; an error means nothing is known about any key.
 func (s *idemStore) claim(ctx context.Context, keys []string, entries []idemEntry) ([]*idemEntry, error) {
-	cmds := make([]*redis.StatusCmd, len(keys))
+	cmds := make([]*redis.Cmd, len(keys))
+	// SET key value NX GET EX|PX ttl, as SetArgs writes it, with its
+	// arguments in one slice of the right size and the TTL boxed once per
+	// request (SetArgs grows its slice and boxes each time: 40 % of the
+	// claim's CPU).
+	unit, ttl := "ex", any(int64(s.ttl/time.Second))
+	if s.ttl < time.Second || s.ttl%time.Second != 0 {
+		unit, ttl = "px", any(int64(s.ttl/time.Millisecond))
+	}
 	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, k := range keys {
-			cmds[i] = p.SetArgs(ctx, k, entries[i].value(), redis.SetArgs{Mode: "NX", Get: true, TTL: s.ttl})
+			cmds[i] = p.Do(ctx, "set", k, entries[i].value(), unit, ttl, "nx", "get")
 		}
 		return nil
 	})
@@ -117,7 +125,7 @@ func (s *idemStore) claim(ctx context.Context, keys []string, entries []idemEntr
 	}
 	out := make([]*idemEntry, len(keys))
 	for i, c := range cmds {
-		v, err := c.Result()
+		v, err := c.Text()
 		switch {
 		case errors.Is(err, redis.Nil):
 		case err != nil:
@@ -144,7 +152,7 @@ func (s *idemStore) update(ctx context.Context, keys []string, entries []idemEnt
 	}
 	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, k := range keys {
-			p.SetArgs(ctx, k, entries[i].value(), redis.SetArgs{Mode: "XX", KeepTTL: true})
+			p.Do(ctx, "set", k, entries[i].value(), "keepttl", "xx")
 		}
 		return nil
 	})

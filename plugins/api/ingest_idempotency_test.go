@@ -172,6 +172,12 @@ func TestIdempotencyOnRedisCluster(t *testing.T) {
 	if err := s.release(ctx, keys[25:], entries[25:]); err != nil {
 		t.Fatal(err)
 	}
+	// The claim set the TTL and the accepted mark kept it.
+	for _, k := range []string{keys[0], keys[24]} {
+		if ttl, err := client.TTL(ctx, k).Result(); err != nil || ttl <= 50*time.Second || ttl > time.Minute {
+			t.Errorf("TTL of an accepted entry %v, %v; want about the minute it was claimed with", ttl, err)
+		}
+	}
 	prev, err = s.claim(ctx, keys, entries)
 	if err != nil {
 		t.Fatal(err)
