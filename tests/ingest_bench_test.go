@@ -76,6 +76,9 @@ func BenchmarkIngestThroughput(b *testing.B) {
 	}
 	cpu0 := processCPU(b, p)
 	alloc0 := totalAlloc(b, p)
+	// Where a request waits: the server's request timer against the
+	// output's write (Kafka's acknowledgement), as means over the run.
+	scrape0, _ := p.scrape()
 
 	b.ResetTimer()
 	client := &http.Client{Timeout: time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: ingestBenchClients}}
@@ -136,6 +139,16 @@ func BenchmarkIngestThroughput(b *testing.B) {
 	profiled.Wait()
 	cpu := processCPU(b, p) - cpu0
 	allocated := totalAlloc(b, p) - alloc0
+	scrape1, _ := p.scrape()
+	meanMS := func(timer string) float64 {
+		n := metricSum(scrape1, timer+"_count") - metricSum(scrape0, timer+"_count")
+		if n <= 0 {
+			return 0
+		}
+		return (metricSum(scrape1, timer+"_sum") - metricSum(scrape0, timer+"_sum")) / n / 1e6
+	}
+	b.Logf("means over the run: a request in the server %.1f ms, of which the output's write to Kafka %.1f ms",
+		meanMS("speculapro_ingest_request_duration"), meanMS("output_latency_ns"))
 	rss := p.peakRSS(b)
 	if len(failures) > 0 {
 		b.Fatalf("%d of %d requests not fully accepted, first: %s", len(failures), len(bodies), failures[0])
