@@ -104,7 +104,7 @@ VALUES ($1, $2, 'decision benchmark', 'transaction', $3, 'high', $4, false, 10)`
 	if profile != "" {
 		args = append(args, "--set", "http.debug_endpoints=true")
 	}
-	p := s.startDecision(b, "decision", nil, args...)
+	p := s.startDecision(b, "decision", withBenchGOGC(nil), args...)
 	nothing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var v map[string]any
 		_ = json.NewDecoder(r.Body).Decode(&v)

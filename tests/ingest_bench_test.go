@@ -50,7 +50,7 @@ func BenchmarkIngestThroughput(b *testing.B) {
 	addr := testenv.FreeAddr(b)
 	base := "http://" + addr
 	p := newBinProcess(b)
-	p.start(b, ingestEnv(brokers, prefix, "unused", db, addr),
+	p.start(b, withBenchGOGC(ingestEnv(brokers, prefix, "unused", db, addr)),
 		"run", "--set", "http.address="+p.httpAddr, "--set", "http.debug_endpoints=true", "pipelines/ingest.yaml")
 	ingestWaitReady(b, p, base)
 

@@ -153,11 +153,7 @@ func BenchmarkPersistThroughput(b *testing.B) {
 	}
 	var ps []*binProcess
 	for i := range procs {
-		env := map[string]string{"SP_PERSIST_WORKERS": strconv.Itoa(workers), "SP_PERSIST_BATCH_MAX": strconv.Itoa(batch)}
-		if v := os.Getenv("SP_TEST_BENCH_GOGC"); v != "" {
-			// The persisters' GOGC only, to measure a collector setting.
-			env["GOGC"] = v
-		}
+		env := withBenchGOGC(map[string]string{"SP_PERSIST_WORKERS": strconv.Itoa(workers), "SP_PERSIST_BATCH_MAX": strconv.Itoa(batch)})
 		ps = append(ps, startPersister(b, s, fmt.Sprintf("persister-%d", i+1), env, extra...))
 	}
 	p := ps[0]
