@@ -396,7 +396,7 @@ func (r *reader) base() (*state, error) {
 			continue
 		}
 		m := &st.members[d]
-		m.keys, m.vals = make([]event.UUID, n, n+4), make([]int64, n, n+4)
+		m.reset(make([]event.UUID, n, n+4), make([]int64, n, n+4))
 		for i := range n {
 			copy(m.keys[i][:], r.bytes(16))
 			m.vals[i] = st.mx - int64(min(r.uvarint(), 1<<40))
@@ -405,7 +405,7 @@ func (r *reader) base() (*state, error) {
 	if n := r.count(9); n > 0 {
 		base := int64(min(r.uvarint(), 1<<62))
 		seen := &st.seen
-		seen.keys, seen.vals = make([]uint64, n, n+4), make([]int64, n, n+4)
+		seen.reset(make([]uint64, n, n+4), make([]int64, n, n+4))
 		for i := range n {
 			h := r.bytes(8)
 			if r.err != nil {

@@ -561,11 +561,15 @@ func (st *state) prune(nowMs int64, dropped []uint64) []uint64 {
 	for d := range st.members {
 		st.members[d].keep(st.within30)
 	}
+	live := func(exp int64) bool { return exp > nowMs }
+	if st.seen.keepsAll(live) {
+		return dropped
+	}
 	for i, exp := range st.seen.vals {
-		if exp <= nowMs {
+		if !live(exp) {
 			dropped = append(dropped, st.seen.keys[i])
 		}
 	}
-	st.seen.keep(func(exp int64) bool { return exp > nowMs })
+	st.seen.keep(live)
 	return dropped
 }

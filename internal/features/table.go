@@ -13,6 +13,12 @@ type table[K comparable] struct {
 	// entity's replay memory once or twice per event while building the
 	// index of its few hundred entries costs a hundred such searches.
 	scans int32
+	// lo is at most every value while loOK: a prune whose predicate holds
+	// for lo keeps everything, so decoding a busy entity's delta records
+	// (each ending in a prune, as the writer did) need not scan its whole
+	// replay memory per record.
+	lo   int64
+	loOK bool
 }
 
 const (
@@ -56,6 +62,12 @@ func (t *table[K]) get(k K) (int64, bool) {
 }
 
 func (t *table[K]) set(k K, v int64) {
+	switch {
+	case len(t.keys) == 0:
+		t.lo, t.loOK = v, true
+	case v < t.lo:
+		t.lo = v
+	}
 	if i := t.find(k); i >= 0 {
 		t.vals[i] = v
 		return
@@ -67,15 +79,35 @@ func (t *table[K]) set(k K, v int64) {
 	t.vals = append(t.vals, v)
 }
 
-// keep retains the entries for which ok is true, in order.
+// reset replaces the entries with keys and vals (a decoded table).
+func (t *table[K]) reset(keys []K, vals []int64) {
+	*t = table[K]{keys: keys, vals: vals}
+}
+
+// keepsAll is whether keep(ok) would keep every entry, known without a
+// scan; ok must be monotone: true for a value means true for every larger one.
+func (t *table[K]) keepsAll(ok func(v int64) bool) bool {
+	return len(t.keys) == 0 || t.loOK && ok(t.lo)
+}
+
+// keep retains the entries for which ok is true, in order. ok must be
+// monotone (see keepsAll).
 func (t *table[K]) keep(ok func(v int64) bool) {
+	if t.keepsAll(ok) {
+		return
+	}
 	j := 0
+	lo := int64(0)
 	for i := range t.keys {
-		if ok(t.vals[i]) {
-			t.keys[j], t.vals[j] = t.keys[i], t.vals[i]
+		if v := t.vals[i]; ok(v) {
+			if j == 0 || v < lo {
+				lo = v
+			}
+			t.keys[j], t.vals[j] = t.keys[i], v
 			j++
 		}
 	}
+	t.lo, t.loOK = lo, j > 0
 	if j != len(t.keys) {
 		t.keys, t.vals, t.idx = t.keys[:j], t.vals[:j], nil
 	}
