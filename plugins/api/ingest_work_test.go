@@ -48,8 +48,8 @@ func TestDecodeAllocationsPerItem(t *testing.T) {
 	})
 	per := allocs / n
 	t.Logf("decodeBatch: %.1f allocations per item", per)
-	if per > maxDecodeAllocsPerItem {
-		t.Errorf("decodeBatch allocates %.1f times per item, more than %d", per, maxDecodeAllocsPerItem)
+	if per > maxDecodeAllocsPerItem+raceAllocsPerItem {
+		t.Errorf("decodeBatch allocates %.1f times per item, more than %d", per, maxDecodeAllocsPerItem+raceAllocsPerItem)
 	}
 }
 
@@ -141,7 +141,7 @@ func TestAnswerAllocationsPerItem(t *testing.T) {
 	})
 	per := allocs / n
 	t.Logf("answerBatch: %.1f allocations per item", per)
-	if per > maxAnswerAllocsPerItem {
-		t.Errorf("answerBatch allocates %.1f times per item, more than %d", per, maxAnswerAllocsPerItem)
+	if per > maxAnswerAllocsPerItem+raceAllocsPerItem {
+		t.Errorf("answerBatch allocates %.1f times per item, more than %d", per, maxAnswerAllocsPerItem+raceAllocsPerItem)
 	}
 }
