@@ -132,12 +132,7 @@ func BenchmarkPersistThroughput(b *testing.B) {
 	// The debug endpoints serve the CPU profile and the heap's allocation
 	// total; serving them costs nothing until asked.
 	extra := []string{"--set", "http.debug_endpoints=true"}
-	// SP_TEST_BENCH_SET="path=value path=value" sets more of the pipeline
-	// (e.g. input.kafka_franz.max_buffered_records=20000), to measure a
-	// setting before it becomes a default.
-	for _, kv := range strings.Fields(os.Getenv("SP_TEST_BENCH_SET")) {
-		extra = append(extra, "--set", kv)
-	}
+	extra = append(extra, benchSetArgs()...)
 	profile := os.Getenv("SP_TEST_BENCH_CPUPROFILE")
 	waits := startWaitSampler(b, s.db.SuperuserURL, s.db.Name)
 	busy0, total0 := cpuTicks(b)

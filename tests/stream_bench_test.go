@@ -145,7 +145,9 @@ func redisUsedMemory(b *testing.B, s *proofStack) int64 {
 // (MEMORY USAGE of every key of the run, and the growth of used_memory,
 // divided by the accounts the transactions name).
 // SP_TEST_BENCH_CPUPROFILE=<file> also saves a CPU profile of the stream;
-// SP_TEST_BENCH_REDIS_CLUSTER=1 keeps the totals on the local Redis Cluster.
+// SP_TEST_BENCH_REDIS_CLUSTER=1 keeps the totals on the local Redis Cluster;
+// SP_TEST_BENCH_SET, SP_TEST_BENCH_GOGC and SP_TEST_BENCH_GOMEMLIMIT reach the
+// stream process as for the persister's benchmark.
 func BenchmarkStreamThroughput(b *testing.B) {
 	n := streamBenchCount(b)
 	testenv.Binary(b)
@@ -173,13 +175,13 @@ func BenchmarkStreamThroughput(b *testing.B) {
 	topic := s.prefix + "txn.ingested"
 
 	b.ResetTimer()
-	var extra []string
+	extra := benchSetArgs()
 	profile := os.Getenv("SP_TEST_BENCH_CPUPROFILE")
 	if profile != "" {
 		extra = append(extra, "--set", "http.debug_endpoints=true")
 	}
 	start := time.Now()
-	p := s.startStream(b, "stream", streamPipeline, nil, extra...)
+	p := s.startStream(b, "stream", streamPipeline, withBenchGOGC(nil), extra...)
 	if profile != "" {
 		// Once the stream serves HTTP and has started on the backlog; the
 		// fetch ends with the profile's seconds (or the process).
