@@ -80,19 +80,28 @@ func (d *fastDecoder) object(field func(key string) bool) bool {
 		if !field(key) {
 			return false
 		}
-		d.ws()
-		if d.i >= len(d.s) {
-			return false
+		if end, ok := d.afterMember('}'); end || !ok {
+			return ok
 		}
-		switch d.s[d.i] {
-		case ',':
-			d.i++
-		case '}':
-			d.i++
-			return true
-		default:
-			return false
-		}
+	}
+}
+
+// afterMember reads what follows an object's or array's member: a ',' (more
+// to come) or closing (the end, reported as end).
+func (d *fastDecoder) afterMember(closing byte) (end, ok bool) {
+	d.ws()
+	if d.i >= len(d.s) {
+		return false, false
+	}
+	switch d.s[d.i] {
+	case ',':
+		d.i++
+		return false, true
+	case closing:
+		d.i++
+		return true, true
+	default:
+		return false, false
 	}
 }
 
@@ -303,18 +312,8 @@ func (d *fastDecoder) array(elem func() bool) bool {
 		if !elem() {
 			return false
 		}
-		d.ws()
-		if d.i >= len(d.s) {
-			return false
-		}
-		switch d.s[d.i] {
-		case ',':
-			d.i++
-		case ']':
-			d.i++
-			return true
-		default:
-			return false
+		if end, ok := d.afterMember(']'); end || !ok {
+			return ok
 		}
 	}
 }
