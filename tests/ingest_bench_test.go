@@ -34,12 +34,15 @@ const (
 // records (as the pipeline writes them: envelopes with protected
 // identifiers, same keys) produced by franz-go straight to the broker with
 // the same acks=all idempotent settings. Reports txn/s, broker-txn/s and the
-// ratio ingest/broker. 50,000 transactions, 500,000 with SP_TEST_SCALE=full.
+// ratio ingest/broker. 50,000 transactions, 500,000 with SP_TEST_SCALE=full,
+// or SP_TEST_BENCH_COUNT; SP_TEST_BENCH_SET measures a pipeline setting
+// (e.g. output.reject_errored.kafka_franz.max_in_flight=16).
 func BenchmarkIngestThroughput(b *testing.B) {
 	n := 50000
 	if fullScale() {
 		n = 500000
 	}
+	n = benchCount(b, n)
 	k := newTestKafka(b)
 	brokers := k.brokers
 	prefix := uniqueName(b, "ingest-bench") + "."
@@ -50,8 +53,13 @@ func BenchmarkIngestThroughput(b *testing.B) {
 	addr := testenv.FreeAddr(b)
 	base := "http://" + addr
 	p := newBinProcess(b)
+	// SP_TEST_BENCH_LOG=<file> keeps the process's output (with
+	// SP_TEST_BENCH_GODEBUG=gctrace=1, its collections).
+	if path := os.Getenv("SP_TEST_BENCH_LOG"); path != "" {
+		p.toFile(path)
+	}
 	p.start(b, withBenchGOGC(ingestEnv(brokers, prefix, "unused", db, addr)),
-		"run", "--set", "http.address="+p.httpAddr, "--set", "http.debug_endpoints=true", "pipelines/ingest.yaml")
+		append(append([]string{"run", "--set", "http.address=" + p.httpAddr, "--set", "http.debug_endpoints=true"}, benchSetArgs()...), "pipelines/ingest.yaml")...)
 	ingestWaitReady(b, p, base)
 
 	at := time.Now().UTC().Truncate(time.Hour).Add(-2 * time.Hour)
