@@ -74,7 +74,7 @@ var (
 	EncryptionKey  = Setting{"SP_ENCRYPTION_KEY", "", "AES-256 key ring for identifiers: <key-id>:<64 hex chars>, comma-separated, first encrypts, all decrypt (rotation); required outside `speculapro dev`"}
 	FingerprintKey = Setting{"SP_FINGERPRINT_KEY", "", "Fingerprint key: [<version>:]<64+ hex chars> (version 1 when omitted); each workspace fingerprints under a key derived from it; rotate only as the README's Rotating the keys says"}
 
-	IngestIdempotencyTTL = Setting{"SP_INGEST_IDEMPOTENCY_TTL", "24h", "How long Redis keeps each accepted external_id's first ID for the ingest API (about 120 bytes each); at least the ingest topics' retention (Kafka's default is 168h)"}
+	IngestIdempotencyTTL = Setting{"SP_INGEST_IDEMPOTENCY_TTL", "24h", "How long Redis keeps each accepted external_id's first ID for the ingest API (about 136 bytes each); at least the ingest topics' retention (Kafka's default is 168h)"}
 
 	IngestAddr          = Setting{"SP_INGEST_ADDR", "127.0.0.1:8080", "Address the ingest API (pipelines/ingest.yaml) listens on"}
 	HTTPAddr            = Setting{"SP_HTTP_ADDR", "127.0.0.1:4195", "Address of the engine's HTTP server (/metrics, /ping, /ready)"}

@@ -263,20 +263,30 @@ func (a *ingestAPI) contentHash(_ event.UUID, it *item) [8]byte {
 func (a *ingestAPI) decide(ctx context.Context, ws event.UUID, kind event.Kind, topic string, candidates []*item, hashes [][8]byte, results []itemResult) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), iaProbeTimeout)
 	defer cancel()
+	retryAll := func(msg string) {
+		for _, it := range candidates {
+			results[it.index].Status, results[it.index].Message = statusRetry, msg
+		}
+	}
+	req, err := newRequestToken()
+	if err != nil {
+		a.log.Errorf("ingest_api: reading a random request token: %v", err)
+		retryAll("cannot check for an earlier copy now; send it again")
+		return
+	}
 	keys := make([]string, len(candidates))
 	mine := make([]idemEntry, len(candidates))
 	for i, it := range candidates {
 		keys[i] = a.idem.key(kind, ws, it.externalID)
-		mine[i] = idemEntry{state: idemPending, id: it.id, hash: hashes[it.index]}
+		mine[i] = idemEntry{state: idemPending, id: it.id, hash: hashes[it.index], req: req}
 	}
 	prev, err := a.idem.claim(rctx, keys, mine)
 	if err != nil {
 		a.logRedis(err)
-		for _, it := range candidates {
-			results[it.index].Status, results[it.index].Message = statusRetry, "cannot check for an earlier copy now; send it again"
-		}
+		retryAll("cannot check for an earlier copy now; send it again")
 		return
 	}
+	a.resolvePending(rctx, prev)
 	var fresh, send []int // indexes into candidates
 	for i, it := range candidates {
 		res := &results[it.index]
@@ -295,7 +305,7 @@ func (a *ingestAPI) decide(ctx context.Context, ws event.UUID, kind event.Kind, 
 				res.Status, res.Message = statusRetry, "cannot resend under the first ID; send it again"
 				continue
 			}
-			mine[i].id = p.id
+			mine[i] = idemEntry{state: idemPending, id: p.id, hash: p.hash}
 			res.ID = p.id.String()
 			send = append(send, i)
 		}
@@ -341,19 +351,24 @@ func (a *ingestAPI) decide(ctx context.Context, ws event.UUID, kind event.Kind, 
 	}
 	a.deliver(topic, items, results)
 
+	// What Kafka took: this request's own claims by its one marker, another
+	// request's pending entries it sent again one by one. What Kafka did
+	// not take: this request's claims are released, first, so the marker
+	// never covers them.
 	var accKeys, relKeys []string
 	var accEntries, relEntries []idemEntry
+	mark := false
 	for _, i := range send {
 		it := candidates[i]
-		switch results[it.index].Status {
-		case statusAccepted:
+		switch {
+		case results[it.index].Status == statusAccepted && prev[i] == nil:
+			mark = true
+		case results[it.index].Status == statusAccepted:
 			e := mine[i]
 			e.state = idemAccepted
 			accKeys, accEntries = append(accKeys, keys[i]), append(accEntries, e)
-		default:
-			if prev[i] == nil { // only this request's own claims
-				relKeys, relEntries = append(relKeys, keys[i]), append(relEntries, mine[i])
-			}
+		case prev[i] == nil: // only this request's own claims
+			relKeys, relEntries = append(relKeys, keys[i]), append(relEntries, mine[i])
 		}
 	}
 	uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), iaProbeTimeout)
@@ -362,7 +377,43 @@ func (a *ingestAPI) decide(ctx context.Context, ws event.UUID, kind event.Kind, 
 		a.logRedis(err)
 	}
 	if err := a.idem.release(uctx, relKeys, relEntries); err != nil {
+		// The claims stay pending, read as "maybe in Kafka": a resend is
+		// sent again under the first ID, safe; accepted they must not read.
 		a.logRedis(err)
+		return
+	}
+	if mark {
+		if err := a.idem.markAccepted(uctx, req); err != nil {
+			a.logRedis(err)
+		}
+	}
+}
+
+// resolvePending turns the pending entries a claim found into accepted ones
+// where their request's marker says Kafka took them. Best effort: a marker
+// that cannot be read leaves them pending, which sends them again under
+// their first ID, safe.
+func (a *ingestAPI) resolvePending(ctx context.Context, prev []*idemEntry) {
+	var tokens []requestToken
+	seen := map[requestToken]bool{}
+	for _, p := range prev {
+		if p != nil && p.state == idemPending && p.req != (requestToken{}) && !seen[p.req] {
+			seen[p.req] = true
+			tokens = append(tokens, p.req)
+		}
+	}
+	if len(tokens) == 0 {
+		return
+	}
+	accepted, err := a.idem.acceptedRequests(ctx, tokens)
+	if err != nil {
+		a.logRedis(err)
+		return
+	}
+	for _, p := range prev {
+		if p != nil && p.state == idemPending && accepted[p.req] {
+			p.state = idemAccepted
+		}
 	}
 }
 

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
@@ -28,33 +29,62 @@ const (
 	idemStored byte = 'S'
 )
 
-// idemValueLen is the stored value: state, ID (16) and content hash (8).
-const idemValueLen = 1 + 16 + 8
+// idemValueLen is the stored value: state, ID (16) and content hash (8);
+// a pending entry written since claims name their request adds the
+// request's token (idemTokenLen), 37 bytes in all: 16 bytes more of Redis
+// memory an entry (its allocation's next size; any token over 3 bytes
+// costs the same), as TestIdempotencyEntrySize measures.
+const (
+	idemValueLen = 1 + 16 + 8
+	idemTokenLen = 12
+)
+
+// requestToken names one request's claims: its pending entries carry it,
+// and one marker under it (idemStore.markAccepted) turns all of them
+// accepted at once, instead of one SET per item. Random, 96 bits: two
+// requests within the TTL sharing one is as unlikely as guessing it.
+type requestToken [idemTokenLen]byte
+
+func newRequestToken() (requestToken, error) {
+	var t requestToken
+	_, err := rand.Read(t[:])
+	return t, err
+}
 
 // idemEntry is what a claim found: the first request's state, ID and
-// content hash.
+// content hash, and for a pending entry the request that claimed it (zero:
+// written before claims named their request, or updated since).
 type idemEntry struct {
 	state byte
 	id    event.UUID
 	hash  [8]byte
+	req   requestToken
 }
 
 func (e idemEntry) value() string {
-	var b [idemValueLen]byte
+	var b [idemValueLen + idemTokenLen]byte
 	b[0] = e.state
 	copy(b[1:17], e.id[:])
-	copy(b[17:], e.hash[:])
-	return string(b[:])
+	copy(b[17:idemValueLen], e.hash[:])
+	if e.state == idemPending && e.req != (requestToken{}) {
+		copy(b[idemValueLen:], e.req[:])
+		return string(b[:])
+	}
+	return string(b[:idemValueLen])
 }
 
 func parseIdemEntry(s string) (idemEntry, bool) {
-	if len(s) != idemValueLen || (s[0] != idemPending && s[0] != idemAccepted && s[0] != idemStored) {
+	switch {
+	case len(s) == idemValueLen && (s[0] == idemPending || s[0] == idemAccepted || s[0] == idemStored):
+	case len(s) == idemValueLen+idemTokenLen && s[0] == idemPending:
+	default:
 		return idemEntry{}, false
 	}
 	var e idemEntry
 	e.state = s[0]
 	copy(e.id[:], s[1:17])
-	copy(e.hash[:], s[17:])
+	copy(e.hash[:], s[17:idemValueLen])
+	copy(e.req[:], s[idemValueLen:])
 	return e, true
 }
 
@@ -73,10 +103,18 @@ func parseIdemEntry(s string) (idemEntry, bool) {
 // stored within the topic's retention is lost anyway, so the TTL is set to
 // that retention (idempotency_ttl, SP_INGEST_IDEMPOTENCY_TTL, default 24h,
 // the local stack's retention; Kafka's default is 168h). Each entry costs
-// about 120 bytes of Redis memory with the default prefix
+// about 136 bytes of Redis memory with the default prefix
 // (TestIdempotencyEntrySize): 1,000 items/s for 24 h is 86 M entries,
-// about 10 GB; size Redis for it, or shorten the TTL to the persister's
+// about 12 GB; size Redis for it, or shorten the TTL to the persister's
 // worst lag.
+//
+// A request's claims are pending entries naming its token; once Kafka took
+// its items, one marker <prefix>idem-req:{<token>} (same TTL, written after
+// the claims, so it outlives them) makes them all accepted: a claim that
+// finds a pending entry whose request's marker exists reads it as
+// accepted. Items Kafka did not take are released (deleted) before the
+// marker is written, and no marker is written if a release failed, so a
+// marker never covers an item that is not in Kafka.
 type idemStore struct {
 	client redis.UniversalClient
 	prefix string
@@ -99,6 +137,46 @@ func (s *idemStore) key(kind event.Kind, ws event.UUID, externalID string) strin
 	k := append(append(out[:0], s.prefix...), "idem:{"...)
 	k = base64.RawURLEncoding.AppendEncode(k, sum[:16])
 	return string(append(k, '}'))
+}
+
+// requestKey is the marker key of a request's claims.
+func (s *idemStore) requestKey(t requestToken) string {
+	var out [128]byte
+	k := append(append(out[:0], s.prefix...), "idem-req:{"...)
+	k = base64.RawURLEncoding.AppendEncode(k, t[:])
+	return string(append(k, '}'))
+}
+
+// markAccepted writes the marker that turns the request's pending entries
+// accepted (see idemStore).
+func (s *idemStore) markAccepted(ctx context.Context, t requestToken) error {
+	if err := s.client.Set(ctx, s.requestKey(t), string(idemAccepted), s.ttl).Err(); err != nil {
+		return fmt.Errorf("marking a request's external IDs accepted in Redis: %w", err)
+	}
+	return nil
+}
+
+// acceptedRequests reports which of the requests (distinct tokens) have
+// their marker: one pipeline of EXISTS (the markers are on any node of a
+// Cluster).
+func (s *idemStore) acceptedRequests(ctx context.Context, tokens []requestToken) (map[requestToken]bool, error) {
+	cmds := make([]*redis.IntCmd, len(tokens))
+	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, t := range tokens {
+			cmds[i] = p.Exists(ctx, s.requestKey(t))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading %d requests' accepted markers in Redis: %w", len(tokens), err)
+	}
+	out := make(map[requestToken]bool, len(tokens))
+	for i, c := range cmds {
+		if c.Val() > 0 {
+			out[tokens[i]] = true
+		}
+	}
+	return out, nil
 }
 
 // claim writes each entry where none exists (SET NX GET, with the TTL) and
@@ -143,8 +221,8 @@ func (s *idemStore) claim(ctx context.Context, keys []string, entries []idemEntr
 	return out, nil
 }
 
-// update overwrites existing entries (SET XX KEEPTTL): pending to accepted
-// or stored. Best effort: a failure leaves them pending, which a resend
+// update overwrites existing entries (SET XX KEEPTTL): pending to stored,
+// or another request's pending entry this one sent again to accepted. Best effort: a failure leaves them pending, which a resend
 // treats as "maybe in Kafka" and sends again under the same ID.
 func (s *idemStore) update(ctx context.Context, keys []string, entries []idemEntry) error {
 	if len(keys) == 0 {

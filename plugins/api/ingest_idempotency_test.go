@@ -112,7 +112,8 @@ func TestIdempotencyEntrySize(t *testing.T) {
 	f := newAPIFixture(t)
 	ctx := context.Background()
 	key := f.a.idem.key(event.KindTransaction, f.wsA, strings.Repeat("x", 36))
-	if err := f.a.idem.client.Set(ctx, key, idemEntry{state: idemAccepted}.value(), time.Minute).Err(); err != nil {
+	// Most entries stay pending under their request (its marker accepts them).
+	if err := f.a.idem.client.Set(ctx, key, idemEntry{state: idemPending, req: requestToken{1}}.value(), time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
 	n, err := f.a.idem.client.MemoryUsage(ctx, key).Result()
@@ -214,5 +215,85 @@ func TestIdempotencyKnownAnswers(t *testing.T) {
 	e := event.Envelope{Kind: event.KindAccountEvent, ExternalID: "ev", CustomerExternalID: "c", Type: "sim_swap", Attributes: []byte(`{"a":1}`)}
 	if h := contentHash(&e, nil, ""); fmt.Sprintf("%x", h) != "4f5c7f7e243c7922" {
 		t.Errorf("account event content hash %x", h)
+	}
+}
+
+// A request's claims are pending entries naming the request, and one
+// marker makes them accepted once Kafka took them: a resend is duplicate
+// by the marker, an item Kafka refused is released before the marker is
+// written (so the marker never covers it), and without the marker (the
+// request died before writing it) a resend is sent again under the first
+// ID, as for any pending entry.
+func TestRequestMarkerAcceptsItsClaims(t *testing.T) {
+	f := newAPIFixture(t)
+	ctx := context.Background()
+	body := string(batchOf(f.txnAt("mark-1", f.txTime, "1.00"), f.txnAt("kafka-down", f.txTime, "1.00")))
+	_, out := f.call(t, "POST", "/v1/transactions", f.keyA, body)
+	st, ids := results(t, out)
+	if strings.Join(st, ",") != "accepted,retry" {
+		t.Fatalf("first send: %v", out)
+	}
+	key := f.a.idem.key(event.KindTransaction, f.wsA, "mark-1")
+	v, err := f.a.idem.client.Get(ctx, key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, ok := parseIdemEntry(v)
+	if !ok || e.state != idemPending || e.req == (requestToken{}) || e.id.String() != ids[0] {
+		t.Fatalf("entry %+v (%v), want pending under its request with the first ID", e, ok)
+	}
+	marker := f.a.idem.requestKey(e.req)
+	if ttl, err := f.a.idem.client.TTL(ctx, marker).Result(); err != nil || ttl <= 9*time.Minute || ttl > 10*time.Minute {
+		t.Fatalf("marker TTL %v, %v; want the 10m idempotency TTL", ttl, err)
+	}
+	if n, _ := f.a.idem.client.Exists(ctx, f.a.idem.key(event.KindTransaction, f.wsA, "kafka-down")).Result(); n != 0 {
+		t.Errorf("the claim of an item Kafka refused is still there")
+	}
+
+	sent := f.pipe.count()
+	_, out = f.call(t, "POST", "/v1/transactions", f.keyA, string(batchOf(f.txnAt("mark-1", f.txTime.Add(time.Second), "1.00"))))
+	if st, got := results(t, out); st[0] != statusDuplicate || got[0] != ids[0] {
+		t.Errorf("resend: %v %v, want duplicate %s", st, got, ids[0])
+	}
+	if f.pipe.count() != sent {
+		t.Errorf("a resend of an accepted item reached the pipeline")
+	}
+
+	// No marker: the entry is pending, sent again under the first ID.
+	if err := f.a.idem.client.Del(ctx, marker).Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, out = f.call(t, "POST", "/v1/transactions", f.keyA, string(batchOf(f.txnAt("mark-1", f.txTime.Add(time.Second), "1.00"))))
+	if st, got := results(t, out); st[0] != statusAccepted || got[0] != ids[0] {
+		t.Errorf("resend without the marker: %v %v, want accepted under %s", st, got, ids[0])
+	}
+	if f.pipe.count() != sent+1 {
+		t.Errorf("%d messages reached the pipeline for the resend without a marker, want 1", f.pipe.count()-sent)
+	}
+	// That resend marked the other request's entry accepted itself.
+	if v, err := f.a.idem.client.Get(ctx, key).Result(); err != nil || v[0] != idemAccepted {
+		t.Errorf("entry after the resend: %q %v, want accepted", v, err)
+	}
+}
+
+// Entries written before claims named their request still read.
+func TestIdempotencyEntryFormats(t *testing.T) {
+	id := event.UUID{1, 2, 3}
+	for _, e := range []idemEntry{
+		{state: idemPending, id: id, hash: [8]byte{7}},
+		{state: idemPending, id: id, hash: [8]byte{7}, req: requestToken{9, 9}},
+		{state: idemAccepted, id: id, hash: [8]byte{7}},
+		{state: idemStored, id: id},
+	} {
+		got, ok := parseIdemEntry(e.value())
+		if !ok || got != e {
+			t.Errorf("%+v read back as %+v (%v)", e, got, ok)
+		}
+	}
+	if len(idemEntry{state: idemAccepted, req: requestToken{1}}.value()) != idemValueLen {
+		t.Errorf("an accepted entry carries a request token")
+	}
+	if _, ok := parseIdemEntry(string(idemAccepted) + strings.Repeat("x", idemValueLen+idemTokenLen-1)); ok {
+		t.Errorf("an accepted entry with a token read")
 	}
 }
