@@ -18,7 +18,12 @@ var sampleUndecided = sampleTransaction[:strings.Index(sampleTransaction, `,"dec
 func fastAgrees(t *testing.T, b []byte) (fast bool) {
 	t.Helper()
 	slow, slowErr := decodeWith(b, gojson.Unmarshal, sampleNow)
-	e, ok := decodeFast(b)
+	e, ok := decodeFast(b, false)
+	// Sharing the record's memory reads the same.
+	shared, sharedOK := decodeFast(b, true)
+	if ok != sharedOK || ok && !reflect.DeepEqual(e, shared) {
+		t.Fatalf("decodeFast shared and copying disagree on %q:\n%#v\n%#v", b, e, shared)
+	}
 	if !ok || e.check(sampleNow) != nil {
 		return false
 	}
@@ -29,6 +34,33 @@ func fastAgrees(t *testing.T, b []byte) (fast bool) {
 		t.Fatalf("decodeFast and the library disagree on %q:\n%#v\n%#v", b, e, slow)
 	}
 	return true
+}
+
+// Decode's envelope owns its memory: a caller may reuse the record's buffer
+// at once. DecodeShared's reads the same, from the record's own bytes.
+func TestDecodeCopiesDecodeSharedShares(t *testing.T) {
+	b := []byte(sampleUndecided)
+	owned, err := DecodeAt(b, sampleNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared, err := decodeAt(b, sampleNow, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(owned, shared) {
+		t.Fatalf("Decode and DecodeShared disagree:\n%#v\n%#v", owned, shared)
+	}
+	want := owned.ExternalID + string(owned.Metadata)
+	for i := range b {
+		b[i] = 'x'
+	}
+	if got := owned.ExternalID + string(owned.Metadata); got != want {
+		t.Fatalf("Decode's envelope changed with its record's buffer: %q, want %q", got, want)
+	}
+	if shared.ExternalID == owned.ExternalID || string(shared.Metadata) == string(owned.Metadata) {
+		t.Fatalf("DecodeShared's envelope did not share the record's bytes")
+	}
 }
 
 func TestDecodeFastAgreesWithTheLibrary(t *testing.T) {

@@ -169,7 +169,20 @@ func Decode(b []byte) (Envelope, error) {
 // DecodeAt is Decode with now as the clock the occurred_at window is
 // measured from, for records (and tests) of a fixed time.
 func DecodeAt(b []byte, now time.Time) (Envelope, error) {
-	if e, ok := decodeFast(b); ok && e.check(now) == nil {
+	return decodeAt(b, now, false)
+}
+
+// DecodeShared is Decode for a record nobody writes to while the envelope
+// is in use (a Kafka record's value, which the client never reuses): the
+// envelope's strings and metadata share b's memory instead of a copy, which
+// spares the persister a copy of every record. A changed b changes the
+// envelope, and an envelope kept keeps all of b alive.
+func DecodeShared(b []byte) (Envelope, error) {
+	return decodeAt(b, time.Now(), true)
+}
+
+func decodeAt(b []byte, now time.Time, shared bool) (Envelope, error) {
+	if e, ok := decodeFast(b, shared); ok && e.check(now) == nil {
 		return e, nil
 	}
 	return decodeWith(b, gojson.Unmarshal, now)

@@ -28,11 +28,23 @@ func Of(msg *service.Message, want event.Kind) (*event.Envelope, error) {
 
 // Decode decodes msg's content as an envelope of kind want.
 func Decode(msg *service.Message, want event.Kind) (*event.Envelope, error) {
+	return decode(msg, want, event.Decode)
+}
+
+// DecodeShared is Decode with an envelope that shares the content's memory
+// (event.DecodeShared): for a message whose content nobody changes, such as
+// a kafka_franz record's, and whose envelope is not kept beyond the message
+// (it would keep the record's whole fetch buffer alive).
+func DecodeShared(msg *service.Message, want event.Kind) (*event.Envelope, error) {
+	return decode(msg, want, event.DecodeShared)
+}
+
+func decode(msg *service.Message, want event.Kind, dec func([]byte) (event.Envelope, error)) (*event.Envelope, error) {
 	raw, err := msg.AsBytes()
 	if err != nil {
 		return nil, fmt.Errorf("%w: reading the record: %v", event.ErrNotJSON, err)
 	}
-	env, err := event.Decode(raw)
+	env, err := dec(raw)
 	if err != nil {
 		return nil, err
 	}

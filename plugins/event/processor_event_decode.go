@@ -69,6 +69,12 @@ type eventDecode struct {
 	kind     event.Kind
 	duration timer
 	table    string
+	// decode is eventmsg.DecodeShared for the persister, whose envelopes
+	// live only until their batch is stored (it spares a copy of every
+	// record), and eventmsg.Decode for the stream, whose running totals may
+	// keep envelope strings for longer than a record's fetch buffer should
+	// live.
+	decode func(*service.Message, event.Kind) (*event.Envelope, error)
 }
 
 func newEventDecode(conf *service.ParsedConfig, mgr *service.Resources) (*eventDecode, error) {
@@ -86,7 +92,10 @@ func newEventDecode(conf *service.ParsedConfig, mgr *service.Resources) (*eventD
 	if role != "persist" && role != "stream" {
 		return nil, fmt.Errorf("event_decode: %s must be persist or stream, got %q", edFieldRole, role)
 	}
-	d := &eventDecode{kind: event.Kind(kind), table: tableOfKind(event.Kind(kind))}
+	d := &eventDecode{kind: event.Kind(kind), table: tableOfKind(event.Kind(kind)), decode: eventmsg.Decode}
+	if role == "persist" {
+		d.decode = eventmsg.DecodeShared
+	}
 	d.duration = mgr.Metrics().NewTimer(fmt.Sprintf(metricStageDurationFormat, role), "table", "stage")
 	return d, nil
 }
@@ -97,7 +106,7 @@ func (d *eventDecode) ProcessBatch(_ context.Context, batch service.MessageBatch
 	start := time.Now()
 	out := make(service.MessageBatch, len(batch))
 	for i, msg := range batch {
-		env, err := eventmsg.Decode(msg, d.kind)
+		env, err := d.decode(msg, d.kind)
 		if err != nil {
 			msg.SetError(err)
 			out[i] = msg

@@ -448,9 +448,7 @@ func (in *kafkaFranzInput) ReadBatch(ctx context.Context) (service.MessageBatch,
 				// Taking made room in the budget, which the poll loop may be waiting for.
 				in.notifyLocked()
 				in.mu.Unlock()
-				batch := in.batchOf(claims)
-				idx := batch.Index()
-				return batch, in.ackFunc(claims, idx), nil
+				return in.batchOf(claims), in.ackFunc(claims), nil
 			}
 			wakeAt = deadline
 		}

@@ -3,7 +3,7 @@ package kafka
 import (
 	"context"
 	"errors"
-	"sort"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -29,8 +29,8 @@ func (in *kafkaFranzInput) batchOf(claims []kfiClaim) service.MessageBatch {
 				msg.MetaSetMut(h.Key, string(h.Value))
 			}
 			msg.MetaSetMut(kfiMetaKey, string(r.Key))
-			msg.MetaSetMut(kfiMetaTopic, r.Topic)
-			msg.MetaSetMut(kfiMetaPartition, strconv.FormatInt(int64(r.Partition), 10))
+			msg.MetaSetMut(kfiMetaTopic, c.part.topicMeta)
+			msg.MetaSetMut(kfiMetaPartition, c.part.partitionMeta)
 			msg.MetaSetMut(kfiMetaOffset, strconv.FormatInt(r.Offset, 10))
 			msg.MetaSetMut(kfiMetaTimestamp, strconv.FormatInt(r.Timestamp.UnixMilli(), 10))
 			batch = append(batch, msg)
@@ -39,38 +39,56 @@ func (in *kafkaFranzInput) batchOf(claims []kfiClaim) service.MessageBatch {
 	return batch
 }
 
-// ackFunc settles a handed-out batch; idx is the indexer taken as it was
-// handed out. A *service.BatchError that names some messages settles each
-// claim on its own: a claim with a failed message is delivered again (after
-// the wait the error asks for, retry.AfterError), the others are acked and
-// their offsets committed. So an output that stored some partitions of a
-// batch and handed back the ones that must wait holds back only those.
-func (in *kafkaFranzInput) ackFunc(claims []kfiClaim, idx *service.Indexer) service.AckFunc {
+// ackFunc settles a handed-out batch. A *service.BatchError that names some
+// messages settles each claim on its own: a claim with a failed message is
+// delivered again (after the wait the error asks for, retry.AfterError), the
+// others are acked and their offsets committed. So an output that stored
+// some partitions of a batch and hands back the ones that must wait holds
+// back only those.
+func (in *kafkaFranzInput) ackFunc(claims []kfiClaim) service.AckFunc {
 	var once sync.Once
 	return func(_ context.Context, err error) error {
-		once.Do(func() { in.resolve(claims, idx, err) })
+		once.Do(func() { in.resolve(claims, err) })
 		return nil
 	}
 }
 
-func (in *kafkaFranzInput) resolve(claims []kfiClaim, idx *service.Indexer, ackErr error) {
+// failedClaims says which claims hold a message a batch error failed. A
+// failed message names its claim by its context, which derives from its
+// partition's lease however the pipeline reshaped the batch (an indexer of
+// the whole batch cost five allocations a record to build, on every batch,
+// for the rare partial failure). A failed message that does not name a
+// claim of the batch (a processor made it anew) fails every claim: its
+// records are delivered again, never skipped.
+func failedClaims(claims []kfiClaim, bErr *service.BatchError) []bool {
+	failed := make([]bool, len(claims))
+	all := false
+	bErr.WalkMessages(func(_ int, m *service.Message, err error) bool {
+		if err == nil {
+			return true
+		}
+		p := partitionOfMessage(m.Context())
+		k := slices.IndexFunc(claims, func(c kfiClaim) bool { return c.part == p })
+		if p == nil || k < 0 {
+			all = true
+			return false
+		}
+		failed[k] = true
+		return true
+	})
+	if all {
+		for k := range failed {
+			failed[k] = true
+		}
+	}
+	return failed
+}
+
+func (in *kafkaFranzInput) resolve(claims []kfiClaim, ackErr error) {
 	failed := func(int) bool { return ackErr != nil }
 	var bErr *service.BatchError
 	if errors.As(ackErr, &bErr) && bErr.IndexedErrors() > 0 {
-		// Claim k holds the messages [ends[k-1], ends[k]).
-		ends := make([]int, len(claims))
-		n := 0
-		for k, c := range claims {
-			n += len(c.records)
-			ends[k] = n
-		}
-		claimFailed := make([]bool, len(claims))
-		bErr.WalkMessagesIndexedBy(idx, func(i int, _ *service.Message, err error) bool {
-			if err != nil && i >= 0 && i < n {
-				claimFailed[sort.SearchInts(ends, i+1)] = true
-			}
-			return true
-		})
+		claimFailed := failedClaims(claims, bErr)
 		failed = func(k int) bool { return claimFailed[k] }
 	}
 	in.mu.Lock()

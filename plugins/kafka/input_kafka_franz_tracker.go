@@ -3,6 +3,7 @@ package kafka
 import (
 	"context"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -57,6 +58,23 @@ type kfiPartition struct {
 	// stops, so an output retrying one of its batches stops too.
 	lease    context.Context
 	endLease context.CancelCauseFunc
+
+	// The partition's coordinates as metadata values, boxed once per
+	// assignment: boxing a string into a metadata value allocates, and
+	// every message of the partition carries the same two.
+	topicMeta, partitionMeta any
+}
+
+// kfiPartitionKey is the context key under which a message's lease carries
+// its *kfiPartition, so an ack names the partitions of the messages an
+// output failed without an indexer of the whole batch.
+type kfiPartitionKey struct{}
+
+// partitionOfMessage is the partition whose lease ctx derives from, or nil
+// for a context not cut from this input.
+func partitionOfMessage(ctx context.Context) *kfiPartition {
+	p, _ := ctx.Value(kfiPartitionKey{}).(*kfiPartition)
+	return p
 }
 
 // unacked is how many records of the partition the input holds.
@@ -116,7 +134,9 @@ func (t *kfiTracker) assign(tp kfiTopicPartition) *kfiPartition {
 		return p
 	}
 	p := &kfiPartition{tp: tp, ackedNext: -1, ackedEpoch: -1, committed: -1, firstSeen: -1, highWater: -1}
-	p.lease, p.endLease = context.WithCancelCause(t.base)
+	lease, end := context.WithCancelCause(t.base)
+	p.lease, p.endLease = context.WithValue(lease, kfiPartitionKey{}, p), end
+	p.topicMeta, p.partitionMeta = tp.topic, strconv.FormatInt(int64(tp.partition), 10)
 	t.parts[tp] = p
 	t.reorder()
 	return p
