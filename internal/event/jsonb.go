@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -61,7 +62,19 @@ func CheckJSON(raw []byte) error {
 	if err := checkEscapes(raw); err != nil {
 		return fmt.Errorf("%w: %v", ErrJSONB, err)
 	}
-	c := jsonChecker{raw: raw}
+	// The frames and their keys' slices are reused: growing them anew cost
+	// the persister five allocations a record.
+	st := jsonStacks.Get().(*[]jsonFrame)
+	defer func() {
+		for i := range *st {
+			f := &(*st)[i]
+			clear(f.keys) // the keys point into raw: keep none of it alive
+			f.key, f.keys, f.set = nil, f.keys[:0], nil
+		}
+		jsonStacks.Put(st)
+	}()
+	c := jsonChecker{raw: raw, stack: (*st)[:0]}
+	defer func() { *st = c.stack[:cap(c.stack)] }()
 	c.skipWS()
 	if c.i >= len(raw) {
 		return fmt.Errorf("%w: invalid JSON", ErrJSONB)
@@ -88,6 +101,9 @@ func CheckJSON(raw []byte) error {
 // jsonLinearKeys: an object's keys are compared one by one up to this
 // many, then through a map (a huge object must not cost n² compares).
 const jsonLinearKeys = 16
+
+// jsonStacks holds CheckJSON's frame stacks (*[]jsonFrame, full length).
+var jsonStacks = sync.Pool{New: func() any { s := make([]jsonFrame, 0, 4); return &s }}
 
 // jsonFrame is one open object or array.
 type jsonFrame struct {
