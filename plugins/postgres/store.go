@@ -382,8 +382,10 @@ func writeTransactions(ctx context.Context, tx pgx.Tx, rows []*event.Envelope, m
 		}
 	}
 
-	cps := map[string]*counterpartyRow{}
-	var cpOrder []string
+	// Keyed by ID, which is the hash of the workspace and fingerprint the
+	// table is unique on: a string key of the two cost an allocation a row.
+	cps := map[event.UUID]*counterpartyRow{}
+	var cpOrder []event.UUID
 	buf := newCopyRowsBuf(len(rows))
 	defer buf.release()
 	allReceived := true
@@ -401,12 +403,12 @@ func writeTransactions(ctx context.Context, tx pgx.Tx, rows []*event.Envelope, m
 		}
 		ph.accountOf(accountID, e.WorkspaceID, e.AccountExternalID, customerID)
 
-		var counterpartyID *event.UUID
+		row := txnRow{e: e, account: accountID, customer: customerID}
 		if c := e.Counterparty; c != nil {
 			if c.Fingerprint != "" {
 				id := event.CounterpartyID(e.WorkspaceID, c.Fingerprint)
-				counterpartyID = &id
-				key := string(e.WorkspaceID[:]) + c.Fingerprint
+				row.counterparty, row.hasCounterparty = id, true
+				key := id
 				if cp, ok := cps[key]; ok {
 					if e.OccurredAt.Before(cp.firstSeen) {
 						cp.firstSeen = e.OccurredAt
@@ -429,7 +431,7 @@ func writeTransactions(ctx context.Context, tx pgx.Tx, rows []*event.Envelope, m
 			}
 		}
 
-		if err := buf.appendTransaction(txnRow{e: e, account: accountID, customer: customerID, counterparty: counterpartyID}); err != nil {
+		if err := buf.appendTransaction(row); err != nil {
 			return stats, err
 		}
 	}
@@ -447,10 +449,7 @@ func writeTransactions(ctx context.Context, tx pgx.Tx, rows []*event.Envelope, m
 	}
 	ph.queue(b, &stats)
 	if len(cps) > 0 {
-		slices.SortFunc(cpOrder, func(a, b string) int {
-			x, y := cps[a].id, cps[b].id
-			return bytes.Compare(x[:], y[:])
-		})
+		slices.SortFunc(cpOrder, func(x, y event.UUID) int { return bytes.Compare(x[:], y[:]) })
 		// Every counterparty goes to the update; only those this process
 		// has not seen committed go to the insert (one stored is skipped
 		// by it anyway, at an index probe each), and none at all when all

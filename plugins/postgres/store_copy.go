@@ -133,7 +133,8 @@ func (c *copyRowsBuf) end() { c.b = binary.BigEndian.AppendUint16(c.b, 0xffff) }
 type txnRow struct {
 	e                 *event.Envelope
 	account, customer event.UUID
-	counterparty      *event.UUID
+	counterparty      event.UUID // when hasCounterparty; a pointer cost an allocation a row
+	hasCounterparty   bool
 }
 
 // appendTransaction adds r in stagingTxnColumns' order.
@@ -145,7 +146,11 @@ func (c *copyRowsBuf) appendTransaction(r txnRow) error {
 	c.text(e.ExternalID)
 	c.uuid(r.account)
 	c.uuid(r.customer)
-	c.uuidOrNull(r.counterparty)
+	if r.hasCounterparty {
+		c.uuid(r.counterparty)
+	} else {
+		c.null()
+	}
 	if err := c.numeric(e.Amount); err != nil {
 		// Decode validated the amount, so this is a bug, not bad data.
 		return fmt.Errorf("converting the amount of transaction %s: %w", e.ID, err)
