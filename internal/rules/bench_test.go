@@ -95,8 +95,12 @@ func BenchmarkEvaluate100(b *testing.B) { benchmarkEvaluate(b, 100) }
 // benchmarkEvaluateFeatures is benchmarkEvaluate the way the stream runs
 // it: the features given one by one, only those the rules name built into
 // the input, in one reused Scratch.
-func benchmarkEvaluateFeatures(b *testing.B, n int) {
-	p, err := Compile(benchRules(n))
+func benchmarkEvaluateFeatures(b *testing.B, n int) { benchmarkEvaluateWith(b, n, true) }
+
+// benchmarkEvaluateWith is benchmarkEvaluateFeatures with the native
+// evaluator on or off (every rule through Bloblang: the baseline).
+func benchmarkEvaluateWith(b *testing.B, n int, native bool) {
+	p, err := compile(benchRules(n), native)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -112,6 +116,7 @@ func benchmarkEvaluateFeatures(b *testing.B, n int) {
 		p.EvaluateFeatures(env, MapFeatures(features), &sc)
 	}
 	b.ReportMetric(float64(len(hits)), "hits/event")
+	b.ReportMetric(float64(p.Native()), "native-rules")
 }
 
 // BenchmarkEvaluateFeatures12 is BenchmarkEvaluate12 as the stream runs it.
@@ -119,6 +124,14 @@ func BenchmarkEvaluateFeatures12(b *testing.B) { benchmarkEvaluateFeatures(b, 12
 
 // BenchmarkEvaluateFeatures100 is BenchmarkEvaluate100 as the stream runs it.
 func BenchmarkEvaluateFeatures100(b *testing.B) { benchmarkEvaluateFeatures(b, 100) }
+
+// BenchmarkEvaluateFeatures12Bloblang is BenchmarkEvaluateFeatures12 with
+// every rule run through Bloblang, as before the native evaluator.
+func BenchmarkEvaluateFeatures12Bloblang(b *testing.B) { benchmarkEvaluateWith(b, 12, false) }
+
+// BenchmarkEvaluateFeatures100Bloblang is BenchmarkEvaluateFeatures100 with
+// every rule run through Bloblang.
+func BenchmarkEvaluateFeatures100Bloblang(b *testing.B) { benchmarkEvaluateWith(b, 100, false) }
 
 // BenchmarkInput is the baseline: building the input alone, which every
 // evaluation pays once whatever the number of rules.

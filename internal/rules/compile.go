@@ -43,16 +43,23 @@ type Program struct {
 	kinds map[event.Kind]*kindProgram
 }
 
-// kindProgram is the program of the rules of one kind. exec yields an array
-// with one element per rule: its bool, or null when the rule's expression
-// failed (each is wrapped in .catch(null), so one rule's failure leaves the
-// others' results intact). single holds each rule alone, without the catch,
-// re-run only to explain a failure.
+// kindProgram is the program of the rules of one kind. A rule whose
+// expression is in the native subset runs as native[i] (native.go); the
+// others run together in exec, one Bloblang program yielding an array
+// with one element per such rule (blobRules[j] the rule of element j):
+// its bool, or null when the rule's expression failed (each is wrapped in
+// .catch(null), so one rule's failure leaves the others' results intact).
+// single holds each rule alone in Bloblang, without the catch, run to
+// explain a failure and to decide what the native evaluator leaves to
+// Bloblang.
 type kindProgram struct {
-	exec   *bloblang.Executor
-	rules  []*Rule
-	single []*bloblang.Executor
-	reads  [][]readPath
+	exec      *bloblang.Executor // nil when every rule is native
+	blobRules []int
+	rules     []*Rule
+	native    []evalFn // nil where the rule runs through Bloblang
+	slots     int      // the features the native rules read, numbered
+	single    []*bloblang.Executor
+	reads     [][]readPath
 	// fields are the envelope fields the expressions name (event.<f>);
 	// nil when one uses the event as a whole: the input then holds all.
 	fields map[string]bool
@@ -91,9 +98,14 @@ func (e RuleError) Error() string { return fmt.Sprintf("rule %q: %v", e.Rule.Nam
 // Compile compiles rules (whatever their Enabled) into one program per event
 // kind. The first expression that does not compile is returned as a
 // *CompileError naming the rule and the line:column inside its expression.
-func Compile(rules []Rule) (*Program, error) {
+func Compile(rules []Rule) (*Program, error) { return compile(rules, true) }
+
+// compile is Compile; without native every rule runs through Bloblang (the
+// baseline the tests and benchmarks compare the native evaluator with).
+func compile(rules []Rule, native bool) (*Program, error) {
 	p := &Program{kinds: map[event.Kind]*kindProgram{}}
 	texts := map[event.Kind]*strings.Builder{}
+	slots := map[event.Kind]*slotTable{}
 	for i := range rules {
 		r := rules[i] // the program keeps its own copy: hits point at it
 		single, err := compileOne(&r)
@@ -104,29 +116,60 @@ func Compile(rules []Rule) (*Program, error) {
 		if kp == nil {
 			kp = &kindProgram{}
 			p.kinds[r.AppliesTo] = kp
-			texts[r.AppliesTo] = &strings.Builder{}
-			texts[r.AppliesTo].WriteString("root = [\n")
+			slots[r.AppliesTo] = &slotTable{}
+		}
+		var fn evalFn
+		if native {
+			fn, _ = compileNative(r.Expression, slots[r.AppliesTo]) // nil: outside the subset
 		}
 		kp.rules = append(kp.rules, &r)
+		kp.native = append(kp.native, fn)
 		kp.single = append(kp.single, single)
 		kp.reads = append(kp.reads, featureReads(r.Expression))
 		kp.exprs = append(kp.exprs, r.Expression)
+		if fn != nil {
+			continue
+		}
+		if texts[r.AppliesTo] == nil {
+			texts[r.AppliesTo] = &strings.Builder{}
+			texts[r.AppliesTo].WriteString("root = [\n")
+		}
+		kp.blobRules = append(kp.blobRules, len(kp.rules)-1)
 		// Each expression sits alone between its own parentheses (checked
 		// balanced by compileOne), so no rule can reach into another's.
 		fmt.Fprintf(texts[r.AppliesTo], "(\n%s\n).catch(null),\n", r.Expression)
 	}
 	for kind, kp := range p.kinds {
-		texts[kind].WriteString("]\n")
-		exec, err := blobl.Parse(texts[kind].String())
-		if err != nil {
-			// Every rule compiled alone, so this is ours, not the author's.
-			return nil, fmt.Errorf("compiling the %d %s rules together: %w", len(kp.rules), kind, err)
-		}
-		kp.exec = exec
+		kp.slots = len(slots[kind].index)
 		kp.fields = eventFields(kp.exprs)
 		kp.needs, kp.allFeatures = featureNeeds(kp.exprs)
+		text := texts[kind]
+		if text == nil {
+			continue
+		}
+		text.WriteString("]\n")
+		exec, err := blobl.Parse(text.String())
+		if err != nil {
+			// Every rule compiled alone, so this is ours, not the author's.
+			return nil, fmt.Errorf("compiling the %d %s rules together: %w", len(kp.blobRules), kind, err)
+		}
+		kp.exec = exec
 	}
 	return p, nil
+}
+
+// Native is how many of the program's rules run natively (the others run
+// through Bloblang).
+func (p *Program) Native() int {
+	n := 0
+	for _, kp := range p.kinds {
+		for _, fn := range kp.native {
+			if fn != nil {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // eventWord finds the words event and this (the input as a whole).
@@ -386,11 +429,11 @@ type Features interface {
 
 // MapFeatures gives a features map (the one rules see) feature by feature,
 // for callers that hold the map: EvaluateFeatures(env, MapFeatures(m), sc)
-// decides as Evaluate(env, m).
+// is Evaluate(env, m).
 type MapFeatures map[string]any
 
-// Has reports whether section is a map in m.
-func (m MapFeatures) Has(sec string) bool { _, ok := m[sec].(map[string]any); return ok }
+// Has reports whether section is a value in m (not null or absent).
+func (m MapFeatures) Has(sec string) bool { return m[sec] != nil }
 
 // Feature is m[sec][name], nil when absent.
 func (m MapFeatures) Feature(sec, name string) any {
@@ -401,12 +444,17 @@ func (m MapFeatures) Feature(sec, name string) any {
 // Map is m.
 func (m MapFeatures) Map() map[string]any { return m }
 
-// EvaluateFeatures is Evaluate over features given by f: the input holds
-// only the features the rules name (all of them when a rule uses the
-// features otherwise), so the result, and each hit's Reads, is the one
-// Evaluate gives with f.Map().
+// EvaluateFeatures runs the program of env's kind over env and features
+// given by f, and returns the rules that fired and the rules that could
+// not be decided. The hits' and errors' Rule point into the program (do
+// not modify them).
 //
-// sc (nil for none) holds the maps the input is built in, reused by the
+// Native rules read the event and the features they need directly; when a
+// rule runs through Bloblang, its input holds only the features the rules
+// name (all of them when a rule uses the features otherwise), which
+// decides as the whole set would.
+//
+// sc (nil for none) holds what an evaluation is built in, reused by the
 // next call: one per goroutine.
 func (p *Program) EvaluateFeatures(env *event.Envelope, f Features, sc *Scratch) (hits []Hit, errs []RuleError) {
 	kp := p.kinds[env.Kind]
@@ -416,55 +464,100 @@ func (p *Program) EvaluateFeatures(env *event.Envelope, f Features, sc *Scratch)
 	if sc == nil {
 		sc = &Scratch{}
 	}
-	var features map[string]any
-	if kp.allFeatures {
-		features = f.Map()
-	} else {
-		features = sc.features(kp, f)
-	}
-	return kp.run(sc.input(env, features, kp.fields), features)
+	return kp.run(env, f, sc)
 }
 
-// Evaluate runs the program of env's kind once over env and its features and
-// returns the rules that fired and the rules that could not be decided. The
-// hits' and errors' Rule point into the program (do not modify them).
+// Evaluate is EvaluateFeatures over a features map (nil: none).
 func (p *Program) Evaluate(env *event.Envelope, features map[string]any) (hits []Hit, errs []RuleError) {
-	kp := p.kinds[env.Kind]
-	if kp == nil {
-		return nil, nil
-	}
-	return kp.evaluate(env, features)
+	return p.EvaluateFeatures(env, MapFeatures(features), nil)
 }
 
-func (kp *kindProgram) evaluate(env *event.Envelope, features map[string]any) (hits []Hit, errs []RuleError) {
-	return kp.run(input(env, features, kp.fields), features)
-}
+// outcome is one rule's result on one event.
+type outcome uint8
 
-// run runs the program on in, built from features.
-func (kp *kindProgram) run(in, features map[string]any) (hits []Hit, errs []RuleError) {
-	res, err := kp.exec.Query(in)
-	results, ok := res.([]any)
-	if err != nil || !ok || len(results) != len(kp.rules) {
-		// Cannot happen with every element caught; should it, each rule is
-		// decided alone rather than all of them lost.
-		results = make([]any, len(kp.rules))
+const (
+	outNo      outcome = iota
+	outHit             // fired
+	outNotBool         // yielded something else than a bool: notBool names it
+	outBlob            // left to Bloblang
+)
+
+// run decides every rule of kp on env: the native ones first, then, in one
+// Bloblang input built only if needed, the others and any native rule that
+// failed (for Bloblang's own error) or met a value it does not model.
+func (kp *kindProgram) run(env *event.Envelope, f Features, sc *Scratch) (hits []Hit, errs []RuleError) {
+	c := &sc.ctx
+	c.reset(env, f, kp.slots)
+	outs := sc.outcomes(len(kp.rules))
+	types := sc.types[:0]
+	blob := len(kp.blobRules) > 0
+	for i, fn := range kp.native {
+		if fn == nil {
+			outs[i] = outBlob
+			continue
+		}
+		v, err := fn(c)
+		switch {
+		case err != nil:
+			outs[i], blob = outBlob, true
+		case v.k != vBool:
+			outs[i] = outNotBool
+			types = append(types, v.typeName())
+		case v.b:
+			outs[i] = outHit
+		default:
+			outs[i] = outNo
+		}
 	}
-	for i, v := range results {
-		if v == nil {
-			// The rule failed inside its catch (or yielded null): run it
-			// alone for the reason.
-			v, err = kp.single[i].Query(in)
-			if err != nil {
-				errs = append(errs, RuleError{Rule: kp.rules[i], Err: err})
-				continue
+	sc.types = types
+	var in map[string]any
+	var results []any
+	if blob {
+		features := f.Map()
+		if !kp.allFeatures {
+			features = sc.features(kp, f)
+		}
+		in = sc.input(env, features, kp.fields)
+		if kp.exec != nil {
+			res, err := kp.exec.Query(in)
+			results, _ = res.([]any)
+			if err != nil || len(results) != len(kp.blobRules) {
+				// Cannot happen with every element caught; should it, each
+				// rule is decided alone rather than all of them lost.
+				results = make([]any, len(kp.blobRules))
 			}
 		}
-		b, isBool := v.(bool)
-		switch {
-		case !isBool:
-			errs = append(errs, RuleError{Rule: kp.rules[i], Err: fmt.Errorf("%w: got %s", ErrNotBool, typeName(v))})
-		case b:
-			hits = append(hits, Hit{Rule: kp.rules[i], Reads: kp.readsOf(i, features)})
+	}
+	nb, nt := 0, 0
+	for i, o := range outs {
+		switch o {
+		case outHit:
+			hits = append(hits, Hit{Rule: kp.rules[i], Reads: kp.readsOf(i, c)})
+		case outNotBool:
+			errs = append(errs, RuleError{Rule: kp.rules[i], Err: fmt.Errorf("%w: got %s", ErrNotBool, types[nt])})
+			nt++
+		case outBlob:
+			var v any
+			if nb < len(kp.blobRules) && kp.blobRules[nb] == i {
+				v = results[nb]
+				nb++
+			}
+			if v == nil {
+				// The rule failed (inside its catch), yielded null, or was
+				// left to Bloblang: run it alone for the reason.
+				var err error
+				if v, err = kp.single[i].Query(in); err != nil {
+					errs = append(errs, RuleError{Rule: kp.rules[i], Err: err})
+					continue
+				}
+			}
+			b, isBool := v.(bool)
+			switch {
+			case !isBool:
+				errs = append(errs, RuleError{Rule: kp.rules[i], Err: fmt.Errorf("%w: got %s", ErrNotBool, typeName(v))})
+			case b:
+				hits = append(hits, Hit{Rule: kp.rules[i], Reads: kp.readsOf(i, c)})
+			}
 		}
 	}
 	return hits, errs
@@ -479,19 +572,26 @@ func (p *Program) Len() int {
 	return n
 }
 
-func (kp *kindProgram) readsOf(i int, features map[string]any) map[string]any {
+// readsOf is the features.* values rule i's expression names, as the
+// features map holds them.
+func (kp *kindProgram) readsOf(i int, c *evalCtx) map[string]any {
 	if len(kp.reads[i]) == 0 {
 		return nil
 	}
 	out := make(map[string]any, len(kp.reads[i]))
 	for _, rp := range kp.reads[i] {
-		out[rp.key] = lookup(features, rp.segs)
+		if len(rp.segs) == 1 {
+			// A whole section: a rule naming one reads all features.
+			out[rp.key] = c.f.Map()[rp.segs[0]]
+			continue
+		}
+		out[rp.key] = lookup(c.f.Feature(rp.segs[0], rp.segs[1]), rp.segs[2:])
 	}
 	return out
 }
 
-func lookup(m map[string]any, segs []string) any {
-	var cur any = m
+// lookup follows segs through maps only (what hits have always reported).
+func lookup(cur any, segs []string) any {
 	for _, s := range segs {
 		obj, ok := cur.(map[string]any)
 		if !ok {

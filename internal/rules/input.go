@@ -45,6 +45,18 @@ func inputInto(in, ev map[string]any, env *event.Envelope, features map[string]a
 type Scratch struct {
 	in, ev, feats map[string]any
 	secs          map[string]map[string]any
+	ctx           evalCtx
+	outs          []outcome
+	types         []string
+}
+
+// outcomes is a slice of n outcomes, reused.
+func (sc *Scratch) outcomes(n int) []outcome {
+	if cap(sc.outs) < n {
+		sc.outs = make([]outcome, n)
+	}
+	sc.outs = sc.outs[:n]
+	return sc.outs
 }
 
 // features is the features kp's rules name, taken from f, in the
@@ -84,48 +96,96 @@ func (sc *Scratch) input(env *event.Envelope, features map[string]any, fields ma
 }
 
 // envelopeInto builds the envelope's JSON shape directly in m (no encode
-// and decode round trip: it runs once per event in the stream), only the
-// fields in fields when not nil.
+// and decode round trip), only the fields in fields when not nil.
 func envelopeInto(m map[string]any, e *event.Envelope, fields map[string]bool) {
-	want := func(k string) bool { return fields == nil || fields[k] }
-	put := func(k string, v string) {
-		if v != "" && want(k) {
+	for _, k := range envelopeNames {
+		if fields != nil && !fields[k] {
+			continue
+		}
+		if v, ok := envelopeValue(e, k); ok {
 			m[k] = v
 		}
 	}
-	if want("v") {
-		m["v"] = int64(e.V)
+}
+
+// envelopeNames are the envelope's JSON fields, in its order.
+var envelopeNames = []string{"v", "kind", "id", "workspace_id", "external_id", "occurred_at", "received_at",
+	"customer_external_id", "account_external_id", "type", "amount", "currency", "direction", "status",
+	"reference", "channel", "counterparty", "metadata", "decision", "attributes"}
+
+// stringField says whether the envelope's field k is a string in its JSON.
+func stringField(k string) bool {
+	switch k {
+	case "v", "amount", "counterparty", "metadata", "decision", "attributes":
+		return false
 	}
-	if want("kind") {
-		m["kind"] = string(e.Kind)
+	for _, n := range envelopeNames {
+		if n == k {
+			return true
+		}
 	}
-	if want("id") {
-		m["id"] = e.ID.String()
+	return false
+}
+
+// envelopeString is the string field k as the envelope's JSON has it;
+// false when the JSON omits it (an empty optional field) or k is not a
+// string field. The native evaluator reads it without building the map.
+func envelopeString(e *event.Envelope, k string) (string, bool) {
+	opt := func(v string) (string, bool) { return v, v != "" }
+	switch k {
+	case "kind":
+		return string(e.Kind), true
+	case "id":
+		return e.ID.String(), true
+	case "workspace_id":
+		return e.WorkspaceID.String(), true
+	case "external_id":
+		return e.ExternalID, true
+	case "occurred_at":
+		return e.OccurredAt.UTC().Format(time.RFC3339Nano), true
+	case "received_at":
+		if e.ReceivedAt.IsZero() {
+			return "", false
+		}
+		return e.ReceivedAt.UTC().Format(time.RFC3339Nano), true
+	case "customer_external_id":
+		return opt(e.CustomerExternalID)
+	case "account_external_id":
+		return opt(e.AccountExternalID)
+	case "type":
+		return opt(e.Type)
+	case "currency":
+		return opt(e.Currency)
+	case "direction":
+		return opt(string(e.Direction))
+	case "status":
+		return opt(e.Status)
+	case "reference":
+		return opt(e.Reference)
+	case "channel":
+		return opt(e.Channel)
 	}
-	if want("workspace_id") {
-		m["workspace_id"] = e.WorkspaceID.String()
-	}
-	if want("external_id") {
-		m["external_id"] = e.ExternalID
-	}
-	if want("occurred_at") {
-		m["occurred_at"] = e.OccurredAt.UTC().Format(time.RFC3339Nano)
-	}
-	if !e.ReceivedAt.IsZero() && want("received_at") {
-		m["received_at"] = e.ReceivedAt.UTC().Format(time.RFC3339Nano)
-	}
-	put("customer_external_id", e.CustomerExternalID)
-	put("account_external_id", e.AccountExternalID)
-	put("type", e.Type)
-	if e.Amount != "" && want("amount") {
-		m["amount"] = json.Number(e.Amount)
-	}
-	put("currency", e.Currency)
-	put("direction", string(e.Direction))
-	put("status", e.Status)
-	put("reference", e.Reference)
-	put("channel", e.Channel)
-	if c := e.Counterparty; c != nil && want("counterparty") {
+	return "", false
+}
+
+// envelopeValue is the envelope's field k as the input's event map holds
+// it (amount a json.Number, so `event.amount >= 5000` compares numbers;
+// metadata and attributes decoded with numbers as json.Number); false when
+// the JSON omits it.
+func envelopeValue(e *event.Envelope, k string) (any, bool) {
+	switch k {
+	case "v":
+		return int64(e.V), true
+	case "amount":
+		if e.Amount == "" {
+			return nil, false
+		}
+		return json.Number(e.Amount), true
+	case "counterparty":
+		c := e.Counterparty
+		if c == nil {
+			return nil, false
+		}
 		cp := make(map[string]any, 7)
 		putString(cp, "name", c.Name)
 		putString(cp, "identifier_kind", c.IdentifierKind)
@@ -133,14 +193,16 @@ func envelopeInto(m map[string]any, e *event.Envelope, fields map[string]bool) {
 		putString(cp, "identifier_masked", c.IdentifierMasked)
 		putString(cp, "identifier_fp", c.IdentifierFP)
 		putString(cp, "fingerprint", c.Fingerprint)
-		m["counterparty"] = cp
-	}
-	if want("metadata") {
-		if v, ok := jsonObject(e.Metadata); ok {
-			m["metadata"] = v
+		return cp, true
+	case "metadata":
+		return jsonObject(e.Metadata)
+	case "attributes":
+		return jsonObject(e.Attributes)
+	case "decision":
+		d := e.Decision
+		if d == nil {
+			return nil, false
 		}
-	}
-	if d := e.Decision; d != nil && want("decision") {
 		dm := map[string]any{"outcome": string(d.Outcome), "score": d.Score}
 		if len(d.Reasons) > 0 {
 			reasons := make([]any, len(d.Reasons))
@@ -152,13 +214,12 @@ func envelopeInto(m map[string]any, e *event.Envelope, fields map[string]bool) {
 		if !d.DecidedAt.IsZero() {
 			dm["decided_at"] = d.DecidedAt.UTC().Format(time.RFC3339Nano)
 		}
-		m["decision"] = dm
+		return dm, true
 	}
-	if want("attributes") {
-		if v, ok := jsonObject(e.Attributes); ok {
-			m["attributes"] = v
-		}
+	if s, ok := envelopeString(e, k); ok {
+		return s, true
 	}
+	return nil, false
 }
 
 func putString(m map[string]any, k, v string) {
