@@ -3,6 +3,8 @@ package tests
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -145,6 +147,7 @@ func redisUsedMemory(b *testing.B, s *proofStack) int64 {
 // (MEMORY USAGE of every key of the run, and the growth of used_memory,
 // divided by the accounts the transactions name).
 // SP_TEST_BENCH_CPUPROFILE=<file> also saves a CPU profile of the stream;
+// SP_TEST_BENCH_HEAPPROFILE=<file> its heap every 5 s (<file>.5, .10, …);
 // SP_TEST_BENCH_REDIS_CLUSTER=1 keeps the totals on the local Redis Cluster;
 // SP_TEST_BENCH_SET, SP_TEST_BENCH_GOGC and SP_TEST_BENCH_GOMEMLIMIT reach the
 // stream process as for the persister's benchmark.
@@ -177,11 +180,26 @@ func BenchmarkStreamThroughput(b *testing.B) {
 	b.ResetTimer()
 	extra := benchSetArgs()
 	profile := os.Getenv("SP_TEST_BENCH_CPUPROFILE")
-	if profile != "" {
+	heapProfile := os.Getenv("SP_TEST_BENCH_HEAPPROFILE")
+	if profile != "" || heapProfile != "" {
 		extra = append(extra, "--set", "http.debug_endpoints=true")
 	}
 	start := time.Now()
 	p := s.startStream(b, "stream", streamPipeline, withBenchGOGC(nil), extra...)
+	if heapProfile != "" {
+		// What the heap holds, every 5 s of the run (<file>.<s>): the live
+		// data behind the peak RSS.
+		go func() {
+			for t := 5; ; t += 5 {
+				select {
+				case <-p.exited:
+					return
+				case <-time.After(5 * time.Second):
+				}
+				saveHeapProfile(b, p, fmt.Sprintf("%s.%d", heapProfile, t))
+			}
+		}()
+	}
 	if profile != "" {
 		// Once the stream serves HTTP and has started on the backlog; the
 		// fetch ends with the profile's seconds (or the process).
@@ -261,6 +279,24 @@ func BenchmarkStreamThroughput(b *testing.B) {
 		{"Redis bytes per account (MEMORY USAGE)", perAccount, "B", fmt.Sprintf("%d keys", keys), 0, "-"},
 		{"Redis used_memory growth per account", usedPerAccount, "B", "", 0, "-"},
 	})
+}
+
+// saveHeapProfile saves what the process's heap holds now to path.
+func saveHeapProfile(b *testing.B, p *binProcess, path string) {
+	client := http.Client{Timeout: time.Minute}
+	resp, err := client.Get("http://" + p.httpAddr + "/debug/pprof/heap")
+	if err != nil {
+		b.Logf("heap profile: %v", err)
+		return
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode == http.StatusOK {
+		err = os.WriteFile(path, data, 0o644)
+	}
+	if err != nil || resp.StatusCode != http.StatusOK {
+		b.Logf("heap profile: status %d, %v", resp.StatusCode, err)
+	}
 }
 
 // BenchmarkStreamLatency: produce-to-alert latency at 1,000 transactions

@@ -2,16 +2,24 @@ package features
 
 import "sync"
 
-// cache keeps, between batches, the states of entities as this process last
-// wrote (or read) them, encoded (a decoded state takes about ten times the
-// memory): a base and delta records, as Redis' value or re-encoded whole
-// once the records grow (cached.base), with the generation and lengths of
-// Redis' value, so that a batch does not read again what the process
-// already has (doc.go "Apply").
+// cache keeps, between batches, the decoded states of entities as this
+// process last wrote (or read) them, with the generation and lengths of
+// Redis' value, so that a batch neither reads again what the process
+// already has nor decodes it: it computes on the state the batch before it
+// left (doc.go "Apply"). Decoding each touched entity's whole value every
+// batch was a fifth of the stream's CPU, nearly all of it for the few busy
+// entities (a counterparty paid by thousands of accounts) touched by every
+// batch; those stay here, least recently used first out, within max bytes
+// as estimated by (*state).size.
 // It is only ever a guess: the write's CAS compares the generation, and an
 // entity somebody else wrote since is read again and recomputed, exactly as
 // after a lost race. An entity only read in a batch (a counterparty paying
 // in) is always read, since nothing would check a cached state of it.
+//
+// A state in the cache belongs to the cache: take moves it out to the one
+// batch that holds the entity, which computes on it in place and publishes
+// it again (nobody else can see it meanwhile); a batch that fails or loses
+// its write drops it.
 //
 // A batch holds the entities it writes while it computes them: another
 // batch of the same process that needs a large one (waitBytes or more)
@@ -29,25 +37,24 @@ type cache struct {
 	mu    sync.Mutex
 	free  *sync.Cond     // signalled when a batch releases its entities
 	held  map[string]int // entity key → the holder's value length
-	m     map[string]cached
+	m     map[string]*cached
 	bytes int64
+	// lru is the ring of cached states, most recently published first
+	// (lru.next), least recently last (lru.prev): evicted first.
+	lru cached
 	// next is the turn the next publishing batch gets; turn the one
 	// writing now.
 	next, turn uint64
 }
 
 type cached struct {
-	gen string
-	// base is a base (its first 8 bytes may be another generation) and
-	// recs the delta records after it, in pieces: Redis' value, or, once
-	// the records reach a quarter of the base, the state encoded whole
-	// (applying every record again in each batch cost a busy entity more
-	// than decoding its base).
-	base       string
-	recs       []string
+	key        string
+	gen        string
+	st         *state
 	size       int64
 	vlen, blen int   // the value's length in Redis, its base's
 	ttlAt      int64 // when this process last set the key's TTL (unix ms)
+	prev, next *cached
 }
 
 // waitBytes: a batch waits for an entity another batch holds from this
@@ -55,14 +62,30 @@ type cached struct {
 const waitBytes = 16 << 10
 
 func newCache(max int64) *cache {
-	c := &cache{max: max, m: map[string]cached{}, held: map[string]int{}}
+	c := &cache{max: max, m: map[string]*cached{}, held: map[string]int{}}
+	c.lru.prev, c.lru.next = &c.lru, &c.lru
 	c.free = sync.NewCond(&c.mu)
 	return c
 }
 
+func (c *cache) unlink(x *cached) {
+	x.prev.next, x.next.prev = x.next, x.prev
+	x.prev, x.next = nil, nil
+	delete(c.m, x.key)
+	c.bytes -= x.size
+}
+
+func (c *cache) pushFront(x *cached) {
+	x.prev, x.next = &c.lru, c.lru.next
+	c.lru.next.prev = x
+	c.lru.next = x
+	c.m[x.key] = x
+	c.bytes += x.size
+}
+
 // take holds ents (those it writes: not those only read), waiting until
 // no other batch holds any of them, and with fromCache moves each one's
-// cached value (if any) into the entity.
+// cached state (if any) into the entity.
 func (c *cache) take(ents []*entity, fromCache bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -93,11 +116,10 @@ func (c *cache) take(ents []*entity, fromCache bool) {
 		if !ok || !fromCache {
 			continue
 		}
-		delete(c.m, e.key)
-		c.bytes -= x.size
+		c.unlink(x)
 		c.held[e.key] = x.vlen
 		e.hit, e.gen, e.exists, e.vlen, e.blen, e.ttlAt = true, x.gen, true, x.vlen, x.blen, x.ttlAt
-		e.base, e.recs = x.base, x.recs
+		e.st = x.st
 	}
 }
 
@@ -125,8 +147,15 @@ func (c *cache) abort(ents []*entity) {
 
 // publish puts every entity's new state (the one Redis will hold at its
 // new generation once written) in the cache, lets go of ents, and returns
-// the batch's turn to write.
+// the batch's turn to write. The sizes are estimated before the lock.
 func (c *cache) publish(ents []*entity) uint64 {
+	if c.max >= 0 {
+		for _, e := range ents {
+			if e.st != nil && e.corrupt == nil {
+				e.size = e.st.size() + int64(len(e.key)) + 160
+			}
+		}
+	}
 	c.mu.Lock()
 	for _, e := range ents {
 		ro := !e.holding
@@ -134,21 +163,14 @@ func (c *cache) publish(ents []*entity) uint64 {
 			delete(c.held, e.key)
 			e.holding = false
 		}
-		gen, vlen, blen, base, recs := e.gen, e.vlen, e.blen, e.base, e.recs
+		gen, vlen, blen := e.gen, e.vlen, e.blen
 		switch {
-		case e.changed && e.appended && len(e.cval) > 0:
-			gen, vlen = string(e.val[:genLen]), e.vlen+len(e.val)-genLen
-			base, recs = string(e.cval), nil
 		case e.changed && e.appended:
 			gen, vlen = string(e.val[:genLen]), e.vlen+len(e.val)-genLen
-			recs = append(recs[:len(recs):len(recs)], string(e.val[genLen:]))
 		case e.changed:
 			gen, vlen, blen = string(e.val[:genLen]), len(e.val), len(e.val)
-			base, recs = string(e.val), nil
-		case len(e.cval) > 0:
-			base, recs = string(e.cval), nil
 		}
-		if c.max < 0 || gen == "" || e.st == nil || e.corrupt != nil && !e.changed {
+		if c.max < 0 || gen == "" || e.st == nil || e.corrupt != nil {
 			continue // no key in Redis, or nothing readable
 		}
 		old, ok := c.m[e.key]
@@ -158,44 +180,20 @@ func (c *cache) publish(ents []*entity) uint64 {
 			continue
 		}
 		if ok {
-			c.bytes -= old.size
+			c.unlink(old)
 		}
-		size := int64(len(base) + len(e.key) + 64)
-		for _, r := range recs {
-			size += int64(len(r))
-		}
-		c.m[e.key] = cached{gen: gen, base: base, recs: recs, size: size, vlen: vlen, blen: blen, ttlAt: e.ttlAt}
-		c.bytes += size
+		c.pushFront(&cached{key: e.key, gen: gen, st: e.st, size: e.size, vlen: vlen, blen: blen, ttlAt: e.ttlAt})
 	}
-	if c.bytes > c.max {
-		c.evict(ents)
+	// Least recently published first; a batch larger than the budget
+	// evicts its own states too.
+	for c.bytes > c.max && c.lru.prev != &c.lru {
+		c.unlink(c.lru.prev)
 	}
 	turn := c.next
 	c.next++
 	c.mu.Unlock()
 	c.free.Broadcast()
 	return turn
-}
-
-// evict drops states until the cache is within its budget: others than
-// ents' first, then (a batch larger than the budget) ents' own.
-func (c *cache) evict(ents []*entity) {
-	used := make(map[string]bool, len(ents))
-	for _, e := range ents {
-		used[e.key] = true
-	}
-	for pass := 0; pass < 2 && c.bytes > c.max; pass++ {
-		for k, x := range c.m {
-			if c.bytes <= c.max {
-				break
-			}
-			if pass == 0 && used[k] {
-				continue
-			}
-			delete(c.m, k)
-			c.bytes -= x.size
-		}
-	}
 }
 
 // waitTurn returns once every batch that published before turn has
@@ -226,8 +224,7 @@ func (c *cache) invalidate(ents []*entity) {
 			continue
 		}
 		if x, ok := c.m[e.key]; ok && x.gen == string(e.val[:genLen]) {
-			delete(c.m, e.key)
-			c.bytes -= x.size
+			c.unlink(x)
 		}
 	}
 }

@@ -312,25 +312,6 @@ func decodeBase(v string) (*state, int, error) {
 	return st, base, nil
 }
 
-// decodeParts parses a value given as its base and the delta records after
-// it, in pieces (a value the cache keeps); it returns the base's length.
-func decodeParts(base string, recs []string) (*state, int, error) {
-	st, n, err := decodeBase(base)
-	if err != nil {
-		return nil, 0, err
-	}
-	for _, rec := range recs {
-		r := &reader{s: rec}
-		for r.err == nil && r.off < len(r.s) {
-			r.record(st)
-		}
-		if r.err != nil {
-			return nil, 0, r.err
-		}
-	}
-	return st, n, nil
-}
-
 // base reads the state as written whole.
 func (r *reader) base() (*state, error) {
 	st := newState()

@@ -3,6 +3,8 @@ package features
 import (
 	"encoding/json"
 	"math/big"
+	"strings"
+	"unsafe"
 
 	"github.com/speculapro/speculapro/internal/event"
 )
@@ -271,7 +273,9 @@ func (b *bucket) addSum(cur string, in bool, units int64) {
 			return
 		}
 	}
-	b.sums = append(b.sums, csum{cur: cur, in: in, v: amt{n: units}})
+	// A copy: cur may be a slice of the event's message, which a cached
+	// state would otherwise keep alive.
+	b.sums = append(b.sums, csum{cur: strings.Clone(cur), in: in, v: amt{n: units}})
 }
 
 // applyEvent counts one account event (not a replay) at t.
@@ -292,7 +296,7 @@ func (st *state) applyEvent(t int64, typ string) {
 			}
 		}
 		if !found {
-			b.evs = append(b.evs, tcount{typ: typ, n: 1})
+			b.evs = append(b.evs, tcount{typ: strings.Clone(typ), n: 1}) // see addSum
 		}
 	}
 	if i, ok := latestKept[typ]; ok && t > st.ls[i] {
@@ -572,4 +576,21 @@ func (st *state) prune(nowMs int64, dropped []uint64) []uint64 {
 	}
 	st.seen.keep(live)
 	return dropped
+}
+
+// size estimates the memory st holds (the cache's budget, cache.go): its
+// buckets, other sides and replay memory with their indexes.
+func (st *state) size() int64 {
+	n := int64(unsafe.Sizeof(*st))
+	for l := range levels {
+		n += int64(cap(st.lv[l])) * int64(unsafe.Sizeof(bucket{}))
+		for i := range st.lv[l] {
+			b := &st.lv[l][i]
+			n += int64(cap(b.sums))*int64(unsafe.Sizeof(csum{})) + int64(cap(b.evs))*int64(unsafe.Sizeof(tcount{}))
+		}
+	}
+	for d := range st.members {
+		n += st.members[d].size(int64(unsafe.Sizeof(event.UUID{})))
+	}
+	return n + st.seen.size(8)
 }

@@ -311,10 +311,9 @@ type entity struct {
 	kind byte
 	key  string
 	ops  []op
-	// base and recs are the value, read or taken from the cache: its base
-	// and the delta records after it (delta.go), in one or more pieces.
+	// base is the value as read (a base and the delta records after it,
+	// delta.go), until decoded; a state taken from the cache has none.
 	base   string
-	recs   []string
 	exists bool
 	gen    string // the generation read (the value's first 8 bytes), "" for none
 	// hit: the value came from the cache instead of Redis; the write's
@@ -344,9 +343,8 @@ type entity struct {
 	// it (an append otherwise leaves it, keyTTLRefresh).
 	ttlAt      int64
 	refreshTTL bool
-	// cval is the state encoded whole for the cache when Redis' value is
-	// not (records appended, or read with records): cache.go.
-	cval []byte
+	// size estimates st's memory for the cache (cache.go).
+	size int64
 }
 
 // snap is one event's snapshot on one entity.
@@ -609,11 +607,11 @@ func (s *Store) load(ctx context.Context, ents []*entity) error {
 		v, err := cmds[i].Result()
 		switch {
 		case errors.Is(err, redis.Nil):
-			e.base, e.recs, e.exists, e.gen, e.vlen = "", nil, false, "", 0
+			e.base, e.exists, e.gen, e.vlen = "", false, "", 0
 		case err != nil:
 			return fmt.Errorf("features: redis: reading a %s: %w", kindName(e.kind), err)
 		default:
-			e.base, e.recs, e.exists, e.gen, e.vlen = v, nil, true, v[:min(genLen, len(v))], len(v)
+			e.base, e.exists, e.gen, e.vlen = v, true, v[:min(genLen, len(v))], len(v)
 		}
 	}
 	return nil
@@ -648,27 +646,22 @@ func (s *Store) computeAll(ents []*entity, r *run) {
 	wg.Wait()
 }
 
-// compute applies e's events to its state as read and records their
-// features and, for each event counted, its snapshot.
+// compute applies e's events to its state (the cache's, computed on in
+// place, or decoded as read) and records their features and, for each
+// event counted, its snapshot.
 func (s *Store) compute(e *entity, r *run) {
-	e.corrupt = nil
-	e.st = newState()
-	if e.exists {
-		st, base, err := decodeParts(e.base, e.recs)
-		if err != nil {
-			e.corrupt = err
-		} else {
-			e.st = st
-			if !e.hit && base < len(e.base) {
-				// As read: split into the base and its records.
-				e.base, e.recs = e.base[:base], []string{e.base[base:]}
-			}
-			if !e.hit {
-				// A cached value is the state encoded whole (cache.go):
-				// the base length of Redis' value came with it.
-				e.blen = base
+	if !e.hit {
+		e.corrupt = nil
+		e.st = newState()
+		if e.exists {
+			st, base, err := decodeBase(e.base)
+			if err != nil {
+				e.corrupt = err
+			} else {
+				e.st, e.blen = st, base
 			}
 		}
+		e.base = ""
 	}
 	st := e.st
 	nowMs, ttlMs := r.now.UnixMilli(), s.ttl.Milliseconds()
@@ -775,24 +768,6 @@ func (s *Store) compute(e *entity, r *run) {
 		e.refreshTTL = !e.appended || !e.hit || nowMs-e.ttlAt >= keyTTLRefresh.Milliseconds()
 		if e.refreshTTL {
 			e.ttlAt = nowMs
-		}
-	}
-	// The cache keeps a base and the records after it, and encodes the
-	// state whole again (here, outside the cache's lock) once the records
-	// reach a quarter of the base: applying them again in every batch cost
-	// more than decoding the base (cache.go), encoding on every append
-	// about as much.
-	e.cval = e.cval[:0]
-	if s.cache.max >= 0 && e.corrupt == nil && (e.changed && e.appended || !e.changed) {
-		recs := 0
-		for _, r := range e.recs {
-			recs += len(r)
-		}
-		if e.appended {
-			recs += len(e.val) - genLen
-		}
-		if 4*recs > len(e.base) {
-			e.cval = encode(e.cval, 0, st)
 		}
 	}
 }

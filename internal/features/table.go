@@ -30,6 +30,19 @@ const (
 
 func (t *table[K]) len() int { return len(t.keys) }
 
+// idxEntryBytes is about what a map index entry costs (a swiss table's
+// slot and control byte, at its load between growths).
+const idxEntryBytes = 32
+
+// size estimates the memory t holds, its keys keyBytes each.
+func (t *table[K]) size(keyBytes int64) int64 {
+	n := int64(cap(t.keys))*keyBytes + int64(cap(t.vals))*8
+	if t.idx != nil {
+		n += int64(len(t.idx)) * idxEntryBytes
+	}
+	return n
+}
+
 func (t *table[K]) find(k K) int {
 	if t.idx != nil {
 		if i, ok := t.idx[k]; ok {
