@@ -321,6 +321,7 @@ func (r *reader) base() (*state, error) {
 		// A copy: a state may outlive the value (the cache keeps states).
 		strs[i] = strings.Clone(r.bytes(int(min(r.uvarint(), 1<<16))))
 	}
+	st.strs = strs
 	str := func(i uint64) string {
 		if i >= uint64(len(strs)) {
 			r.fail("string index")

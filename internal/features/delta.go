@@ -2,7 +2,6 @@ package features
 
 import (
 	"encoding/binary"
-	"strings"
 
 	"github.com/speculapro/speculapro/internal/event"
 )
@@ -108,7 +107,7 @@ func (r *reader) record(st *state) {
 				return
 			}
 			at := int64(min(r.uvarint(), 1<<40))
-			cur := strings.Clone(r.bytes(int(min(r.uvarint(), 1<<16))))
+			cur := r.bytes(int(min(r.uvarint(), 1<<16)))
 			units := r.varint()
 			var member *event.UUID
 			if f[0]&dMember != 0 {
@@ -127,7 +126,7 @@ func (r *reader) record(st *state) {
 				return
 			}
 			at := int64(min(r.uvarint(), 1<<40))
-			typ := strings.Clone(r.bytes(int(min(r.uvarint(), 1<<16))))
+			typ := r.bytes(int(min(r.uvarint(), 1<<16)))
 			if r.err != nil {
 				return
 			}

@@ -138,6 +138,22 @@ type state struct {
 	// seen is the replay memory: hash of the event id → wall-clock unix ms
 	// until which it is remembered.
 	seen table[uint64]
+	// strs are the currencies and event types the buckets name (intern).
+	strs []string
+}
+
+// intern returns s as the state keeps it: its own copy, one per distinct
+// string, since s may be a slice of an event's message, which a cached
+// state would otherwise keep alive.
+func (st *state) intern(s string) string {
+	for _, x := range st.strs {
+		if x == s {
+			return x
+		}
+	}
+	s = strings.Clone(s)
+	st.strs = append(st.strs, s)
+	return s
 }
 
 func newState() *state {
@@ -206,6 +222,9 @@ func (st *state) applyTxn(t int64, in bool, cur string, units int64, sum bool, m
 		st.lt = t
 	}
 	sum = sum && units != 0
+	if sum {
+		cur = st.intern(cur)
+	}
 	for l := range levels {
 		n := t / granularity[l]
 		if !st.retained(l, n) {
@@ -273,14 +292,13 @@ func (b *bucket) addSum(cur string, in bool, units int64) {
 			return
 		}
 	}
-	// A copy: cur may be a slice of the event's message, which a cached
-	// state would otherwise keep alive.
-	b.sums = append(b.sums, csum{cur: strings.Clone(cur), in: in, v: amt{n: units}})
+	b.sums = append(b.sums, csum{cur: cur, in: in, v: amt{n: units}})
 }
 
 // applyEvent counts one account event (not a replay) at t.
 func (st *state) applyEvent(t int64, typ string) {
 	st.advance(t)
+	typ = st.intern(typ)
 	for l := range levels {
 		n := t / granularity[l]
 		if !st.retained(l, n) {
@@ -296,7 +314,7 @@ func (st *state) applyEvent(t int64, typ string) {
 			}
 		}
 		if !found {
-			b.evs = append(b.evs, tcount{typ: strings.Clone(typ), n: 1}) // see addSum
+			b.evs = append(b.evs, tcount{typ: typ, n: 1})
 		}
 	}
 	if i, ok := latestKept[typ]; ok && t > st.ls[i] {
@@ -592,5 +610,5 @@ func (st *state) size() int64 {
 	for d := range st.members {
 		n += st.members[d].size(int64(unsafe.Sizeof(event.UUID{})))
 	}
-	return n + st.seen.size(8)
+	return n + st.seen.size(8) + int64(cap(st.strs))*16
 }
