@@ -267,10 +267,13 @@ func decodeSnap(v string) (snapSections, error) {
 			// part), an account event's, or a counterparty's.
 			own &^= secCP
 		}
-		out.own = &secVals{secs: own, tf: tf, ef: ef, cw: cw}
+		if own == secCP {
+			tf.w = cw
+		}
+		out.own = &secVals{secs: own, tf: tf, ef: ef}
 	}
 	if secs&secReadCP != 0 {
-		out.readCP = &secVals{secs: secCP, cw: rw}
+		out.readCP = cpSec(rw)
 	}
 	return out, nil
 }

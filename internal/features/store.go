@@ -417,14 +417,18 @@ func (s *Store) ApplyReplays(ctx context.Context, events []*event.Envelope) ([]m
 func (s *Store) ApplyValues(ctx context.Context, events []*event.Envelope) ([]*Values, []bool, error) {
 	preps := make([]prep, len(events))
 	reads := false // a counterparty is only read (computeAll)
-	byKey := make(map[string]*entity, len(events)*2)
+	// By kind and id: an entity's key string is built once, not per event.
+	type entityID struct {
+		kind byte
+		id   event.UUID
+	}
+	byID := make(map[entityID]*entity, len(events)*2)
 	var ents []*entity
 	use := func(kind byte, id event.UUID, ev int, mode byte) {
-		k := s.key(kind, id)
-		e := byKey[k]
+		e := byID[entityID{kind, id}]
 		if e == nil {
-			e = &entity{kind: kind, key: k}
-			byKey[k] = e
+			e = &entity{kind: kind, key: s.key(kind, id)}
+			byID[entityID{kind, id}] = e
 			ents = append(ents, e)
 		}
 		e.ops = append(e.ops, op{ev: ev, mode: mode})
@@ -675,9 +679,9 @@ func (s *Store) compute(e *entity, r *run) {
 		ev, p := r.events[o.ev], &r.preps[o.ev]
 		switch o.mode {
 		case modeRead:
-			sv := &secVals{secs: secCP, cw: st.windows(ev.Currency)}
+			sv := cpSec(st.windows(ev.Currency))
 			r.out[o.ev].cp = sv
-			r.reads[o.ev] = appendCPSnap(r.reads[o.ev][:0], &sv.cw)
+			r.reads[o.ev] = appendCPSnap(r.reads[o.ev][:0], &sv.tf.w)
 		case modeEvent:
 			seen := st.replay(p.idh, nowMs, ttlMs)
 			if !seen {
@@ -730,10 +734,10 @@ func (s *Store) compute(e *entity, r *run) {
 					e.arena = appendEvSnap(appendTxnSnap(append(e.arena, secTxn|secEvents), &sv.tf), &sv.ef)
 				}
 			case entityCounterparty:
-				sv := &secVals{secs: secCP, cw: st.windows(ev.Currency)}
+				sv := cpSec(st.windows(ev.Currency))
 				r.out[o.ev].cp = sv
 				if !seen {
-					e.arena = appendCPSnap(append(e.arena, secCP), &sv.cw)
+					e.arena = appendCPSnap(append(e.arena, secCP), &sv.tf.w)
 				}
 			}
 			if seen {
@@ -763,6 +767,11 @@ func (s *Store) compute(e *entity, r *run) {
 			}
 		}
 		if !e.appended {
+			if cap(e.val) < e.vlen {
+				// About the size it will be: growing from nothing copied it
+				// several times over.
+				e.val = make([]byte, 0, e.vlen+len(e.d.ops)+64)
+			}
 			e.val = encode(e.val[:0], gen, st)
 		}
 		e.refreshTTL = !e.appended || !e.hit || nowMs-e.ttlAt >= keyTTLRefresh.Milliseconds()
@@ -867,62 +876,97 @@ func snapField(idh uint64) string {
 	return string(b[:])
 }
 
+// scriptArg is a script argument go-redis sends as its bytes
+// (encoding.BinaryMarshaler). Arguments go as pointers (*scriptArg,
+// *string, *int64), which an interface holds without an allocation: boxing
+// every field and snapshot was a third of what write allocated.
+type scriptArg []byte
+
+func (a *scriptArg) MarshalBinary() ([]byte, error) { return *a, nil }
+
 // write stores every changed entity and its snapshots in one pipeline of
 // script calls, each entity only if nobody wrote it since it was read, and
 // returns those somebody did.
 func (s *Store) write(ctx context.Context, ents []*entity) ([]*entity, error) {
 	type call struct {
 		ents []*entity
-		keys []string
-		args []any
+		args []any // EVALSHA, its hash, the number of keys, keys, ARGV
 		cmd  *redis.Cmd
 	}
 	if _, ok := s.client.(*redis.Client); !ok {
 		return s.writeEach(ctx, ents)
 	}
-	per := perCall
-	ttlArg := int64(keyTTL / time.Second)
-	snapTTL := int64((s.ttl + s.snapMargin + time.Second - 1) / time.Second)
-	var calls []call
-	var cur *call
+	var changed []*entity
 	for _, e := range ents {
-		if !e.changed {
-			continue
-		}
-		if cur == nil || len(cur.ents) == per {
-			calls = append(calls, call{})
-			cur = &calls[len(calls)-1]
-			cur.args = append(cur.args, ttlArg, snapTTL)
-		}
-		cur.ents = append(cur.ents, e)
-		cur.keys = append(cur.keys, e.key, snapKey(e.key))
-		mode, gen, newGen, val := "n", "", []byte(nil), e.val
-		if e.exists {
-			mode, gen = "c", e.gen
-			switch {
-			case e.corrupt != nil:
-				mode = "r"
-			case e.appended:
-				mode, newGen, val = "a", e.val[:genLen], e.val[genLen:]
-				if !e.refreshTTL {
-					mode = "A"
-				}
-			}
-		}
-		cur.args = append(cur.args, mode, gen, newGen, val, len(e.dropped), 2*len(e.snaps))
-		for _, h := range e.dropped {
-			cur.args = append(cur.args, snapField(h))
-		}
-		for _, sn := range e.snaps {
-			cur.args = append(cur.args, snapField(sn.idh), sn.b)
+		if e.changed {
+			changed = append(changed, e)
 		}
 	}
-	if len(calls) == 0 {
+	if len(changed) == 0 {
 		return nil, nil
+	}
+	ttlArg := int64(keyTTL / time.Second)
+	snapTTL := int64((s.ttl + s.snapMargin + time.Second - 1) / time.Second)
+	sha := writeScript.Hash()
+	calls := make([]call, 0, (len(changed)+perCall-1)/perCall)
+	for len(changed) > 0 {
+		c := call{ents: changed[:min(perCall, len(changed))]}
+		changed = changed[len(c.ents):]
+		// Exactly sized backing arrays: the arguments point into them.
+		nArgs, nRaw, nFields := 3+2*len(c.ents)+2, 0, 0
+		for _, e := range c.ents {
+			nArgs += 6 + len(e.dropped) + 2*len(e.snaps)
+			nRaw += 2 + len(e.dropped) + 2*len(e.snaps)
+			nFields += len(e.dropped) + len(e.snaps)
+		}
+		strs := make([]string, 0, 3*len(c.ents))
+		ints := make([]int64, 0, 3+2*len(c.ents))
+		raws := make([]scriptArg, 0, nRaw)
+		fields := make([]byte, 0, 8*nFields)
+		str := func(v string) *string { strs = append(strs, v); return &strs[len(strs)-1] }
+		num := func(v int64) *int64 { ints = append(ints, v); return &ints[len(ints)-1] }
+		raw := func(v []byte) *scriptArg { raws = append(raws, v); return &raws[len(raws)-1] }
+		field := func(h uint64) *scriptArg {
+			fields = binary.LittleEndian.AppendUint64(fields, h)
+			return raw(fields[len(fields)-8:])
+		}
+		c.args = make([]any, 0, nArgs)
+		c.args = append(c.args, "evalsha", sha, num(int64(2*len(c.ents))))
+		for _, e := range c.ents {
+			c.args = append(c.args, &e.key, str(snapKey(e.key)))
+		}
+		c.args = append(c.args, num(ttlArg), num(snapTTL))
+		for _, e := range c.ents {
+			mode, gen, newGen, val := "n", "", []byte(nil), e.val
+			if e.exists {
+				mode, gen = "c", e.gen
+				switch {
+				case e.corrupt != nil:
+					mode = "r"
+				case e.appended:
+					mode, newGen, val = "a", e.val[:genLen], e.val[genLen:]
+					if !e.refreshTTL {
+						mode = "A"
+					}
+				}
+			}
+			c.args = append(c.args, mode, str(gen), raw(newGen), raw(val), num(int64(len(e.dropped))), num(int64(2*len(e.snaps))))
+			for _, h := range e.dropped {
+				c.args = append(c.args, field(h))
+			}
+			for _, sn := range e.snaps {
+				c.args = append(c.args, field(sn.idh), raw(sn.b))
+			}
+		}
+		if len(strs) > 3*len(c.ents) || len(ints) > 3+2*len(c.ents) || len(raws) > nRaw || len(fields) > 8*nFields {
+			// An array outgrown moved: earlier arguments would point into the old one.
+			return nil, fmt.Errorf("features: writing %d entities: script arguments miscounted", len(c.ents))
+		}
+		calls = append(calls, c)
 	}
 	pipe := s.client.Pipeline()
 	for i := range calls {
-		calls[i].cmd = writeScript.EvalSha(ctx, pipe, calls[i].keys, calls[i].args...)
+		calls[i].cmd = pipe.Do(ctx, calls[i].args...)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		// A node that lost its scripts (restart, SCRIPT FLUSH, failover)
@@ -942,7 +986,8 @@ func (s *Store) write(ctx context.Context, ents []*entity) ([]*entity, error) {
 		if len(again) > 0 {
 			pipe = s.client.Pipeline()
 			for _, i := range again {
-				calls[i].cmd = writeScript.Eval(ctx, pipe, calls[i].keys, calls[i].args...)
+				args := append([]any{"eval", writeLua}, calls[i].args[2:]...)
+				calls[i].cmd = pipe.Do(ctx, args...)
 			}
 			if _, err := pipe.Exec(ctx); err != nil {
 				return nil, fmt.Errorf("features: redis (script reload): %w", err)

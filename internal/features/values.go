@@ -16,13 +16,18 @@ type Values struct {
 	account, customer, cp *secVals // nil: no such section (null)
 }
 
-// secVals is one section: the figures its map is built from.
+// secVals is one section: the figures its map is built from. A section is
+// a transaction's or an account event's (tf, ef) or a counterparty's, whose
+// window totals are tf.w (one allocation of this size per section and
+// event: a quarter of what the stream allocated for the features).
 type secVals struct {
 	secs byte // secTxn, secEvents, secCP (snapshot.go): the parts present
 	tf   txnFeat
 	ef   evFeat
-	cw   [4]totals
 }
+
+// cpSec is a counterparty's section with window totals w.
+func cpSec(w [4]totals) *secVals { return &secVals{secs: secCP, tf: txnFeat{w: w}} }
 
 func newValues(k event.Kind) *Values { return &Values{txn: k == event.KindTransaction} }
 
@@ -85,7 +90,7 @@ func (s *secVals) m() any {
 		evMap(m, &s.ef)
 	case s.secs&secCP != 0:
 		m = make(map[string]any, 6)
-		cpMap(m, &s.cw)
+		cpMap(m, &s.tf.w)
 	default:
 		m = map[string]any{}
 	}
@@ -106,7 +111,7 @@ func (s *secVals) get(name string) any {
 		}
 	}
 	if s.secs&secCP != 0 {
-		if v, ok := cpGet(&s.cw, name); ok {
+		if v, ok := cpGet(&s.tf.w, name); ok {
 			return v
 		}
 	}
