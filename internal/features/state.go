@@ -179,10 +179,22 @@ func (st *state) within30(ts int64) bool { return ts >= 0 && ts/86400 > st.head(
 func (st *state) bucketAt(l int, n int64) *bucket {
 	bs := st.lv[l]
 	i := len(bs)
-	for i > 0 && bs[i-1].n > n {
-		i--
-	}
-	if i > 0 && bs[i-1].n == n {
+	if i > 0 && bs[i-1].n > n {
+		// An older bucket (events come in any order of occurred_at): the
+		// first at or after n, by halving.
+		lo, hi := 0, i-1
+		for lo < hi {
+			if m := int(uint(lo+hi) >> 1); bs[m].n < n {
+				lo = m + 1
+			} else {
+				hi = m
+			}
+		}
+		if bs[lo].n == n {
+			return &bs[lo]
+		}
+		i = lo
+	} else if i > 0 && bs[i-1].n == n {
 		return &bs[i-1]
 	}
 	bs = append(bs, bucket{})
