@@ -98,7 +98,7 @@ Metrics: `+"`"+metricRoundtrip+"`"+` (per pipeline to a node) and `+"`"+metricFe
 				Default("5s").
 				Advanced(),
 			service.NewIntField(fuFieldCacheBytes).
-				Description("Memory (bytes, as encoded) for the running totals this process last wrote, kept between batches so they are not read from Redis again (the write's compare-and-set still checks them); 0 keeps none.").
+				Description("Memory (bytes, as estimated) for the decoded running totals this process last wrote, kept between batches so they are neither read from Redis nor decoded again (the write's compare-and-set still checks them), least recently used out first; 0 keeps none.").
 				Default(features.DefaultCacheBytes).
 				Advanced(),
 		)

@@ -1,0 +1,143 @@
+package features
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/speculapro/speculapro/internal/event"
+)
+
+// checkCache holds the cache's books: its bytes are the sum of its states'
+// estimates, within the budget, and the LRU ring holds exactly its states.
+func checkCache(t *testing.T, c *cache) {
+	t.Helper()
+	var sum int64
+	n := 0
+	for x := c.lru.next; x != &c.lru; x = x.next {
+		if c.m[x.key] != x {
+			t.Fatalf("%s is in the ring but not the map", x.key)
+		}
+		sum += x.size
+		n++
+	}
+	if n != len(c.m) || sum != c.bytes {
+		t.Fatalf("ring %d states of %d bytes, map %d states, books %d bytes", n, sum, len(c.m), c.bytes)
+	}
+	if c.bytes > c.max {
+		t.Fatalf("cache holds %d bytes, budget %d", c.bytes, c.max)
+	}
+	if len(c.held) != 0 {
+		t.Fatalf("%d entities still held after Apply", len(c.held))
+	}
+}
+
+// A small budget: the cache stays within it batch after batch, evicting
+// the states used least recently, so an entity every batch touches (a busy
+// counterparty) stays while the accounts paying it once come and go; and
+// what it computes equals a Store without a cache.
+func TestCacheStaysWithinItsBudget(t *testing.T) {
+	c, prefix, _ := open(t, targets[0])
+	s := New(c, Options{KeyPrefix: prefix, CacheBytes: 256 << 10})
+	ref := New(c, Options{KeyPrefix: prefix + "ref:", CacheBytes: -1})
+	ctx := context.Background()
+	at := time.Date(2026, 9, 1, 10, 0, 0, 0, time.UTC)
+	busy := s.key(entityCounterparty, event.CounterpartyID(testWorkspace, "busy"))
+	for b := range 20 {
+		var batch []*event.Envelope
+		for i := range 50 {
+			k := b*50 + i
+			batch = append(batch, txn(fmt.Sprint("t", k), fmt.Sprint("acc-", k), fmt.Sprint("cust-", k), "busy", "10.00", "EUR", event.DirectionOut, at.Add(time.Duration(k)*time.Second)))
+		}
+		got, err := s.Apply(ctx, batch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := ref.Apply(ctx, batch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("batch %d: features differ from a Store without a cache", b)
+		}
+		checkCache(t, s.cache)
+		if _, ok := s.cache.m[busy]; !ok {
+			t.Fatalf("batch %d: the counterparty every batch pays was evicted", b)
+		}
+		if b >= 10 && len(s.cache.m) >= 2*50*(b+1) {
+			t.Fatalf("batch %d: %d states cached within 256 KiB: nothing evicted", b, len(s.cache.m))
+		}
+	}
+	t.Logf("%d states cached (%d bytes) of %d entities", len(s.cache.m), s.cache.bytes, 2*50*20+1)
+	if hits, _ := s.CacheStats(); hits < 19 {
+		t.Errorf("%d cache hits, want the counterparty's at least", hits)
+	}
+}
+
+// A large entity (a counterparty paid by thousands of accounts, its replay
+// memory and other sides in the thousands) computed on in place by batch
+// after batch from the cache is, after every batch, the state a fresh
+// decode of its Redis value gives, and its features those of a Store that
+// decodes it every time.
+func TestLargeCachedEntityEqualsAFreshDecode(t *testing.T) {
+	for _, tg := range targets {
+		t.Run(tg.name, func(t *testing.T) {
+			c, prefix, _ := open(t, tg)
+			s := New(c, Options{KeyPrefix: prefix})
+			ref := New(c, Options{KeyPrefix: prefix + "ref:", CacheBytes: -1})
+			clock := time.Date(2026, 9, 1, 0, 0, 0, 0, time.UTC)
+			s.now, ref.now = func() time.Time { return clock }, func() time.Time { return clock }
+			ctx := context.Background()
+			key := s.key(entityCounterparty, event.CounterpartyID(testWorkspace, "mule"))
+			k := 0
+			for b := range 30 {
+				var batch []*event.Envelope
+				for range 150 {
+					k++
+					// Out of order in occurred_at, over two days.
+					at := clock.Add(-time.Duration((k*7919)%(48*3600)) * time.Second)
+					batch = append(batch, txn(fmt.Sprint("m", k), fmt.Sprint("acc-", k%2000), "", "mule", fmt.Sprintf("%d.%02d", k%900, k%100), "EUR", event.DirectionOut, at))
+				}
+				if b > 0 {
+					// Replays of the previous batch ride along.
+					batch = append(batch, batch[:10]...)
+				}
+				got, err := s.Apply(ctx, batch)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want, err := ref.Apply(ctx, batch)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !reflect.DeepEqual(got, want) {
+					t.Fatalf("batch %d: features differ from decoding every time", b)
+				}
+				x, ok := s.cache.m[key]
+				if !ok {
+					t.Fatalf("batch %d: the counterparty is not cached", b)
+				}
+				v, err := c.Get(ctx, key).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				st, base, err := decodeBase(v)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(v) != x.vlen || base != x.blen || v[:genLen] != x.gen {
+					t.Fatalf("batch %d: Redis holds %d bytes (base %d), the cache says %d (base %d)", b, len(v), base, x.vlen, x.blen)
+				}
+				if string(encode(nil, 1, st)) != string(encode(nil, 1, x.st)) {
+					t.Fatalf("batch %d: the cached state is not what its value decodes to", b)
+				}
+				clock = clock.Add(3 * time.Minute) // the replay memory expires too
+			}
+			if n := s.cache.m[key].st.seen.len(); n < 1000 {
+				t.Errorf("replay memory of %d events: not a large entity", n)
+			}
+		})
+	}
+}
