@@ -85,17 +85,22 @@
 // distinct other sides of its 30 days (17–21 bytes each) and the events of its
 // last replay TTL: a counterparty paid by 100,000 accounts a month is a 2 MB
 // state, read when the process does not hold it and written whole only when
-// its delta records reach its size.
+// its delta records reach half its size; decoded, a state takes several
+// times its encoded size (bucket structs, 24-byte other sides, 16-byte
+// replay entries and their indexes), which is why the cache keeps the busy
+// entities rather than every one.
 //
 // # Apply
 //
 // A batch's events are grouped by entity in order. Round trip 1: one
 // pipeline of GET for every entity touched that the Store does not hold in
-// its cache (cache.go: the states this process last wrote, encoded whole
-// even where Redis holds a base and delta records, kept between batches
-// within Options.CacheBytes, checked by the write's CAS; an entity only
-// read is always read), on a Cluster one pipeline per node, in parallel.
-// Go decodes each value, applies the entity's events in order and records
+// its cache (cache.go: the decoded states this process last wrote, kept
+// between batches within Options.CacheBytes as estimated, least recently
+// used out first and a batch's busiest entities kept longest, checked by
+// the write's CAS; an entity only read is always read), on a Cluster one
+// pipeline per node, in parallel. Go decodes each value it read (a state
+// from the cache is computed on in place, by the one batch that holds it),
+// applies the entity's events in order and records
 // each event's features right after it, as figures (Values: rule_eval
 // builds only the features its rules name; Apply builds the maps), the
 // entities of a batch on GOMAXPROCS goroutines.
