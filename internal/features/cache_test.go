@@ -34,6 +34,23 @@ func checkCache(t *testing.T, c *cache) {
 	}
 }
 
+// applyLikeRef applies batch b with s and with ref, a Store without a
+// cache, and holds their features equal.
+func applyLikeRef(t *testing.T, s, ref *Store, batch []*event.Envelope, b int) {
+	t.Helper()
+	got, err := s.Apply(context.Background(), batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := ref.Apply(context.Background(), batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("batch %d: features differ from a Store without a cache", b)
+	}
+}
+
 // A small budget: the cache stays within it batch after batch, evicting
 // the states used least recently, so an entity every batch touches (a busy
 // counterparty) stays while the accounts paying it once come and go; and
@@ -42,7 +59,6 @@ func TestCacheStaysWithinItsBudget(t *testing.T) {
 	c, prefix, _ := open(t, targets[0])
 	s := New(c, Options{KeyPrefix: prefix, CacheBytes: 256 << 10})
 	ref := New(c, Options{KeyPrefix: prefix + "ref:", CacheBytes: -1})
-	ctx := context.Background()
 	at := time.Date(2026, 9, 1, 10, 0, 0, 0, time.UTC)
 	busy := s.key(entityCounterparty, event.CounterpartyID(testWorkspace, "busy"))
 	for b := range 20 {
@@ -51,17 +67,7 @@ func TestCacheStaysWithinItsBudget(t *testing.T) {
 			k := b*50 + i
 			batch = append(batch, txn(fmt.Sprint("t", k), fmt.Sprint("acc-", k), fmt.Sprint("cust-", k), "busy", "10.00", "EUR", event.DirectionOut, at.Add(time.Duration(k)*time.Second)))
 		}
-		got, err := s.Apply(ctx, batch)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want, err := ref.Apply(ctx, batch)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !reflect.DeepEqual(got, want) {
-			t.Fatalf("batch %d: features differ from a Store without a cache", b)
-		}
+		applyLikeRef(t, s, ref, batch, b)
 		checkCache(t, s.cache)
 		if _, ok := s.cache.m[busy]; !ok {
 			t.Fatalf("batch %d: the counterparty every batch pays was evicted", b)
@@ -104,17 +110,7 @@ func TestLargeCachedEntityEqualsAFreshDecode(t *testing.T) {
 					// Replays of the previous batch ride along.
 					batch = append(batch, batch[:10]...)
 				}
-				got, err := s.Apply(ctx, batch)
-				if err != nil {
-					t.Fatal(err)
-				}
-				want, err := ref.Apply(ctx, batch)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if !reflect.DeepEqual(got, want) {
-					t.Fatalf("batch %d: features differ from decoding every time", b)
-				}
+				applyLikeRef(t, s, ref, batch, b)
 				x, ok := s.cache.m[key]
 				if !ok {
 					t.Fatalf("batch %d: the counterparty is not cached", b)
