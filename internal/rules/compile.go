@@ -100,6 +100,10 @@ func (e RuleError) Error() string { return fmt.Sprintf("rule %q: %v", e.Rule.Nam
 // *CompileError naming the rule and the line:column inside its expression.
 func Compile(rules []Rule) (*Program, error) { return compile(rules, true) }
 
+// CompileBloblang is Compile with every rule run through Bloblang, none
+// natively: the baseline benchmarks measure the native evaluator against.
+func CompileBloblang(rules []Rule) (*Program, error) { return compile(rules, false) }
+
 // compile is Compile; without native every rule runs through Bloblang (the
 // baseline the tests and benchmarks compare the native evaluator with).
 func compile(rules []Rule, native bool) (*Program, error) {
