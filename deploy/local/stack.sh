@@ -134,11 +134,15 @@ pg_up() {
   fi
 
   # Tests of several packages run at once, each with its own pool: 100 connections is not enough.
+  # pg_stat_statements is preloaded so benchmarks can say which statements PostgreSQL spends its
+  # time on (CREATE EXTENSION pg_stat_statements in the database to read it); preloading takes
+  # effect when the server starts, so a running one keeps going without it until its next start.
   # A drop-in this script owns keeps Debian's postgresql.conf untouched.
   local want
   want="$(printf '%s\n' \
     '# Owned by deploy/local/stack.sh (rewritten on every `up`); remove it to restore the defaults.' \
-    'max_connections = 300')"
+    'max_connections = 300' \
+    "shared_preload_libraries = 'pg_stat_statements'")"
   mkdir -p "$PG_CONF_DIR/conf.d"
   if [[ "$(cat "$PG_DROPIN" 2>/dev/null || true)" != "$want" ]]; then
     printf '%s\n' "$want" >"$PG_DROPIN"
