@@ -79,7 +79,8 @@ func ruleEvalSpec() *service.ConfigSpec {
 		Summary("Evaluates each event against its workspace's enabled rules (Bloblang expressions over the event and its running totals) and records what fired, and the feature values each rule read, in the metadata `rule_eval`.").
 		Description(`
 Takes each message's event envelope (from `+"`event_decode`"+`) and its running totals (the metadata `+"`features`"+`, set by
-`+"`feature_update`"+`), runs the workspace's enabled rules of the event's kind as ONE compiled Bloblang program, and
+`+"`feature_update`"+`), runs the workspace's enabled rules of the event's kind, compiled once per workspace (the common
+shape natively, as Go over the event and its features with Bloblang's semantics; the rest as ONE Bloblang program), and
 sets the metadata `+"`rule_eval`"+` to
 
 `+"```json"+`
