@@ -29,6 +29,7 @@ const (
 	kfoFieldTimeout         = "timeout"
 	kfoFieldClientID        = "client_id"
 	kfoFieldBatching        = "batching"
+	kfoFieldLinger          = "linger"
 
 	// kfoStickyBytes is how much an unkeyed partition receives before the
 	// partitioner moves on, the Java client's batch.size default.
@@ -101,6 +102,9 @@ the minimum; SASL `+"`PLAIN`"+` without TLS is refused at start.`).
 			service.NewDurationField(kfoFieldTimeout).
 				Description("How long a write may wait for Kafka to take it before it fails (and is nacked). Kafka taking a write means all in-sync replicas have it.").
 				Default("10s"),
+			service.NewDurationField(kfoFieldLinger).
+				Description("How long a partition's records wait for more before the producer sends them (franz-go's ProducerLinger): longer gathers more records a produce request, shorter answers sooner.").
+				Advanced().Default("10ms"),
 			service.NewStringField(kfoFieldClientID).
 				Description("The client ID the brokers see, for their logs and quotas.").
 				Advanced().Default("speculapro"),
@@ -185,6 +189,7 @@ type kfoWriter struct {
 	headers     kfoHeaderFilter
 	compression kgo.CompressionCodec
 	timeout     time.Duration
+	linger      time.Duration
 	clientID    string
 
 	log      *service.Logger
@@ -245,6 +250,12 @@ func newKfoWriter(conf *service.ParsedConfig, mgr *service.Resources) (*kfoWrite
 	if w.clientID, err = conf.FieldString(kfoFieldClientID); err != nil {
 		return nil, err
 	}
+	if w.linger, err = conf.FieldDuration(kfoFieldLinger); err != nil {
+		return nil, err
+	}
+	if w.linger < 0 {
+		return nil, fmt.Errorf("linger %v: must not be negative", w.linger)
+	}
 	return w, nil
 }
 
@@ -297,6 +308,7 @@ func (w *kfoWriter) Connect(ctx context.Context) error {
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.ProducerBatchCompression(w.compression),
 		kgo.RecordPartitioner(kfoPartitioner()),
+		kgo.ProducerLinger(w.linger),
 		// The client gives up on its own too, so records a timed-out
 		// write left behind do not pile up while the broker is away
 		// (franz-go allows no less than a second).
