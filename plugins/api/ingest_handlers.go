@@ -439,15 +439,17 @@ func (a *ingestAPI) rateLimited(last *atomic.Int64) bool {
 // must be recorded even if nobody reads the answer.
 func (a *ingestAPI) deliver(topic string, items []*item, results []itemResult) {
 	batch := make(service.MessageBatch, len(items))
+	topicValue := any(topic) // boxed once a request, not once a message
 	for i, it := range items {
 		m := service.NewMessage(it.value)
-		m.MetaSetMut("ingest_topic", topic)
+		m.MetaSetMut("ingest_topic", topicValue)
 		m.MetaSetMut("ingest_key", it.key)
 		// The envelope rides along, so a later step (feature_update) reads
-		// it instead of parsing the record again.
+		// it instead of parsing the record again; it also tells which item
+		// a failed message is (failedItems).
 		batch[i] = eventmsg.With(m, &it.env)
 	}
-	j := &job{batch: batch, done: make(chan error, 1), index: batch.Index()}
+	j := &job{batch: batch, done: make(chan error, 1)}
 	timer := time.NewTimer(a.ackTimeout)
 	defer timer.Stop()
 
@@ -473,20 +475,7 @@ func (a *ingestAPI) deliver(topic string, items []*item, results []itemResult) {
 		return
 	}
 
-	failed := make(map[int]error)
-	var berr *service.BatchError
-	if errors.As(ackErr, &berr) && berr.IndexedErrors() > 0 {
-		berr.WalkMessagesIndexedBy(j.index, func(i int, _ *service.Message, err error) bool {
-			if err != nil {
-				failed[i] = err
-			}
-			return true
-		})
-	} else if ackErr != nil {
-		for i := range items {
-			failed[i] = ackErr
-		}
-	}
+	failed := failedItems(ackErr, items)
 	for i, it := range items {
 		res := &results[it.index]
 		err, bad := failed[i]
@@ -510,6 +499,55 @@ func (a *ingestAPI) deliver(topic string, items []*item, results []itemResult) {
 			res.Status, res.Message = statusRetry, "not in Kafka; send it again"
 		}
 	}
+}
+
+// failedItems maps an acknowledgement's error to the items it failed, by
+// index into items. A *service.BatchError names the failed messages of the
+// batch the output was given; each carries its item's envelope, which says
+// which item it is (instead of a batch Indexer, which tags and copies every
+// message of every request for the rare failure). A walk that does not
+// account for every item, or a failed message that is not one of ours,
+// fails them all: retry is always safe.
+func failedItems(ackErr error, items []*item) map[int]error {
+	failed := map[int]error{}
+	if ackErr == nil {
+		return failed
+	}
+	all := func() map[int]error {
+		for i := range items {
+			failed[i] = ackErr
+		}
+		return failed
+	}
+	var berr *service.BatchError
+	if !errors.As(ackErr, &berr) || berr.IndexedErrors() == 0 {
+		return all()
+	}
+	index := make(map[*event.Envelope]int, len(items))
+	for i, it := range items {
+		index[&it.env] = i
+	}
+	walked, ours := 0, true
+	//nolint:staticcheck // walks the output's batch; the envelope, not the position, names the item
+	berr.WalkMessages(func(_ int, m *service.Message, err error) bool {
+		walked++
+		if err == nil {
+			return true
+		}
+		env, ok := eventmsg.Attached(m)
+		i, found := index[env]
+		if !ok || !found {
+			ours = false
+			return false
+		}
+		failed[i] = err
+		return true
+	})
+	if !ours || walked != len(items) {
+		clear(failed)
+		return all()
+	}
+	return failed
 }
 
 // storedIDs returns the IDs the persister stored the external IDs under,

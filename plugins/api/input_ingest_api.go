@@ -135,7 +135,6 @@ func init() {
 type job struct {
 	batch service.MessageBatch
 	done  chan error
-	index *service.Indexer
 }
 
 type ingestAPI struct {

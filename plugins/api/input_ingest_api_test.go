@@ -158,6 +158,36 @@ func newAPIFixture(t *testing.T) *apiFixture {
 // newAPIFixtureWith is newAPIFixture with its own Redis URL.
 func newAPIFixtureWith(t *testing.T, redisURL string) *apiFixture {
 	t.Helper()
+	f, yaml := setupAPIFixture(t, redisURL)
+	conf, err := ingestAPISpec().ParseYAML(yaml, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.a, err = newIngestAPIFromParsed(conf, service.MockResources())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := f.a.Connect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); f.pipe.run(pctx, f.a) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer ccancel()
+		_ = f.a.Close(cctx)
+	})
+	return f
+}
+
+// setupAPIFixture makes the fixture's database, workspaces and keys, and
+// returns the ingest_api configuration (YAML) that serves them at f.base.
+func setupAPIFixture(t *testing.T, redisURL string) (*apiFixture, string) {
+	t.Helper()
 	db := dbtest.New(t)
 	f := &apiFixture{pipe: &fakePipeline{}, doc: loadOpenAPI(t), txTime: time.Now().UTC().Truncate(time.Millisecond).Add(-time.Hour)}
 	f.super = db.Connect(t, db.SuperuserURL)
@@ -181,7 +211,8 @@ func newAPIFixtureWith(t *testing.T, redisURL string) *apiFixture {
 	}
 	enc, fp := identity.DevKeys()
 	addr := testenv.FreeAddr(t)
-	conf, err := ingestAPISpec().ParseYAML(fmt.Sprintf(`
+	f.base = "http://" + addr
+	return f, fmt.Sprintf(`
 address: %s
 db_url: %s
 seed_brokers: [ "127.0.0.1:1" ]
@@ -192,29 +223,7 @@ redis_key_prefix: %q
 idempotency_ttl: 10m
 encryption_key: %s
 fingerprint_key: %s
-`, addr, db.AppURL, redisURL, testRedisPrefix(t), enc, fp), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.a, err = newIngestAPIFromParsed(conf, service.MockResources())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.a.Connect(ctx); err != nil {
-		t.Fatal(err)
-	}
-	pctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); f.pipe.run(pctx, f.a) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer ccancel()
-		_ = f.a.Close(cctx)
-	})
-	f.base = "http://" + addr
-	return f
+`, addr, db.AppURL, redisURL, testRedisPrefix(t), enc, fp)
 }
 
 // testRedisPrefix is a Redis key prefix of this test's own.

@@ -1,0 +1,119 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	_ "github.com/redpanda-data/benthos/v4/public/components/pure"
+	"github.com/redpanda-data/benthos/v4/public/service"
+
+	"github.com/speculapro/speculapro/internal/testenv"
+)
+
+// ingest_test_kafka plays kafka_franz inside a real engine: it fails the
+// messages holding "kafka-down" one by one (a *service.BatchError over the
+// batch it was handed, as kafka_franz reports a timeout).
+func init() {
+	err := service.RegisterBatchOutput("ingest_test_kafka", service.NewConfigSpec(),
+		func(*service.ParsedConfig, *service.Resources) (service.BatchOutput, service.BatchPolicy, int, error) {
+			return testKafkaOutput{}, service.BatchPolicy{}, 4, nil
+		})
+	if err != nil {
+		panic(err)
+	}
+}
+
+type testKafkaOutput struct{}
+
+func (testKafkaOutput) Connect(context.Context) error { return nil }
+func (testKafkaOutput) Close(context.Context) error   { return nil }
+func (testKafkaOutput) WriteBatch(_ context.Context, batch service.MessageBatch) error {
+	var berr *service.BatchError
+	for i, m := range batch {
+		if b, _ := m.AsBytes(); bytes.Contains(b, []byte("kafka-down")) {
+			err := errors.New("Kafka did not take the message within 10s: context deadline exceeded")
+			if berr == nil {
+				berr = service.NewBatchError(batch, err)
+			}
+			berr = berr.Failed(i, err)
+		}
+	}
+	if berr != nil {
+		return berr
+	}
+	return nil
+}
+
+// Through a real engine, as pipelines/ingest.yaml runs it (a processor,
+// reject_errored around the output, which report failures on the batches
+// they were handed, not the input's): each failed message is traced back
+// to its own item, whatever its place in the request, so the item a
+// processor failed is rejected, the one Kafka did not take is retry and
+// every other is accepted.
+func TestEngineFailuresReachTheirItems(t *testing.T) {
+	f, yaml := setupAPIFixture(t, testenv.RedisURL(t))
+	b := service.NewStreamBuilder()
+	if err := b.SetLoggerYAML("level: none"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.AddInputYAML("ingest_api:" + strings.ReplaceAll(yaml, "\n", "\n  ")); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.AddProcessorYAML(`mutation: |
+  if content().string().contains("processor-fails") {
+    root = throw("counterparty.identifier: invalid")
+  }`); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.AddOutputYAML("reject_errored:\n  ingest_test_kafka: {}"); err != nil {
+		t.Fatal(err)
+	}
+	stream, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- stream.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	var items []string
+	want := make([]string, 40)
+	for i := range want {
+		ext, status := "ok-"+string(rune('a'+i%26))+string(rune('a'+i/26)), statusAccepted
+		switch i % 7 {
+		case 3:
+			ext, status = "kafka-down-"+ext, statusRetry
+		case 5:
+			ext, status = "processor-fails-"+ext, statusRejected
+		}
+		items = append(items, f.txnAt(ext, f.txTime, "1.00"))
+		want[i] = status
+	}
+	// The stream connects its input in the background.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		c, err := net.Dial("tcp", strings.TrimPrefix(f.base, "http://"))
+		if err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the stream's ingest_api is not listening: %v", err)
+		}
+	}
+	code, out := f.call(t, "POST", "/v1/transactions", f.keyA, string(batchOf(items...)))
+	if code != 200 {
+		t.Fatalf("answer %d: %v", code, out)
+	}
+	st, _ := results(t, out)
+	if got := strings.Join(st, ","); got != strings.Join(want, ",") {
+		t.Errorf("answers\n %s\nwant\n %s", got, strings.Join(want, ","))
+	}
+}
