@@ -125,7 +125,8 @@ func BenchmarkIngestThroughput(b *testing.B) {
 			defer wg.Done()
 			for body := range next {
 				t0 := time.Now()
-				code, ans := ingestPost(b, client, base, key, "/v1/transactions", body)
+				var ans ingestCounts
+				code := ingestPostInto(b, client, base, key, "/v1/transactions", body, &ans)
 				d := time.Since(t0)
 				mu.Lock()
 				latencies = append(latencies, d)

@@ -24,6 +24,11 @@ const defaultMemoryLimit = 150 << 20
 // 63 µs without it. So the stream, and `speculapro dev`, which runs it in
 // the same process, keep Go's default.
 func setMemoryLimit(args []string) {
+	if runsIngest(args) {
+		if _, ok := os.LookupEnv("GOGC"); !ok {
+			debug.SetGCPercent(ingestGCPercent)
+		}
+	}
 	if _, ok := os.LookupEnv("GOMEMLIMIT"); ok {
 		return
 	}
@@ -31,6 +36,29 @@ func setMemoryLimit(args []string) {
 		return
 	}
 	debug.SetMemoryLimit(defaultMemoryLimit)
+}
+
+// ingestGCPercent is the ingest role's GOGC when GOGC is not set. Its live
+// heap is small (the requests in flight, about 40 MB at 16 × 500 items), so
+// at Go's 100 it collected 20 times a second, a fifth of its CPU; at 200
+// the heap may grow to three times the live data, still under the soft
+// memory limit, which makes the collector run earlier near it: measured at
+// 16 clients × 500-item requests, 11.7 against 15 µs of CPU per item, peak
+// RSS 168 against 133 MB (aim ≤ 200 MB).
+const ingestGCPercent = 200
+
+// runsIngest reports whether the command line runs the ingest role alone:
+// a pipeline file named ingest*.yaml, and no stream role beside it.
+func runsIngest(args []string) bool {
+	if runsStream(args) {
+		return false
+	}
+	for _, a := range args {
+		if strings.HasPrefix(filepath.Base(a), "ingest") && (strings.HasSuffix(a, ".yaml") || strings.HasSuffix(a, ".yml")) {
+			return true
+		}
+	}
+	return false
 }
 
 // runsStream reports whether the command line runs the stream role: `dev`,

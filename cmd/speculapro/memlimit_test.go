@@ -62,3 +62,33 @@ func TestStreamKeepsGoDefaultMemoryLimit(t *testing.T) {
 		t.Errorf("the stream got a soft memory limit of %d", got)
 	}
 }
+
+// The ingest role collects at GOGC 200 unless GOGC is set; every other role
+// keeps Go's 100.
+func TestIngestGCPercent(t *testing.T) {
+	before := debug.SetGCPercent(100)
+	t.Cleanup(func() { debug.SetGCPercent(before) })
+	limit := debug.SetMemoryLimit(-1)
+	t.Cleanup(func() { debug.SetMemoryLimit(limit) })
+	unsetenv(t, "GOGC")
+	for _, tc := range []struct {
+		args []string
+		want int
+	}{
+		{[]string{"run", "pipelines/ingest.yaml"}, ingestGCPercent},
+		{[]string{"run", "pipelines/persist.yaml"}, 100},
+		{[]string{"streams", "pipelines/ingest.yaml", "pipelines/stream.yaml"}, 100},
+		{[]string{"dev"}, 100},
+	} {
+		debug.SetGCPercent(100)
+		setMemoryLimit(tc.args)
+		if got := debug.SetGCPercent(100); got != tc.want {
+			t.Errorf("%q: GOGC %d, want %d", tc.args, got, tc.want)
+		}
+	}
+	t.Setenv("GOGC", "100")
+	setMemoryLimit([]string{"run", "pipelines/ingest.yaml"})
+	if got := debug.SetGCPercent(100); got != 100 {
+		t.Errorf("with GOGC set the ingest role's GOGC became %d", got)
+	}
+}

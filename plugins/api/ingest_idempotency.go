@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -188,9 +189,10 @@ func (s *idemStore) claim(ctx context.Context, keys []string, entries []idemEntr
 	// arguments in one slice of the right size and the TTL boxed once per
 	// request (SetArgs grows its slice and boxes each time: 40 % of the
 	// claim's CPU).
-	unit, ttl := "ex", any(int64(s.ttl/time.Second))
+	// The TTL is written as text once, not formatted for every command.
+	unit, ttl := "ex", any(strconv.FormatInt(int64(s.ttl/time.Second), 10))
 	if s.ttl < time.Second || s.ttl%time.Second != 0 {
-		unit, ttl = "px", any(int64(s.ttl/time.Millisecond))
+		unit, ttl = "px", any(strconv.FormatInt(int64(s.ttl/time.Millisecond), 10))
 	}
 	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, k := range keys {
