@@ -48,8 +48,8 @@ type fastDecoder struct {
 	b      []byte // the record, whose bytes s holds
 	shared bool   // s is b's memory, not a copy
 	s      string
-	i    int
-	seen uint64 // keys read in the current object, by bit
+	i      int
+	seen   uint64 // keys read in the current object, by bit
 }
 
 func (d *fastDecoder) ws() {
