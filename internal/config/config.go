@@ -49,9 +49,9 @@ var (
 
 	DBSuperuserURL = Setting{"SP_DB_SUPERUSER_URL", "postgres://postgres:postgres@127.0.0.1:5432/postgres?sslmode=disable", "Superuser URL used only by `speculapro migrate --bootstrap` (and the tests) to create roles and the database"}
 
-	RedisURL = Setting{"SP_REDIS_URL", "redis://127.0.0.1:6379/0", "Redis for the stream's running totals (and later the decision spool): redis://[user:pass@]host:port/db, or a Redis Cluster's seed nodes as comma-separated URLs (or one URL with ?cluster=true)"}
+	RedisURL = Setting{"SP_REDIS_URL", "redis://127.0.0.1:6379/0", "Redis for the running totals (stream and decision API), the ingest API's resend check, remembered decisions and the decision spool: redis://[user:pass@]host:port/db, or a Redis Cluster's seed nodes as comma-separated URLs (or one URL with ?cluster=true)"}
 
-	RedisKeyPrefix = Setting{"SP_REDIS_KEY_PREFIX", "sp:", "Prefix of every Redis key (the running totals, the ingest API's resend check); give each environment (or test) sharing one Redis its own"}
+	RedisKeyPrefix = Setting{"SP_REDIS_KEY_PREFIX", "sp:", "Prefix of every Redis key but the decision spool's (SP_DECISION_SPOOL_PREFIX): the running totals, the ingest API's resend check, remembered decisions; give each environment (or test) sharing one Redis its own"}
 
 	PersistGroup    = Setting{"SP_PERSIST_GROUP", "speculapro-persist", "Consumer group of the persister; renaming it replays the whole topic"}
 	PersistWorkers  = Setting{"SP_PERSIST_WORKERS", "4", "Concurrent writers per persist process; raise when consumer lag keeps growing"}
