@@ -123,7 +123,8 @@ ensure_test_locale() {
 
 pg_running() { pg_lsclusters --no-header 2>/dev/null | awk -v v="$PG_VERSION" -v c="$PG_CLUSTER" '$1 == v && $2 == c && $4 ~ /^online/ {ok=1} END {exit !ok}'; }
 pg_ready() { pg_isready -q -h 127.0.0.1 -p "${PG_ADDR##*:}" -t 2; }
-pg_superuser_sql() { runuser -u postgres -- psql -X -q -tA -p "${PG_ADDR##*:}" -d postgres -c "$1"; }
+# From /: psql as postgres otherwise warns "could not change directory" when the checkout is private (mktemp -d).
+pg_superuser_sql() { (cd / && runuser -u postgres -- psql -X -q -tA -p "${PG_ADDR##*:}" -d postgres -c "$1"); }
 pg_password_login() { PGPASSWORD=postgres PGCONNECT_TIMEOUT=5 psql -X -q -tA "$PG_URL" -c 'select 1' >/dev/null 2>&1; }
 
 pg_up() {
