@@ -122,3 +122,23 @@ func TestPipelinesUseDocumentedDefaults(t *testing.T) {
 		}
 	}
 }
+
+// The engine substitutes ${…} into the YAML text before parsing it, so an
+// unquoted key, password or prefix that happens to look like a number (a
+// fingerprint key of only digits) reaches the plugin as a float and the role
+// refuses to start with a message about numbers, not about the setting.
+func TestPipelinesQuoteTextSettings(t *testing.T) {
+	text := `SP_(ENCRYPTION_KEY|FINGERPRINT_KEY|KAFKA_USERNAME|KAFKA_PASSWORD|KAFKA_SASL_MECHANISM|REDIS_KEY_PREFIX|DECISION_SPOOL_PREFIX)`
+	re := regexp.MustCompile(`(?m)(?:^\s*[A-Za-z_]+:|[\[{,])\s*\$\{` + text + `[:}]`)
+	files, _ := filepath.Glob(filepath.Join("..", "..", "pipelines", "*.yaml"))
+	more, _ := filepath.Glob(filepath.Join("..", "..", "config", "*.yaml"))
+	for _, f := range append(files, more...) {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range re.FindAllString(string(b), -1) {
+			t.Errorf("%s: %q: quote it (\"${…}\"), or a value that looks like a number is not a string", f, strings.TrimSpace(m))
+		}
+	}
+}
