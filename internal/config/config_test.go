@@ -104,14 +104,8 @@ func TestPipelinesUseDocumentedDefaults(t *testing.T) {
 		defaults[s.Name] = s.Default
 	}
 	re := regexp.MustCompile(`\$\{(SP_[A-Z0-9_]+)(?::([^}]*))?\}`)
-	files, _ := filepath.Glob(filepath.Join("..", "..", "pipelines", "*.yaml"))
-	more, _ := filepath.Glob(filepath.Join("..", "..", "config", "*.yaml"))
-	for _, f := range append(files, more...) {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, m := range re.FindAllStringSubmatch(string(b), -1) {
+	for f, b := range pipelineYAML(t) {
+		for _, m := range re.FindAllStringSubmatch(b, -1) {
 			want, ok := defaults[m[1]]
 			if !ok || strings.HasPrefix(m[1], "SP_TEST_") {
 				continue // reported by TestNoUndocumentedSettings
@@ -130,15 +124,26 @@ func TestPipelinesUseDocumentedDefaults(t *testing.T) {
 func TestPipelinesQuoteTextSettings(t *testing.T) {
 	text := `SP_(ENCRYPTION_KEY|FINGERPRINT_KEY|KAFKA_USERNAME|KAFKA_PASSWORD|KAFKA_SASL_MECHANISM|REDIS_KEY_PREFIX|DECISION_SPOOL_PREFIX)`
 	re := regexp.MustCompile(`(?m)(?:^\s*[A-Za-z_]+:|[\[{,])\s*\$\{` + text + `[:}]`)
+	for f, b := range pipelineYAML(t) {
+		for _, m := range re.FindAllString(b, -1) {
+			t.Errorf("%s: %q: quote it (\"${…}\"), or a value that looks like a number is not a string", f, strings.TrimSpace(m))
+		}
+	}
+}
+
+// pipelineYAML is every file the engine interpolates settings into: the
+// pipelines and the root configs beside them, by path.
+func pipelineYAML(t *testing.T) map[string]string {
+	t.Helper()
 	files, _ := filepath.Glob(filepath.Join("..", "..", "pipelines", "*.yaml"))
 	more, _ := filepath.Glob(filepath.Join("..", "..", "config", "*.yaml"))
+	out := map[string]string{}
 	for _, f := range append(files, more...) {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, m := range re.FindAllString(string(b), -1) {
-			t.Errorf("%s: %q: quote it (\"${…}\"), or a value that looks like a number is not a string", f, strings.TrimSpace(m))
-		}
+		out[f] = string(b)
 	}
+	return out
 }
