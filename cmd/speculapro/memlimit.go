@@ -54,7 +54,7 @@ func runsIngest(args []string) bool {
 		return false
 	}
 	for _, a := range args {
-		if strings.HasPrefix(filepath.Base(a), "ingest") && (strings.HasSuffix(a, ".yaml") || strings.HasSuffix(a, ".yml")) {
+		if isPipelineOf(a, "ingest") {
 			return true
 		}
 	}
@@ -68,9 +68,15 @@ func runsStream(args []string) bool {
 		if i == 0 && a == "dev" {
 			return true
 		}
-		if strings.HasPrefix(filepath.Base(a), "stream") && (strings.HasSuffix(a, ".yaml") || strings.HasSuffix(a, ".yml")) {
+		if isPipelineOf(a, "stream") {
 			return true
 		}
 	}
 	return false
+}
+
+// isPipelineOf reports whether the argument a is a pipeline file of the
+// role: its name starts with the role and it ends in .yaml or .yml.
+func isPipelineOf(a, role string) bool {
+	return strings.HasPrefix(filepath.Base(a), role) && (strings.HasSuffix(a, ".yaml") || strings.HasSuffix(a, ".yml"))
 }
