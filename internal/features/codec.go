@@ -271,14 +271,6 @@ func (r *reader) amt() amt {
 	return amt{b: v}
 }
 
-// generation returns the generation of a value as read (0: no value).
-func generation(v string) uint64 {
-	if len(v) < genLen {
-		return 0
-	}
-	return binary.BigEndian.Uint64([]byte(v[:genLen]))
-}
-
 // decode parses a value. An error wraps errCorrupt.
 func decode(v string) (*state, error) {
 	st, _, err := decodeBase(v)
