@@ -69,11 +69,13 @@ type eventDecode struct {
 	kind     event.Kind
 	duration timer
 	table    string
-	// decode is eventmsg.DecodeShared for the persister, whose envelopes
-	// live only until their batch is stored (it spares a copy of every
-	// record), and eventmsg.Decode for the stream, whose running totals may
-	// keep envelope strings for longer than a record's fetch buffer should
-	// live.
+	// decode is eventmsg.DecodeShared for both roles: it spares a copy of
+	// every record, and an envelope lives only as long as its message,
+	// whose content is the same fetch buffer. The stream keeps nothing of
+	// an envelope past its batch: the running totals intern the strings a
+	// state keeps (currencies, event types) and key entities by hashed IDs,
+	// rule hits hold rule fields and feature values, and pg_rule_hits
+	// builds its rows anew.
 	decode func(*service.Message, event.Kind) (*event.Envelope, error)
 }
 
@@ -92,10 +94,7 @@ func newEventDecode(conf *service.ParsedConfig, mgr *service.Resources) (*eventD
 	if role != "persist" && role != "stream" {
 		return nil, fmt.Errorf("event_decode: %s must be persist or stream, got %q", edFieldRole, role)
 	}
-	d := &eventDecode{kind: event.Kind(kind), table: tableOfKind(event.Kind(kind)), decode: eventmsg.Decode}
-	if role == "persist" {
-		d.decode = eventmsg.DecodeShared
-	}
+	d := &eventDecode{kind: event.Kind(kind), table: tableOfKind(event.Kind(kind)), decode: eventmsg.DecodeShared}
 	d.duration = mgr.Metrics().NewTimer(fmt.Sprintf(metricStageDurationFormat, role), "table", "stage")
 	return d, nil
 }
