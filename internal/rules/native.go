@@ -61,7 +61,7 @@ type val struct {
 func numberVal(s string) val {
 	v := val{k: vNum, s: s}
 	v.f, v.fok = parseFloat(s)
-	if i, err := strconv.ParseInt(s, 10, 64); err == nil {
+	if i, ok := parseInt(s); ok {
 		v.nk, v.i = vInt, i
 	} else if v.fok {
 		v.nk = vFloat
@@ -69,6 +69,19 @@ func numberVal(s string) val {
 		v.nk = vStr
 	}
 	return v
+}
+
+// parseInt is strconv.ParseInt(s, 10, 64) without the error it builds
+// (an allocation) for what it refuses: most amounts and sums have a
+// fraction, which only ParseFloat reads.
+func parseInt(s string) (int64, bool) {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && !(i == 0 && (c == '+' || c == '-')) {
+			return 0, false
+		}
+	}
+	i, err := strconv.ParseInt(s, 10, 64)
+	return i, err == nil
 }
 
 func parseFloat(s string) (float64, bool) {
