@@ -660,6 +660,10 @@ func hitsOf(msg *service.Message, env *event.Envelope) (rows []hitRow, bad int) 
 	default:
 		return nil, 1
 	}
+	if len(list) == 0 {
+		// Nearly every event: spare it the parties' IDs.
+		return nil, 0
+	}
 	var customer, account string
 	if env.CustomerExternalID != "" {
 		customer = event.CustomerID(env.WorkspaceID, env.CustomerExternalID).String()
