@@ -178,12 +178,11 @@ func BenchmarkStreamThroughput(b *testing.B) {
 	topic := s.prefix + "txn.ingested"
 
 	b.ResetTimer()
-	extra := benchSetArgs()
+	// Debug endpoints always: the bytes allocated per event come from the
+	// heap profile's TotalAlloc.
+	extra := append(benchSetArgs(), "--set", "http.debug_endpoints=true")
 	profile := os.Getenv("SP_TEST_BENCH_CPUPROFILE")
 	heapProfile := os.Getenv("SP_TEST_BENCH_HEAPPROFILE")
-	if profile != "" || heapProfile != "" {
-		extra = append(extra, "--set", "http.debug_endpoints=true")
-	}
 	start := time.Now()
 	p := s.startStream(b, "stream", streamPipeline, withBenchGOGC(nil), extra...)
 	if heapProfile != "" {
@@ -217,6 +216,11 @@ func BenchmarkStreamThroughput(b *testing.B) {
 	b.StopTimer()
 	rss := p.peakRSS(b)
 	streamCPU := processCPU(b, p)
+	allocated := totalAlloc(b, p)
+	if profile != "" {
+		// Allocations since start, where the GC's work comes from.
+		saveAllocProfile(b, p, profile+".allocs")
+	}
 	scrape, _ := p.scrape()
 	if code := p.signal(b, syscall.SIGTERM, time.Minute); code != 0 {
 		b.Errorf("the stream exited with %d on SIGTERM", code)
@@ -272,6 +276,7 @@ func BenchmarkStreamThroughput(b *testing.B) {
 		{"stream events/s vs the issue's aim", streamRate, "/s", "25,000/s", streamRate / 25000, ">= 25,000/s"},
 		{"stream peak RSS", float64(rss) / (1 << 20), "MB", fmt.Sprintf("persister %.0f MB", float64(persistRSS)/(1<<20)), float64(rss) / float64(persistRSS), "-"},
 		{"stream process CPU per event", streamCPU / float64(n) * 1e6, "µs", fmt.Sprintf("persister %.1f µs", persistCPU/float64(n)*1e6), streamCPU / persistCPU, "-"},
+		{"stream bytes allocated per event", float64(allocated) / float64(n), "B", "", 0, "falls"},
 		{fmt.Sprintf("rule evaluation per event (%d rules, in the stream)", rules), evalSeconds / max(evaluated, 1) * 1e6, "µs", "", 0, "-"},
 		{"feature update per event (Redis round trips included)", updateSeconds / float64(n) * 1e6, "µs", "", 0, "-"},
 		{"Redis CPU per event (user+sys)", rstats.cpu / float64(n) * 1e6, "µs", "", 0, "-"},
