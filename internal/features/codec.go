@@ -44,49 +44,59 @@ func encode(dst []byte, gen uint64, st *state) []byte {
 	dst = binary.AppendUvarint(dst, uint64(st.ls[0]+1))
 	dst = binary.AppendUvarint(dst, uint64(st.ls[1]+1))
 
-	// String table: currencies and event types, each written once.
-	var buf [8]string
-	strs := buf[:0]
-	intern := func(s string) int {
-		for i, x := range strs {
-			if x == s {
-				return i
-			}
+	// String table: the currencies and event types the cells name, each
+	// written once, in the order the buckets first name them (st.strs may
+	// hold strings no cell names any more).
+	var buf [8]int32
+	remap := buf[:0]
+	if len(st.strs) > len(buf) {
+		remap = make([]int32, 0, len(st.strs))
+	}
+	for range st.strs {
+		remap = append(remap, -1)
+	}
+	used := int32(0)
+	intern := func(i uint32) {
+		if remap[i] < 0 {
+			remap[i] = used
+			used++
 		}
-		strs = append(strs, s)
-		return len(strs) - 1
 	}
 	for l := range levels {
-		for i := range st.lv[l] {
-			b := &st.lv[l][i]
-			for _, s := range b.sums {
-				intern(s.cur)
+		forCells(st, l, func(_ *bucket, sums, evs []cell) {
+			for i := range sums {
+				intern(sums[i].k >> 1)
 			}
-			for _, e := range b.evs {
-				intern(e.typ)
+			for i := range evs {
+				intern(evs[i].k)
 			}
+		})
+	}
+	strs := make([]uint32, used)
+	for i, j := range remap {
+		if j >= 0 {
+			strs[j] = uint32(i)
 		}
 	}
 	dst = binary.AppendUvarint(dst, uint64(len(strs)))
-	for _, s := range strs {
-		dst = binary.AppendUvarint(dst, uint64(len(s)))
-		dst = append(dst, s...)
+	for _, i := range strs {
+		dst = binary.AppendUvarint(dst, uint64(len(st.strs[i])))
+		dst = append(dst, st.strs[i]...)
 	}
 
 	for l := range levels {
 		h := st.head(l)
 		dst = binary.AppendUvarint(dst, uint64(len(st.lv[l])))
-		for i := range st.lv[l] {
-			b := &st.lv[l][i]
+		forCells(st, l, func(b *bucket, sums, evs []cell) {
 			dst = binary.AppendUvarint(dst, uint64(h-b.n))
 			var nSums, nEvs int
-			for _, s := range b.sums {
-				if !s.v.isZero() {
+			for i := range sums {
+				if c := &sums[i]; c.big || c.v != 0 {
 					nSums++
 				}
 			}
-			for _, e := range b.evs {
-				if e.n != 0 {
+			for i := range evs {
+				if evs[i].v != 0 {
 					nEvs++
 				}
 			}
@@ -110,28 +120,25 @@ func encode(dst []byte, gen uint64, st *state) []byte {
 			}
 			if nSums > 0 {
 				dst = binary.AppendUvarint(dst, uint64(nSums))
-				for _, s := range b.sums {
-					if s.v.isZero() {
+				for i := range sums {
+					c := &sums[i]
+					if !c.big && c.v == 0 {
 						continue
 					}
-					k := uint64(intern(s.cur)) << 1
-					if s.in {
-						k |= 1
-					}
-					dst = binary.AppendUvarint(dst, k)
-					dst = appendAmt(dst, s.v)
+					dst = binary.AppendUvarint(dst, uint64(remap[c.k>>1])<<1|uint64(c.k&1))
+					dst = appendAmt(dst, st.sumOf(l, c))
 				}
 			}
 			if nEvs > 0 {
 				dst = binary.AppendUvarint(dst, uint64(nEvs))
-				for _, e := range b.evs {
-					if e.n != 0 {
-						dst = binary.AppendUvarint(dst, uint64(intern(e.typ)))
-						dst = binary.AppendVarint(dst, e.n)
+				for i := range evs {
+					if evs[i].v != 0 {
+						dst = binary.AppendUvarint(dst, uint64(remap[evs[i].k]))
+						dst = binary.AppendVarint(dst, evs[i].v)
 					}
 				}
 			}
-		}
+		})
 	}
 
 	for d := range st.members {
@@ -157,6 +164,31 @@ func encode(dst []byte, gen uint64, st *state) []byte {
 		}
 	}
 	return dst
+}
+
+// forCells calls fn with each bucket of level l, oldest first, and its
+// sum and event cells.
+func forCells(st *state, l int, fn func(b *bucket, sums, evs []cell)) {
+	cs, es := st.sums[l], st.evs[l]
+	for i := range st.lv[l] {
+		b := &st.lv[l][i]
+		for len(cs) > 0 && cs[0].n < b.n {
+			cs = cs[1:]
+		}
+		for len(es) > 0 && es[0].n < b.n {
+			es = es[1:]
+		}
+		j := 0
+		for j < len(cs) && cs[j].n == b.n {
+			j++
+		}
+		k := 0
+		for k < len(es) && es[k].n == b.n {
+			k++
+		}
+		fn(b, cs[:j], es[:k])
+		cs, es = cs[j:], es[k:]
+	}
 }
 
 // appendAmt writes a sum: uvarint(zigzag(n) << 1) when |n| < 2^62, else
@@ -314,12 +346,12 @@ func (r *reader) base() (*state, error) {
 		strs[i] = strings.Clone(r.bytes(int(min(r.uvarint(), 1<<16))))
 	}
 	st.strs = strs
-	str := func(i uint64) string {
+	str := func(i uint64) uint32 {
 		if i >= uint64(len(strs)) {
 			r.fail("string index")
-			return ""
+			return 0
 		}
-		return strs[i]
+		return uint32(i)
 	}
 	for l := range levels {
 		h := st.head(l)
@@ -329,6 +361,8 @@ func (r *reader) base() (*state, error) {
 		}
 		// Room for the bucket or two a batch adds (bucketAt).
 		bs := make([]bucket, n, n+2)
+		sums := make([]cell, 0, n+2)
+		var evs []cell
 		for i := range bs {
 			b := &bs[i]
 			b.n = h - int64(min(r.uvarint(), 1<<40))
@@ -342,16 +376,18 @@ func (r *reader) base() (*state, error) {
 				}
 			}
 			if f[0]&fSums != 0 {
-				b.sums = make([]csum, r.count(2))
-				for j := range b.sums {
+				for range r.count(2) {
 					k := r.uvarint()
-					b.sums[j] = csum{cur: str(k >> 1), in: k&1 == 1, v: r.amt()}
+					c := cell{n: b.n, k: str(k>>1)<<1 | uint32(k&1)}
+					a := r.amt()
+					sums = append(sums, c)
+					st.setSum(l, &sums[len(sums)-1], a)
 				}
 			}
 			if f[0]&fEvs != 0 {
-				b.evs = make([]tcount, r.count(2))
-				for j := range b.evs {
-					b.evs[j] = tcount{typ: str(r.uvarint()), n: r.varint()}
+				for range r.count(2) {
+					k := str(r.uvarint())
+					evs = append(evs, cell{n: b.n, k: k, v: r.varint()})
 				}
 			}
 			if r.err != nil {
@@ -362,7 +398,7 @@ func (r *reader) base() (*state, error) {
 				return nil, r.err
 			}
 		}
-		st.lv[l] = bs
+		st.lv[l], st.sums[l], st.evs[l] = bs, sums, evs
 	}
 	for d := range st.members {
 		n := r.count(17)

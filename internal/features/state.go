@@ -102,7 +102,12 @@ func unitsNumber(n int64) json.Number {
 	return json.Number(buf[i:])
 }
 
-// bucket is one minute, hour or day of an entity.
+// bucket is one minute, hour or day of an entity: its counts. Its sums
+// and account-event counts are cells of its level (state.sums, state.evs).
+// Neither holds a pointer, so the collector never scans a state's buckets
+// and cells: a bucket with its own slices of sums and events, their
+// currency and type strings, was the largest part of the stream's heap
+// (the cache's states) and of what the collector scanned.
 type bucket struct {
 	n      int64 // unix time / granularity
 	oc, ic int64 // transactions out, in (all currencies)
@@ -110,19 +115,24 @@ type bucket struct {
 	// latest transaction out / in is in this bucket; summed over a window
 	// they are the distinct counts.
 	dp, ds int64
-	sums   []csum   // per direction and currency
-	evs    []tcount // account events per type
 }
 
-type csum struct {
-	cur string
-	in  bool
-	v   amt
+// cell is one bucket's sum of one currency and direction, or its count of
+// one account-event type. A level's cells are grouped by bucket in
+// ascending bucket order, each group in the order its cells were added.
+type cell struct {
+	n int64  // the bucket's number
+	k uint32 // a sum: string index << 1 | in; an event count: string index
+	// big: a sum beyond int64, held in state.bigs (v unused).
+	big bool
+	v   int64
 }
 
-type tcount struct {
-	typ string
-	n   int64
+// bigKey names a cell whose sum left int64.
+type bigKey struct {
+	l int
+	n int64
+	k uint32
 }
 
 // state is one entity's whole running totals, as kept in its Redis value
@@ -132,28 +142,110 @@ type state struct {
 	lt int64 // latest transaction occurred_at
 	ls [2]int64
 	lv [levels][]bucket // ascending by n
+	// sums and evs are each level's cells (cell); bigs the sums that left
+	// int64 (nil until one does).
+	sums, evs [levels][]cell
+	bigs      map[bigKey]*big.Int
 	// members: the other side (16-byte id) → its latest occurred_at, per
 	// direction (0 out, 1 in).
 	members [2]table[event.UUID]
 	// seen is the replay memory: hash of the event id → wall-clock unix ms
 	// until which it is remembered.
 	seen table[uint64]
-	// strs are the currencies and event types the buckets name (intern).
+	// strs are the currencies and event types the cells name by index
+	// (intern).
 	strs []string
 }
 
-// intern returns s as the state keeps it: its own copy, one per distinct
-// string, since s may be a slice of an event's message, which a cached
-// state would otherwise keep alive.
-func (st *state) intern(s string) string {
-	for _, x := range st.strs {
+// intern returns s's index in st.strs, adding a copy of s (s may be a
+// slice of an event's message, which a cached state would otherwise keep
+// alive).
+func (st *state) intern(s string) uint32 {
+	for i, x := range st.strs {
 		if x == s {
-			return x
+			return uint32(i)
 		}
 	}
-	s = strings.Clone(s)
-	st.strs = append(st.strs, s)
-	return s
+	st.strs = append(st.strs, strings.Clone(s))
+	return uint32(len(st.strs) - 1)
+}
+
+// strIndex is s's index in st.strs, -1 when the state names no such string.
+func (st *state) strIndex(s string) int {
+	for i, x := range st.strs {
+		if x == s {
+			return i
+		}
+	}
+	return -1
+}
+
+// cellAt returns the cell of bucket n with key k in *cs, adding it (zero)
+// at the end of its bucket's group. Cells mostly go to the newest bucket,
+// so the search starts at the end.
+func cellAt(cs *[]cell, n int64, k uint32) *cell {
+	s := *cs
+	i := len(s)
+	if i > 0 && s[i-1].n > n {
+		// The first cell of a later bucket, by halving.
+		lo, hi := 0, i-1
+		for lo < hi {
+			if m := int(uint(lo+hi) >> 1); s[m].n <= n {
+				lo = m + 1
+			} else {
+				hi = m
+			}
+		}
+		i = lo
+	}
+	for j := i - 1; j >= 0 && s[j].n == n; j-- {
+		if s[j].k == k {
+			return &s[j]
+		}
+	}
+	s = append(s, cell{})
+	copy(s[i+1:], s[i:])
+	s[i] = cell{n: n, k: k}
+	*cs = s
+	return &s[i]
+}
+
+// sumOf is the amount a sum cell of level l holds.
+func (st *state) sumOf(l int, c *cell) amt {
+	if c.big {
+		return amt{b: st.bigs[bigKey{l, c.n, c.k}]}
+	}
+	return amt{n: c.v}
+}
+
+// addSum adds units to bucket n's sum with key k in level l.
+func (st *state) addSum(l int, n int64, k uint32, units int64) {
+	c := cellAt(&st.sums[l], n, k)
+	if !c.big {
+		if s := c.v + units; (units >= 0) == (s >= c.v) {
+			c.v = s
+			return
+		}
+	}
+	a := st.sumOf(l, c)
+	a.add(amt{n: units})
+	st.setSum(l, c, a)
+}
+
+// setSum makes c (of level l) hold a.
+func (st *state) setSum(l int, c *cell, a amt) {
+	key := bigKey{l, c.n, c.k}
+	if a.b == nil {
+		if c.big {
+			delete(st.bigs, key)
+		}
+		c.big, c.v = false, a.n
+		return
+	}
+	if st.bigs == nil {
+		st.bigs = map[bigKey]*big.Int{}
+	}
+	st.bigs[key], c.big, c.v = a.b, true, 0
 }
 
 func newState() *state {
@@ -234,8 +326,12 @@ func (st *state) applyTxn(t int64, in bool, cur string, units int64, sum bool, m
 		st.lt = t
 	}
 	sum = sum && units != 0
+	var k uint32
 	if sum {
-		cur = st.intern(cur)
+		k = st.intern(cur) << 1
+		if in {
+			k |= 1
+		}
 	}
 	for l := range levels {
 		n := t / granularity[l]
@@ -249,7 +345,7 @@ func (st *state) applyTxn(t int64, in bool, cur string, units int64, sum bool, m
 			b.oc++
 		}
 		if sum {
-			b.addSum(cur, in, units)
+			st.addSum(l, n, k, units)
 		}
 	}
 	if member == nil {
@@ -297,37 +393,19 @@ func (b *bucket) distinct(in bool, d int64) {
 	}
 }
 
-func (b *bucket) addSum(cur string, in bool, units int64) {
-	for i := range b.sums {
-		if s := &b.sums[i]; s.in == in && s.cur == cur {
-			s.v.add(amt{n: units})
-			return
-		}
-	}
-	b.sums = append(b.sums, csum{cur: cur, in: in, v: amt{n: units}})
-}
-
 // applyEvent counts one account event (not a replay) at t.
 func (st *state) applyEvent(t int64, typ string) {
 	st.advance(t)
-	typ = st.intern(typ)
+	k := st.intern(typ)
 	for l := range levels {
 		n := t / granularity[l]
 		if !st.retained(l, n) {
 			continue
 		}
-		b := st.bucketAt(l, n)
-		found := false
-		for i := range b.evs {
-			if b.evs[i].typ == typ {
-				b.evs[i].n++
-				found = true
-				break
-			}
-		}
-		if !found {
-			b.evs = append(b.evs, tcount{typ: typ, n: 1})
-		}
+		// The bucket exists for each cell (the value format nests cells
+		// in their buckets).
+		st.bucketAt(l, n)
+		cellAt(&st.evs[l], n, k).v++
 	}
 	if i, ok := latestKept[typ]; ok && t > st.ls[i] {
 		st.ls[i] = t
@@ -340,40 +418,64 @@ type totals struct {
 	os, is         amt
 }
 
-func (w *totals) add(b *bucket, cur string) {
+func (w *totals) count(b *bucket) {
 	w.oc += b.oc
 	w.ic += b.ic
 	w.dp += b.dp
 	w.ds += b.ds
-	for i := range b.sums {
-		if s := &b.sums[i]; s.cur == cur {
-			if s.in {
-				w.is.add(s.v)
-			} else {
-				w.os.add(s.v)
-			}
-		}
+}
+
+func (w *totals) sum(in bool, a amt) {
+	if in {
+		w.is.add(a)
+	} else {
+		w.os.add(a)
 	}
 }
 
 // windows returns the 1h, 24h, 7d and 30d totals in currency cur, adding
-// up the buckets inside each window (at most 60 + 24 + 30).
+// up the buckets inside each window (at most 60 + 24 + 30) and their sums
+// of cur.
 func (st *state) windows(cur string) (w [4]totals) {
+	ci := st.strIndex(cur)
 	for l := range levels {
 		h := st.head(l)
+		lo := h - kept[l]
 		bs := st.lv[l]
-		for i := len(bs) - 1; i >= 0 && bs[i].n > h-kept[l]; i-- {
+		for i := len(bs) - 1; i >= 0 && bs[i].n > lo; i-- {
 			b := &bs[i]
 			switch l {
 			case lvMinute:
-				w[0].add(b, cur)
+				w[0].count(b)
 			case lvHour:
-				w[1].add(b, cur)
+				w[1].count(b)
 			case lvDay:
 				if b.n > h-7 {
-					w[2].add(b, cur)
+					w[2].count(b)
 				}
-				w[3].add(b, cur)
+				w[3].count(b)
+			}
+		}
+		if ci < 0 {
+			continue
+		}
+		cs := st.sums[l]
+		for i := len(cs) - 1; i >= 0 && cs[i].n > lo; i-- {
+			c := &cs[i]
+			if c.k>>1 != uint32(ci) {
+				continue
+			}
+			in, a := c.k&1 == 1, st.sumOf(l, c)
+			switch l {
+			case lvMinute:
+				w[0].sum(in, a)
+			case lvHour:
+				w[1].sum(in, a)
+			case lvDay:
+				if c.n > h-7 {
+					w[2].sum(in, a)
+				}
+				w[3].sum(in, a)
 			}
 		}
 	}
@@ -388,14 +490,12 @@ func (st *state) eventCounts() [3]map[string]any {
 	for l := range levels {
 		m := map[string]any{}
 		h := st.head(l)
-		bs := st.lv[l]
-		for i := len(bs) - 1; i >= 0 && bs[i].n > h-span[l]; i-- {
-			for _, e := range bs[i].evs {
-				if e.n == 0 {
-					continue
-				}
-				n, _ := m[e.typ].(int64)
-				m[e.typ] = n + e.n
+		cs := st.evs[l]
+		for i := len(cs) - 1; i >= 0 && cs[i].n > h-span[l]; i-- {
+			if c := &cs[i]; c.v != 0 {
+				typ := st.strs[c.k]
+				n, _ := m[typ].(int64)
+				m[typ] = n + c.v
 			}
 		}
 		out[l] = m
@@ -581,15 +681,24 @@ func (st *state) putCounterparty(m map[string]any, cur string) {
 // It appends the hashes of the event ids it forgets to dropped (their
 // snapshots go with them) and returns it.
 func (st *state) prune(nowMs int64, dropped []uint64) []uint64 {
+	var lims [levels]int64
 	for l := range levels {
-		bs := st.lv[l]
 		lim := st.head(l) - kept[l]
+		lims[l] = lim
+		bs := st.lv[l]
 		i := 0
 		for i < len(bs) && bs[i].n <= lim {
 			i++
 		}
 		if i > 0 {
 			st.lv[l] = append(bs[:0], bs[i:]...)
+		}
+		st.sums[l] = pruneCells(st.sums[l], lim)
+		st.evs[l] = pruneCells(st.evs[l], lim)
+	}
+	for k := range st.bigs {
+		if k.n <= lims[k.l] {
+			delete(st.bigs, k)
 		}
 	}
 	for d := range st.members {
@@ -608,17 +717,27 @@ func (st *state) prune(nowMs int64, dropped []uint64) []uint64 {
 	return dropped
 }
 
+// pruneCells drops the cells of buckets up to lim.
+func pruneCells(cs []cell, lim int64) []cell {
+	i := 0
+	for i < len(cs) && cs[i].n <= lim {
+		i++
+	}
+	if i == 0 {
+		return cs
+	}
+	return append(cs[:0], cs[i:]...)
+}
+
 // size estimates the memory st holds (the cache's budget, cache.go): its
 // buckets, other sides and replay memory with their indexes.
 func (st *state) size() int64 {
 	n := int64(unsafe.Sizeof(*st))
 	for l := range levels {
-		n += int64(cap(st.lv[l])) * int64(unsafe.Sizeof(bucket{}))
-		for i := range st.lv[l] {
-			b := &st.lv[l][i]
-			n += int64(cap(b.sums))*int64(unsafe.Sizeof(csum{})) + int64(cap(b.evs))*int64(unsafe.Sizeof(tcount{}))
-		}
+		n += int64(cap(st.lv[l]))*int64(unsafe.Sizeof(bucket{})) +
+			int64(cap(st.sums[l])+cap(st.evs[l]))*int64(unsafe.Sizeof(cell{}))
 	}
+	n += int64(len(st.bigs)) * 96
 	for d := range st.members {
 		n += st.members[d].size(int64(unsafe.Sizeof(event.UUID{})))
 	}
