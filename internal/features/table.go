@@ -1,13 +1,24 @@
 package features
 
+import (
+	"math/bits"
+	"unsafe"
+)
+
 // table maps a key (an entity id, an event id's hash) to an int64 (a time).
 // Most entities hold a few entries, which a linear search finds faster than
 // a map and without building one on every decode; a table that grows past
-// linearMax gets a map index.
+// linearMax gets an index: open addressing over the positions in keys, 4
+// bytes a slot at a load of at most 3/4 (5-8 bytes an entry, where a Go map
+// of the same took about 32: the busy entities' replay memory and other
+// sides were most of the cache's heap), with no pointer for the collector
+// to follow.
 type table[K comparable] struct {
 	keys []K
 	vals []int64
-	idx  map[K]int32
+	// idx holds position+1 of each key at its hash's slot or the next free
+	// one after it (0: free); nil: no index.
+	idx []int32
 	// scans counts the linear searches of a long table: its index is
 	// built only once a few searched it, since a batch looks up a busy
 	// entity's replay memory once or twice per event while building the
@@ -30,25 +41,55 @@ const (
 
 func (t *table[K]) len() int { return len(t.keys) }
 
-// idxEntryBytes is about what a map index entry costs (a swiss table's
-// slot and control byte, at its load between growths).
-const idxEntryBytes = 32
-
 // size estimates the memory t holds, its keys keyBytes each.
 func (t *table[K]) size(keyBytes int64) int64 {
-	n := int64(cap(t.keys))*keyBytes + int64(cap(t.vals))*8
-	if t.idx != nil {
-		n += int64(len(t.idx)) * idxEntryBytes
+	return int64(cap(t.keys))*keyBytes + int64(cap(t.vals))*8 + int64(cap(t.idx))*4
+}
+
+// slot is k's first slot in an index of 2^b slots. Keys are event-id
+// hashes or ids derived by SHA-256: their first 8 (and next 8) bytes,
+// multiplied by a Fibonacci constant, spread well.
+func slot[K comparable](k K, b int) int {
+	x := *(*uint64)(unsafe.Pointer(&k))
+	if unsafe.Sizeof(k) >= 16 {
+		x ^= *(*uint64)(unsafe.Add(unsafe.Pointer(&k), 8))
 	}
-	return n
+	return int((x * 0x9e3779b97f4a7c15) >> (64 - b))
+}
+
+// index builds t's index for at least n keys.
+func (t *table[K]) index(n int) {
+	b := max(bits.Len(uint(n*2)), 4)
+	t.idx = make([]int32, 1<<b)
+	for i := range t.keys {
+		t.insert(i, b)
+	}
+}
+
+// insert puts position i in the index of 2^b slots.
+func (t *table[K]) insert(i, b int) {
+	mask := len(t.idx) - 1
+	for h := slot(t.keys[i], b); ; h = (h + 1) & mask {
+		if t.idx[h] == 0 {
+			t.idx[h] = int32(i + 1)
+			return
+		}
+	}
 }
 
 func (t *table[K]) find(k K) int {
 	if t.idx != nil {
-		if i, ok := t.idx[k]; ok {
-			return int(i)
+		b := bits.Len(uint(len(t.idx))) - 1
+		mask := len(t.idx) - 1
+		for h := slot(k, b); ; h = (h + 1) & mask {
+			j := t.idx[h]
+			if j == 0 {
+				return -1
+			}
+			if t.keys[j-1] == k {
+				return int(j - 1)
+			}
 		}
-		return -1
 	}
 	for i := range t.keys {
 		if t.keys[i] == k {
@@ -59,10 +100,7 @@ func (t *table[K]) find(k K) int {
 		if t.scans++; t.scans < indexAfter {
 			return -1
 		}
-		t.idx = make(map[K]int32, len(t.keys)*2)
-		for i, x := range t.keys {
-			t.idx[x] = int32(i)
-		}
+		t.index(len(t.keys))
 	}
 	return -1
 }
@@ -85,11 +123,15 @@ func (t *table[K]) set(k K, v int64) {
 		t.vals[i] = v
 		return
 	}
-	if t.idx != nil {
-		t.idx[k] = int32(len(t.keys))
-	}
 	t.keys = append(t.keys, k)
 	t.vals = append(t.vals, v)
+	if t.idx != nil {
+		if n := len(t.keys); n*4 > len(t.idx)*3 {
+			t.index(n)
+		} else {
+			t.insert(n-1, bits.Len(uint(len(t.idx)))-1)
+		}
+	}
 }
 
 // reset replaces the entries with keys and vals (a decoded table).
