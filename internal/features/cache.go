@@ -54,6 +54,7 @@ type cached struct {
 	size       int64
 	vlen, blen int   // the value's length in Redis, its base's
 	ttlAt      int64 // when this process last set the key's TTL (unix ms)
+	snapAt     int64 // and its snapshot hash's (0: not known)
 	prev, next *cached
 }
 
@@ -118,7 +119,7 @@ func (c *cache) take(ents []*entity, fromCache bool) {
 		}
 		c.unlink(x)
 		c.held[e.key] = x.vlen
-		e.hit, e.gen, e.exists, e.vlen, e.blen, e.ttlAt = true, x.gen, true, x.vlen, x.blen, x.ttlAt
+		e.hit, e.gen, e.exists, e.vlen, e.blen, e.ttlAt, e.snapAt = true, x.gen, true, x.vlen, x.blen, x.ttlAt, x.snapAt
 		e.st = x.st
 	}
 }
@@ -206,7 +207,7 @@ func (c *cache) put(e *entity) {
 	if ok {
 		c.unlink(old)
 	}
-	c.pushFront(&cached{key: e.key, gen: gen, st: e.st, size: e.size, vlen: vlen, blen: blen, ttlAt: e.ttlAt})
+	c.pushFront(&cached{key: e.key, gen: gen, st: e.st, size: e.size, vlen: vlen, blen: blen, ttlAt: e.ttlAt, snapAt: e.snapAt})
 }
 
 // waitTurn returns once every batch that published before turn has

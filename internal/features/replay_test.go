@@ -196,3 +196,46 @@ func TestThreeRoundTripsWithReplays(t *testing.T) {
 		})
 	}
 }
+
+// A write leaves the snapshot hash's TTL as this process set it within the
+// last quarter of the replay TTL (snapRefresh), and every snapshot still
+// lives at least the replay TTL after its write; past that quarter a write
+// sets it again.
+func TestSnapshotHashTTLRefreshedAQuarterTTLApart(t *testing.T) {
+	for _, tg := range targets {
+		t.Run(tg.name, func(t *testing.T) {
+			c, prefix, _ := open(t, tg)
+			ttl := 4 * time.Second
+			s := New(c, Options{KeyPrefix: prefix, ReplayTTL: ttl})
+			s.snapMargin = 0
+			ctx := context.Background()
+			at := time.Date(2026, 5, 4, 10, 0, 0, 0, time.UTC)
+			hkey := snapKey(s.key(entityAccount, event.AccountID(testWorkspace, "acc")))
+			apply := func(id string, k int) time.Duration {
+				t.Helper()
+				e := txn(id, "acc", "cust", "fp", "1.00", "EUR", event.DirectionOut, at.Add(time.Duration(k)*time.Second))
+				if _, err := s.Apply(ctx, []*event.Envelope{e}); err != nil {
+					t.Fatal(err)
+				}
+				return c.PTTL(ctx, hkey).Val()
+			}
+			first := apply("t1", 0) // 5 s: the TTL and its quarter, rounded up
+			if first <= 4*time.Second || first > 5*time.Second {
+				t.Fatalf("snapshot hash TTL %v after the first write, want (4 s, 5 s]", first)
+			}
+			time.Sleep(400 * time.Millisecond)
+			kept := apply("t2", 1)
+			if kept >= first-300*time.Millisecond || kept < ttl {
+				t.Fatalf("TTL %v after a write 0.4 s later, want it left (about %v) and still at least the replay TTL", kept, first-400*time.Millisecond)
+			}
+			time.Sleep(800 * time.Millisecond)
+			again := apply("t3", 2)
+			if again <= kept {
+				t.Fatalf("TTL %v after a write past a quarter of the replay TTL, want it set again (was %v)", again, kept)
+			}
+			if n := c.HLen(ctx, hkey).Val(); n != 3 {
+				t.Fatalf("snapshot hash holds %d, want 3", n)
+			}
+		})
+	}
+}

@@ -22,7 +22,8 @@ import (
 // share one; writeLua is slower there) writes a value only if the key still holds the generation it was
 // read with (its first 8 bytes), and in the same call the entity's replay
 // snapshots (doc.go "Replays"): KEYS[2] is its snapshot hash (same hash
-// tag). ARGV: generation, value, TTL (s), snapshot hash TTL (s), "1" to drop
+// tag). ARGV: generation, value, TTL (s), snapshot hash TTL (s; 0: leave
+// it, snapRefresh), "1" to drop
 // every snapshot first (a reset state remembers no event) or "a" to append
 // (the value is then the new generation and a delta record: delta.go), the number of
 // fields to delete (the events the state forgot), those fields, then
@@ -41,19 +42,21 @@ if ARGV[5] == '1' then
   redis.call('DEL', KEYS[2])
 end
 local first = 7 + tonumber(ARGV[6])
-local i = 7
-while i < first do
-  local j = math.min(i + 199, first - 1)
-  redis.call('HDEL', KEYS[2], unpack(ARGV, i, j))
-  i = j + 1
-end
-i = first
+local i = first
 while i <= #ARGV do
   local j = math.min(i + 199, #ARGV)
   redis.call('HSET', KEYS[2], unpack(ARGV, i, j))
   i = j + 1
 end
-redis.call('EXPIRE', KEYS[2], ARGV[4])
+i = 7
+while i < first do
+  local j = math.min(i + 199, first - 1)
+  redis.call('HDEL', KEYS[2], unpack(ARGV, i, j))
+  i = j + 1
+end
+if ARGV[4] ~= '0' then
+  redis.call('EXPIRE', KEYS[2], ARGV[4])
+end
 return 1`
 
 // createLua is casLua for a key that did not exist: SET NX instead of the
@@ -88,7 +91,10 @@ var cas, create = redis.NewScript(casLua), redis.NewScript(createLua)
 // the new generation ("a" and "A": SETRANGE writes it over the first 8
 // bytes; else ""), value, the number of
 // fields to delete (the events the state forgot), the number of
-// field/snapshot arguments, those fields, then the field/snapshot pairs.
+// field/snapshot arguments (negative: leave the hash's TTL as it is,
+// snapRefresh), those fields, then the field/snapshot pairs. The pairs
+// go in before the deletions, so a hash that had a TTL never empties (and
+// loses it) in between.
 // It returns one 1 (written) or 0 (lost to another writer) per entity.
 // A single Redis writes up to perCall entities per call (one script call
 // costs about as much as the commands it runs); HDEL and HSET go in chunks
@@ -99,6 +105,10 @@ local a = 3
 for k = 1, #KEYS, 2 do
   local key, skey, mode = KEYS[k], KEYS[k + 1], ARGV[a]
   local nd, ns = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
+  local keep = ns < 0
+  if keep then
+    ns = -ns
+  end
   local ok
   if mode == 'n' then
     ok = redis.call('SET', key, ARGV[a + 3], 'NX', 'EX', ttl)
@@ -118,20 +128,21 @@ for k = 1, #KEYS, 2 do
     if mode == 'r' then
       redis.call('DEL', skey)
     end
-    local last = a + nd - 1
-    local i = a
-    while i <= last do
-      local j = math.min(i + 199, last)
-      redis.call('HDEL', skey, unpack(ARGV, i, j))
-      i = j + 1
-    end
-    last = a + nd + ns - 1
+    local last = a + nd + ns - 1
+    local i = a + nd
     while i <= last do
       local j = math.min(i + 199, last)
       redis.call('HSET', skey, unpack(ARGV, i, j))
       i = j + 1
     end
-    if ns > 0 then
+    last = a + nd - 1
+    i = a
+    while i <= last do
+      local j = math.min(i + 199, last)
+      redis.call('HDEL', skey, unpack(ARGV, i, j))
+      i = j + 1
+    end
+    if ns > 0 and not keep then
       redis.call('EXPIRE', skey, sttl)
     end
     res[#res + 1] = 1
@@ -152,9 +163,18 @@ var writeScript = redis.NewScript(writeLua)
 // It bounds how long one call holds Redis (about 7 µs an entity).
 const perCall = 100
 
-// snapMargin is how much longer than the replay TTL a snapshot hash lives
-// after its last write: room for clocks of stream processes that disagree.
+// snapMargin is how much longer than the replay TTL (and snapRefresh) a
+// snapshot hash lives after its TTL was last set: room for clocks of stream
+// processes that disagree.
 const snapMargin = time.Minute
+
+// snapRefresh is the share of the replay TTL for which a write leaves the
+// snapshot hash's TTL as this process last set it (the hash then lives the
+// replay TTL, this share and snapMargin from that setting, longer than any
+// field written meanwhile needs): one EXPIRE less per entity and batch, an
+// eighth of the stream's Redis commands, for snapshots kept at most a
+// quarter of the TTL longer.
+const snapRefresh = 4 // ttl / snapRefresh
 
 // Defaults of Options.
 const (
@@ -348,6 +368,10 @@ type entity struct {
 	// it (an append otherwise leaves it, keyTTLRefresh).
 	ttlAt      int64
 	refreshTTL bool
+	// snapAt is the same for the snapshot hash (0: not known, or the hash
+	// may be gone); refreshSnap says this write sets its TTL.
+	snapAt      int64
+	refreshSnap bool
 	// size estimates st's memory for the cache (cache.go).
 	size int64
 }
@@ -785,6 +809,17 @@ func (s *Store) compute(e *entity, r *run) {
 		if e.refreshTTL {
 			e.ttlAt = nowMs
 		}
+		// The snapshot hash keeps the TTL this process set within the
+		// last snapRefresh share of the replay TTL: the CAS proves nobody
+		// wrote the entity (nor its hash) since, and a write with pairs
+		// never empties the hash. One without pairs that deletes may.
+		e.refreshSnap = !e.hit || e.snapAt == 0 || e.corrupt != nil || nowMs-e.snapAt >= ttlMs/snapRefresh
+		switch {
+		case len(e.snaps) > 0 && e.refreshSnap:
+			e.snapAt = nowMs
+		case len(e.snaps) == 0 && len(e.dropped) > 0:
+			e.snapAt = 0
+		}
 	}
 	if s.cache.max >= 0 && e.corrupt == nil {
 		// The cache's measure of it (cache.go), here on the batch's
@@ -918,7 +953,7 @@ func (s *Store) write(ctx context.Context, ents []*entity) ([]*entity, error) {
 		return nil, nil
 	}
 	ttlArg := int64(keyTTL / time.Second)
-	snapTTL := int64((s.ttl + s.snapMargin + time.Second - 1) / time.Second)
+	snapTTL := s.snapTTL()
 	sha := writeScript.Hash()
 	calls := make([]call, 0, (len(changed)+perCall-1)/perCall)
 	for len(changed) > 0 {
@@ -962,7 +997,11 @@ func (s *Store) write(ctx context.Context, ents []*entity) ([]*entity, error) {
 					}
 				}
 			}
-			c.args = append(c.args, mode, str(gen), raw(newGen), raw(val), num(int64(len(e.dropped))), num(int64(2*len(e.snaps))))
+			ns := int64(2 * len(e.snaps))
+			if !e.refreshSnap {
+				ns = -ns
+			}
+			c.args = append(c.args, mode, str(gen), raw(newGen), raw(val), num(int64(len(e.dropped))), num(ns))
 			for _, h := range e.dropped {
 				c.args = append(c.args, field(h))
 			}
@@ -1038,7 +1077,7 @@ func (s *Store) writeEach(ctx context.Context, ents []*entity) ([]*entity, error
 	}
 	ws := make([]w, 0, len(ents))
 	ttlArg := int64(keyTTL / time.Second)
-	snapTTL := int64((s.ttl + s.snapMargin + time.Second - 1) / time.Second)
+	snapTTL := s.snapTTL()
 	pipe := s.client.Pipeline()
 	for _, e := range ents {
 		if !e.changed {
@@ -1054,7 +1093,11 @@ func (s *Store) writeEach(ctx context.Context, ents []*entity) ([]*entity, error
 				reset = "a"
 			}
 			x.args = make([]any, 0, 6+len(e.dropped)+2*len(e.snaps))
-			x.args = append(x.args, e.gen, e.val, ttlArg, snapTTL, reset, len(e.dropped))
+			sttl := snapTTL
+			if !e.refreshSnap {
+				sttl = 0
+			}
+			x.args = append(x.args, e.gen, e.val, ttlArg, sttl, reset, len(e.dropped))
 			for _, h := range e.dropped {
 				x.args = append(x.args, snapField(h))
 			}
@@ -1108,6 +1151,12 @@ func (s *Store) writeEach(ctx context.Context, ents []*entity) ([]*entity, error
 		}
 	}
 	return lost, nil
+}
+
+// snapTTL is a snapshot hash's TTL in seconds, rounded up: the replay TTL,
+// its snapRefresh share and the margin (snapRefresh).
+func (s *Store) snapTTL() int64 {
+	return int64((s.ttl + s.ttl/snapRefresh + s.snapMargin + time.Second - 1) / time.Second)
 }
 
 // idHash is the replay memory's 8-byte hash of an event id (doc.go: the
