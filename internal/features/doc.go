@@ -31,7 +31,8 @@
 // leaves it: keyTTLRefresh), so an entity silent for that long is
 // forgotten as a whole.
 // Next to it, <prefix>{<e>:<uuid>}:r is its replay snapshot hash (doc
-// "Replays"), same hash tag, TTL the replay TTL plus a minute. A
+// "Replays"), same hash tag, TTL the replay TTL and a quarter plus a
+// minute, set at most once a quarter of the replay TTL by one process. A
 // counterparty's events are the payments to it: a transaction in which it
 // pays in only reads its features.
 //
@@ -85,10 +86,12 @@
 // distinct other sides of its 30 days (17–21 bytes each) and the events of its
 // last replay TTL: a counterparty paid by 100,000 accounts a month is a 2 MB
 // state, read when the process does not hold it and written whole only when
-// its delta records reach half its size; decoded, a state takes several
-// times its encoded size (bucket structs, 24-byte other sides, 16-byte
-// replay entries and their indexes), which is why the cache keeps the busy
-// entities rather than every one.
+// its delta records reach half its size; decoded, a state takes two to
+// three times its encoded size (40-byte buckets, 24-byte sums and event
+// counts, 24-byte other sides and 16-byte replay entries, a long table's
+// index 8-16 bytes an entry; none of it holds a pointer the collector would
+// follow), which is why the cache keeps the busy entities rather than
+// every one.
 //
 // # Apply
 //
@@ -108,8 +111,11 @@
 // snapshots: per entity, for a key that did not exist SET NX EX, else a
 // CAS (GETRANGE 0 7 must equal the generation read, then SET EX, or
 // SETRANGE and APPEND of its delta record and EXPIRE), and only
-// if that wrote, HDEL of the snapshots of the events the state forgot,
-// HSET, EXPIRE, all in one script call. On a single Redis one call writes
+// if that wrote, HSET of its events' snapshots, HDEL of those of the
+// events the state forgot and, unless this process set it within the last
+// quarter of the replay TTL (the CAS proves nobody wrote the entity
+// since, and a hash given pairs before its deletions never empties),
+// EXPIRE of the hash, all in one script call. On a single Redis one call writes
 // up to 100 entities (the call itself costs about as much as its
 // commands); on a Cluster, whose scripts cannot span slots, one call per
 // entity. Within one process, a batch holds the entities it writes while
@@ -152,7 +158,11 @@
 // in the account's snapshot. The hash holds exactly the events the state
 // remembers: the write that forgets an event (its replay TTL passed)
 // deletes its snapshot, a reset state (unreadable value) drops the hash,
-// and the hash expires the replay TTL plus a minute after its last write.
+// and the hash expires the replay TTL and a quarter plus a minute after a
+// process last set its TTL, which a write does unless that process did it
+// within the last quarter of the replay TTL: so every snapshot lives at
+// least the replay TTL past its write, and a silent entity's up to a
+// quarter of it longer.
 // No per-field TTL is needed (Redis 7.0).
 //
 // A replay of an event first applied earlier in the same batch takes the

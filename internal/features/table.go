@@ -9,8 +9,9 @@ import (
 // Most entities hold a few entries, which a linear search finds faster than
 // a map and without building one on every decode; a table that grows past
 // linearMax gets an index: open addressing over the positions in keys, 4
-// bytes a slot at a load of at most 3/4 (5-8 bytes an entry, where a Go map
-// of the same took about 32: the busy entities' replay memory and other
+// bytes a slot at a load of at most 1/2 (8-16 bytes an entry, where a Go map
+// of the same took about 32; a search that finds nothing, most of them,
+// then compares about 1.5 keys: the busy entities' replay memory and other
 // sides were most of the cache's heap), with no pointer for the collector
 // to follow.
 type table[K comparable] struct {
@@ -59,7 +60,7 @@ func slot[K comparable](k K, b int) int {
 
 // index builds t's index for at least n keys.
 func (t *table[K]) index(n int) {
-	b := max(bits.Len(uint(n*2)), 4)
+	b := max(bits.Len(uint(n*3)), 4)
 	t.idx = make([]int32, 1<<b)
 	for i := range t.keys {
 		t.insert(i, b)
@@ -126,7 +127,7 @@ func (t *table[K]) set(k K, v int64) {
 	t.keys = append(t.keys, k)
 	t.vals = append(t.vals, v)
 	if t.idx != nil {
-		if n := len(t.keys); n*4 > len(t.idx)*3 {
+		if n := len(t.keys); n*2 > len(t.idx) {
 			t.index(n)
 		} else {
 			t.insert(n-1, bits.Len(uint(len(t.idx)))-1)
