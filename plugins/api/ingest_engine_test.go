@@ -117,3 +117,47 @@ func TestEngineFailuresReachTheirItems(t *testing.T) {
 		t.Errorf("answers\n %s\nwant\n %s", got, strings.Join(want, ","))
 	}
 }
+
+// Batch requests beyond max_active_requests wait and are let in in the
+// order they arrived; one that waits longer than the ack timeout is
+// refused (the handler answers 503 with Retry-After).
+func TestActiveRequestsTakeTurns(t *testing.T) {
+	a := &ingestAPI{active: make(chan struct{}, 1), ackTimeout: time.Minute, closing: make(chan struct{})}
+	ctx := context.Background()
+	if !a.enter(ctx) {
+		t.Fatal("the first request waits with no other in")
+	}
+	const waiting = 4
+	order := make(chan int, waiting)
+	for i := range waiting {
+		// Each waiter owns its slot once in, and gives it back at once.
+		go func() {
+			if a.enter(ctx) {
+				order <- i
+				a.leave()
+			}
+		}()
+		// Time to block in line before the next one arrives.
+		time.Sleep(50 * time.Millisecond)
+	}
+	a.leave()
+	for want := range waiting {
+		if got := <-order; got != want {
+			t.Fatalf("request %d was let in as number %d", got, want)
+		}
+	}
+
+	a.ackTimeout = 50 * time.Millisecond
+	if !a.enter(ctx) {
+		t.Fatal("the slot was not given back")
+	}
+	if a.enter(ctx) {
+		t.Error("a request was let in beyond max_active_requests")
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	a.ackTimeout = time.Minute
+	if a.enter(cctx) {
+		t.Error("a request whose client gave up was let in")
+	}
+}

@@ -72,6 +72,12 @@ func (a *ingestAPI) handleBatch(kind event.Kind) func(http.ResponseWriter, *http
 		if err != nil {
 			return writeError(w, code, err)
 		}
+		// After the body is read: a client sending slowly holds no slot.
+		if !a.enter(r.Context()) {
+			w.Header().Set("Retry-After", "1")
+			return writeError(w, http.StatusServiceUnavailable, errors.New("too many requests being worked on; send it again in a second"))
+		}
+		defer a.leave()
 		parsed, err := decodeBatch(body, kind, ws, time.Now().UTC(), a.maxItems, a.protector)
 		switch {
 		case errors.Is(err, errTooManyItems):
@@ -110,6 +116,31 @@ func (a *ingestAPI) handleBatch(kind event.Kind) func(http.ResponseWriter, *http
 		return writeBatchResponse(w, &resp)
 	}
 }
+
+// enter waits, in arrival order, until the request may be worked on
+// (max_active_requests): false when the client gave up, the API is
+// closing or no slot came free within the ack timeout (the requests being
+// worked on wait for a Kafka that does not answer).
+func (a *ingestAPI) enter(ctx context.Context) bool {
+	select {
+	case a.active <- struct{}{}:
+		return true
+	default:
+	}
+	timer := time.NewTimer(a.ackTimeout)
+	defer timer.Stop()
+	select {
+	case a.active <- struct{}{}:
+		return true
+	case <-ctx.Done():
+	case <-timer.C:
+	case <-a.closing:
+	}
+	return false
+}
+
+// leave gives the request's slot to the next in line.
+func (a *ingestAPI) leave() { <-a.active }
 
 // answerBuffers are the buffers batch answers are written in (one is about
 // 120 bytes an item), reused: the writer copies what it is given.
