@@ -40,18 +40,33 @@ func DecodeShared(msg *service.Message, want event.Kind) (*event.Envelope, error
 }
 
 func decode(msg *service.Message, want event.Kind, dec func([]byte) (event.Envelope, error)) (*event.Envelope, error) {
-	raw, err := msg.AsBytes()
-	if err != nil {
-		return nil, fmt.Errorf("%w: reading the record: %v", event.ErrNotJSON, err)
-	}
-	env, err := dec(raw)
-	if err != nil {
+	var env event.Envelope
+	if err := decodeInto(&env, msg, want, dec); err != nil {
 		return nil, err
 	}
-	if env.Kind != want {
-		return nil, fmt.Errorf("%w: a %s event on a %s topic", event.ErrNotJSON, env.Kind, want)
-	}
 	return &env, nil
+}
+
+// DecodeSharedInto is DecodeShared writing the envelope to dst, for a
+// caller that decodes a whole batch into one slice of envelopes: one
+// allocation a batch instead of one a record. dst is left unspecified on
+// an error.
+func DecodeSharedInto(dst *event.Envelope, msg *service.Message, want event.Kind) error {
+	return decodeInto(dst, msg, want, event.DecodeShared)
+}
+
+func decodeInto(dst *event.Envelope, msg *service.Message, want event.Kind, dec func([]byte) (event.Envelope, error)) error {
+	raw, err := msg.AsBytes()
+	if err != nil {
+		return fmt.Errorf("%w: reading the record: %v", event.ErrNotJSON, err)
+	}
+	if *dst, err = dec(raw); err != nil {
+		return err
+	}
+	if dst.Kind != want {
+		return fmt.Errorf("%w: a %s event on a %s topic", event.ErrNotJSON, dst.Kind, want)
+	}
+	return nil
 }
 
 // Attached returns the envelope event_decode attached to msg, without

@@ -863,3 +863,59 @@ func requireConnectRefuses(t *testing.T, connect func(context.Context) error) {
 		t.Fatalf("Connect as speculapro_app: %v (the process was stopped with %v), want ErrCannotBypassRLS, unwrapped", err, refused)
 	}
 }
+
+// TestUndecodableRecordsAreParkedWithTheirReason: the persist pipelines have
+// no event_decode step, so the output reads the records itself. Each record
+// it cannot read is dead-lettered as it arrived with the reason event_decode
+// would have flagged it with, and the readable ones of the batch are stored.
+func TestUndecodableRecordsAreParkedWithTheirReason(t *testing.T) {
+	for _, tc := range []struct {
+		table string
+		good  func(h *harness) []byte
+		bad   map[string]string // record → what its error-message says
+	}{
+		{tableTransactions, func(h *harness) []byte { return encode(t, txn(h.ws, 1, nil)) }, map[string]string{
+			`not json at all`: "not a JSON event envelope",
+			`{"v":2,"kind":"transaction","id":"0193f5a2-7c00-7abc-8def-0123456789ab"}`:           "unknown event version",
+			`{"v":1,"kind":"transaction","workspace_id":"6f1c2b9e-3d4a-4f5b-9c8d-7e6f5a4b3c2d"}`: "event has no id",
+			`{"v":1,"kind":"transaction","id":"0193f5a2-7c00-7abc-8def-0123456789ab"}`:           "event has no workspace_id",
+			`{"v":1,"kind":"account_event","id":"0193f5a2-7c00-7abc-8def-0123456789ac","workspace_id":"6f1c2b9e-3d4a-4f5b-9c8d-7e6f5a4b3c2d","external_id":"ev-1","occurred_at":"2026-11-30T07:41:12Z","customer_external_id":"cust-1","type":"sim_swap"}`: "a account_event event on a transaction topic",
+		}},
+		{tableAccountEvents, func(h *harness) []byte {
+			e := event.Envelope{V: event.Version, Kind: event.KindAccountEvent, WorkspaceID: h.ws, ExternalID: "ev-1",
+				OccurredAt: baseTime, CustomerExternalID: "cust-1", Type: "sign_in"}
+			e.ID = event.AccountEventID(e.WorkspaceID, e.ExternalID, e.OccurredAt)
+			return encode(t, e)
+		}, map[string]string{
+			`{"v":1`: "not a JSON event envelope",
+			`{"v":1,"kind":"account_event","id":"0193f5a2-7c00-7abc-8def-0123456789ac","external_id":"ev-1"}`: "event has no workspace_id",
+			string(encode(t, txn(event.UUID{1}, 2, nil))):                                                     "a transaction event on a account_event topic",
+		}},
+	} {
+		t.Run(tc.table, func(t *testing.T) {
+			h := newHarness(t, tc.table)
+			vals := [][]byte{tc.good(h)}
+			for rec := range tc.bad {
+				vals = append(vals, []byte(rec))
+			}
+			h.write(batchOf(t, 0, vals...))
+			if n := h.count("SELECT count(*) FROM speculapro." + tc.table); n != 1 {
+				t.Errorf("%d rows stored, want the one readable record", n)
+			}
+			if len(h.dlq.letters) != len(tc.bad) {
+				t.Fatalf("%d dead letters, want %d", len(h.dlq.letters), len(tc.bad))
+			}
+			for _, m := range h.dlq.letters {
+				raw, _ := m.AsBytes()
+				want, ok := tc.bad[string(raw)]
+				msg, _ := m.MetaGet(metaErrorMessage)
+				if !ok || !strings.Contains(msg, want) {
+					t.Errorf("dead letter %q says %q, want it unchanged and saying %q", raw, msg, want)
+				}
+			}
+			if h.m.Get("dead_letters{"+tc.table+",undecodable}") != int64(len(tc.bad)) {
+				t.Errorf("dead letters counted %v", h.m)
+			}
+		})
+	}
+}
