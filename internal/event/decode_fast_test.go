@@ -1,6 +1,8 @@
 package event
 
 import (
+	"encoding/binary"
+	"fmt"
 	"math/rand/v2"
 	"reflect"
 	"strings"
@@ -18,13 +20,22 @@ var sampleUndecided = sampleTransaction[:strings.Index(sampleTransaction, `,"dec
 func fastAgrees(t *testing.T, b []byte) (fast bool) {
 	t.Helper()
 	slow, slowErr := decodeWith(b, gojson.Unmarshal, sampleNow)
-	e, ok := decodeFast(b, false)
+	e, plain, ok := decodeFast(b, false)
 	// Sharing the record's memory reads the same.
-	shared, sharedOK := decodeFast(b, true)
-	if ok != sharedOK || ok && !reflect.DeepEqual(e, shared) {
+	shared, sharedPlain, sharedOK := decodeFast(b, true)
+	if ok != sharedOK || ok && (!reflect.DeepEqual(e, shared) || plain != sharedPlain) {
 		t.Fatalf("decodeFast shared and copying disagree on %q:\n%#v\n%#v", b, e, shared)
 	}
-	if !ok || e.check(sampleNow) != nil {
+	if !ok {
+		return false
+	}
+	// What plain lets the checks skip changes none of their answers.
+	full := e
+	fullErr, plainErr := full.check(sampleNow, false), e.check(sampleNow, plain)
+	if fmt.Sprint(fullErr) != fmt.Sprint(plainErr) || !reflect.DeepEqual(full, e) {
+		t.Fatalf("the checks of %q answer %v in full and %v with plain=%v", b, fullErr, plainErr, plain)
+	}
+	if plainErr != nil {
 		return false
 	}
 	if slowErr != nil {
@@ -107,6 +118,15 @@ func TestDecodeFastAgreesWithTheLibrary(t *testing.T) {
 		strings.Replace(sampleUndecided, `"occurred_at":"2026-11-30T07:41:12.345Z"`, `"occurred_at":"2026-11-30 07:41:12Z"`, 1),
 		strings.Replace(sampleUndecided, `"amount":"1249.90"`, `"amount":1249.90`, 1),
 		"", "{", "{}", `{"v":1}`, "[]", "null",
+		// Not plain, so CheckText looks at every text field: a DEL
+		// (refused), a DEL in metadata (CheckJSONB's), a label beyond ASCII
+		// (fine) and one past its limit only in bytes.
+		strings.Replace(sampleUndecided, `"mobile"`, "\"mob\x7file\"", 1),
+		strings.Replace(sampleUndecided, `"tags"`, "\"t\x7fags\"", 1),
+		strings.Replace(sampleUndecided, `"mobile"`, `"möbile"`, 1),
+		strings.Replace(sampleUndecided, `"mobile"`, `"`+strings.Repeat("ö", MaxLabelBytes/2+1)+`"`, 1),
+		// Plain, one byte past a limit.
+		strings.Replace(sampleUndecided, `"mobile"`, `"`+strings.Repeat("m", MaxLabelBytes+1)+`"`, 1),
 	} {
 		fastAgrees(t, []byte(in))
 	}
@@ -178,6 +198,28 @@ func BenchmarkDecodeUndecidedLibrary(b *testing.B) {
 	for b.Loop() {
 		if _, err := decodeWith(raw, gojson.Unmarshal, sampleNow); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// TestSpecial8FindsEverySpecialByte: the eight-at-a-time scan of str must
+// stop at every byte the byte loop treats specially, in any position and
+// beside any other byte, or a string could hide a quote or an escape.
+func TestSpecial8FindsEverySpecialByte(t *testing.T) {
+	special := func(c byte) bool { return c == '"' || c == '\\' || c < 0x20 || c >= 0x7f }
+	for _, fill := range []byte{'a', ' ', '~', 0x00, 0xff, '"'} {
+		for pos := range 8 {
+			for c := range 256 {
+				var w [8]byte
+				for i := range w {
+					w[i] = fill
+				}
+				w[pos] = byte(c)
+				want := special(byte(c)) || special(fill)
+				if got := special8(binary.LittleEndian.Uint64(w[:])); got != want {
+					t.Fatalf("special8(%q) = %v, want %v", w, got, want)
+				}
+			}
 		}
 	}
 }
