@@ -295,14 +295,22 @@ func kindName(k byte) string {
 // key is an entity's one key: <prefix>{<e>:<uuid>}; the braces are the
 // Cluster hash tag.
 func (s *Store) key(entity byte, id event.UUID) string {
+	k := s.keys(entity, id)
+	return k[:len(k)-len(snapSuffix)]
+}
+
+// keys is an entity's snapshot hash key (snapKey), of which its key is
+// the start: both in one allocation.
+func (s *Store) keys(entity byte, id event.UUID) string {
 	var b strings.Builder
-	b.Grow(len(s.prefix) + 41)
+	b.Grow(len(s.prefix) + 41 + len(snapSuffix))
 	b.WriteString(s.prefix)
 	b.WriteByte('{')
 	b.WriteByte(entity)
 	b.WriteByte(':')
 	b.WriteString(id.String())
 	b.WriteByte('}')
+	b.WriteString(snapSuffix)
 	return b.String()
 }
 
@@ -335,6 +343,7 @@ type op struct {
 type entity struct {
 	kind byte
 	key  string
+	skey string // snapKey(key)
 	ops  []op
 	// base is the value as read (a base and the delta records after it,
 	// delta.go), until decoded; a state taken from the cache has none.
@@ -456,7 +465,8 @@ func (s *Store) ApplyValues(ctx context.Context, events []*event.Envelope) ([]*V
 	use := func(kind byte, id event.UUID, ev int, mode byte) {
 		e := byID[entityID{kind, id}]
 		if e == nil {
-			e = &entity{kind: kind, key: s.key(kind, id)}
+			sk := s.keys(kind, id)
+			e = &entity{kind: kind, key: sk[:len(sk)-len(snapSuffix)], skey: sk}
 			byID[entityID{kind, id}] = e
 			ents = append(ents, e)
 		}
@@ -867,7 +877,7 @@ func (s *Store) restore(ctx context.Context, ents []*entity, r *run) error {
 			for j, ev := range f.evs {
 				fields[j] = snapField(r.preps[ev].idh)
 			}
-			f.cmd = p.HMGet(ctx, snapKey(f.e.key), fields...)
+			f.cmd = p.HMGet(ctx, f.e.skey, fields...)
 		}
 		return nil
 	})
@@ -914,7 +924,9 @@ func (s *Store) put(e *entity, ev int, v string, r *run) {
 
 // snapKey is the snapshot hash of the entity whose key is key: the same
 // hash tag, so the CAS script writes both.
-func snapKey(key string) string { return key + ":r" }
+func snapKey(key string) string { return key + snapSuffix }
+
+const snapSuffix = ":r"
 
 // snapField is a snapshot's field: the event id's 8-byte hash.
 func snapField(idh uint64) string {
@@ -966,7 +978,7 @@ func (s *Store) write(ctx context.Context, ents []*entity) ([]*entity, error) {
 			nRaw += 2 + len(e.dropped) + 2*len(e.snaps)
 			nFields += len(e.dropped) + len(e.snaps)
 		}
-		strs := make([]string, 0, 3*len(c.ents))
+		strs := make([]string, 0, len(c.ents))
 		ints := make([]int64, 0, 3+2*len(c.ents))
 		raws := make([]scriptArg, 0, nRaw)
 		fields := make([]byte, 0, 8*nFields)
@@ -980,7 +992,7 @@ func (s *Store) write(ctx context.Context, ents []*entity) ([]*entity, error) {
 		c.args = make([]any, 0, nArgs)
 		c.args = append(c.args, "evalsha", sha, num(int64(2*len(c.ents))))
 		for _, e := range c.ents {
-			c.args = append(c.args, &e.key, str(snapKey(e.key)))
+			c.args = append(c.args, &e.key, &e.skey)
 		}
 		c.args = append(c.args, num(ttlArg), num(snapTTL))
 		for _, e := range c.ents {
@@ -1009,7 +1021,7 @@ func (s *Store) write(ctx context.Context, ents []*entity) ([]*entity, error) {
 				c.args = append(c.args, field(sn.idh), raw(sn.b))
 			}
 		}
-		if len(strs) > 3*len(c.ents) || len(ints) > 3+2*len(c.ents) || len(raws) > nRaw || len(fields) > 8*nFields {
+		if len(strs) > len(c.ents) || len(ints) > 3+2*len(c.ents) || len(raws) > nRaw || len(fields) > 8*nFields {
 			// An array outgrown moved: earlier arguments would point into the old one.
 			return nil, fmt.Errorf("features: writing %d entities: script arguments miscounted", len(c.ents))
 		}
@@ -1083,7 +1095,7 @@ func (s *Store) writeEach(ctx context.Context, ents []*entity) ([]*entity, error
 		if !e.changed {
 			continue
 		}
-		x := w{e: e, sc: cas, keys: []string{e.key, snapKey(e.key)}}
+		x := w{e: e, sc: cas, keys: []string{e.key, e.skey}}
 		if e.exists {
 			reset := "0"
 			switch {
