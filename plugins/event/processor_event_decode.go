@@ -69,14 +69,6 @@ type eventDecode struct {
 	kind     event.Kind
 	duration timer
 	table    string
-	// decode is eventmsg.DecodeShared for both roles: it spares a copy of
-	// every record, and an envelope lives only as long as its message,
-	// whose content is the same fetch buffer. The stream keeps nothing of
-	// an envelope past its batch: the running totals intern the strings a
-	// state keeps (currencies, event types) and key entities by hashed IDs,
-	// rule hits hold rule fields and feature values, and pg_rule_hits
-	// builds its rows anew.
-	decode func(*service.Message, event.Kind) (*event.Envelope, error)
 }
 
 func newEventDecode(conf *service.ParsedConfig, mgr *service.Resources) (*eventDecode, error) {
@@ -94,7 +86,7 @@ func newEventDecode(conf *service.ParsedConfig, mgr *service.Resources) (*eventD
 	if role != "persist" && role != "stream" {
 		return nil, fmt.Errorf("event_decode: %s must be persist or stream, got %q", edFieldRole, role)
 	}
-	d := &eventDecode{kind: event.Kind(kind), table: tableOfKind(event.Kind(kind)), decode: eventmsg.DecodeShared}
+	d := &eventDecode{kind: event.Kind(kind), table: tableOfKind(event.Kind(kind))}
 	d.duration = mgr.Metrics().NewTimer(fmt.Sprintf(metricStageDurationFormat, role), "table", "stage")
 	return d, nil
 }
@@ -105,7 +97,12 @@ func (d *eventDecode) ProcessBatch(_ context.Context, batch service.MessageBatch
 	start := time.Now()
 	out := make(service.MessageBatch, len(batch))
 	for i, msg := range batch {
-		env, err := d.decode(msg, d.kind)
+		// Both roles decode in place: an envelope lives only as long as its
+		// message, whose content is the same fetch buffer, and the stream keeps
+		// nothing of one past its batch (the running totals intern the strings a
+		// state keeps, rule hits hold rule fields and feature values, and
+		// pg_rule_hits builds its rows anew).
+		env, err := eventmsg.DecodeShared(msg, d.kind)
 		if err != nil {
 			msg.SetError(err)
 			out[i] = msg

@@ -80,7 +80,7 @@ func TestEventDecodeHandsEnvelopeOn(t *testing.T) {
 	ws := event.UUID{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
 	good := testTransaction(t, ws, "txn-000001")
 	times := stageTimes{}
-	d := &eventDecode{kind: event.KindTransaction, table: "transactions", duration: times, decode: eventmsg.DecodeShared}
+	d := &eventDecode{kind: event.KindTransaction, table: "transactions", duration: times}
 	out, err := d.ProcessBatch(context.Background(), service.MessageBatch{service.NewMessage(good), service.NewMessage([]byte("{"))})
 	if err != nil || len(out) != 1 || len(out[0]) != 2 {
 		t.Fatalf("ProcessBatch: %v, %v", out, err)
@@ -105,7 +105,7 @@ func TestEventDecodeHandsEnvelopeOn(t *testing.T) {
 
 func TestEventDecodeFlagsTheWrongKind(t *testing.T) {
 	ws := event.UUID{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
-	d := &eventDecode{kind: event.KindAccountEvent, table: "account_events", duration: stageTimes{}, decode: eventmsg.Decode}
+	d := &eventDecode{kind: event.KindAccountEvent, table: "account_events", duration: stageTimes{}}
 	out, _ := d.ProcessBatch(context.Background(), service.MessageBatch{service.NewMessage(testTransaction(t, ws, "t1"))})
 	if err := out[0][0].GetError(); !errors.Is(err, event.ErrNotJSON) {
 		t.Errorf("a transaction on the account events topic: %v, want ErrNotJSON", err)
