@@ -1,7 +1,10 @@
 package redisconn
 
 import (
+	"context"
+	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -67,6 +70,53 @@ func TestOpen(t *testing.T) {
 				}
 			default:
 				t.Fatalf("unexpected client %T", c)
+			}
+		})
+	}
+}
+
+// TestNoBackoffTriesOnceMore: against a server that accepts and hangs up at
+// once (a Redis going down), Open's client tries a command four times, the
+// last three after backoff sleeps; OpenNoBackoff's tries twice. Attempts are
+// counted as accepted connections: each attempt dials anew.
+func TestNoBackoffTriesOnceMore(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var accepted atomic.Int64
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			_ = c.Close()
+		}
+	}()
+	url := "redis://" + ln.Addr().String() + "/0"
+	for _, tc := range []struct {
+		name     string
+		open     func(string) (redis.UniversalClient, error)
+		attempts int64
+	}{
+		{"Open", Open, 4},
+		{"OpenNoBackoff", OpenNoBackoff, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := tc.open(url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			before := accepted.Load()
+			if err := c.Get(context.Background(), "k").Err(); err == nil {
+				t.Fatal("GET from a server that hangs up succeeded")
+			}
+			if got := accepted.Load() - before; got != tc.attempts {
+				t.Errorf("%d attempts, want %d", got, tc.attempts)
 			}
 		})
 	}

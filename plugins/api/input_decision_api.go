@@ -246,7 +246,7 @@ func (a *decisionAPI) Connect(ctx context.Context) error {
 		pool.Close()
 		return fmt.Errorf("decision_api: %s: %w", daFieldRulesURL, err)
 	}
-	rc, err := redisconn.Open(a.redisURL)
+	rc, err := redisconn.OpenNoBackoff(a.redisURL)
 	if err != nil {
 		pool.Close()
 		rpool.Close()
