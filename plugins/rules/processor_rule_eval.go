@@ -297,7 +297,7 @@ func (r *ruleEval) ProcessBatch(ctx context.Context, batch service.MessageBatch)
 			batch[i].MetaSetMut(metaRuleEval, map[string]any{"hits": []any{}, "replayed": true})
 			continue
 		}
-		hits := []any{}
+		var hits []any
 		if wp := set.workspaces[env.WorkspaceID]; wp != nil {
 			var found []rules.Hit
 			var errs []rules.RuleError
@@ -319,7 +319,11 @@ func (r *ruleEval) ProcessBatch(ctx context.Context, batch service.MessageBatch)
 			}
 		}
 		evaluated++
-		batch[i].MetaSetMut(metaRuleEval, map[string]any{"hits": hits})
+		if len(hits) == 0 {
+			batch[i].MetaSetMut(metaRuleEval, noHits)
+		} else {
+			batch[i].MetaSetMut(metaRuleEval, map[string]any{"hits": hits})
+		}
 		if !r.keepFeatures {
 			batch[i].MetaDelete(metaFeatures)
 		} else if v, ok := batch[i].MetaGetMut(metaFeatures); ok {
@@ -336,6 +340,12 @@ func (r *ruleEval) ProcessBatch(ctx context.Context, batch service.MessageBatch)
 	r.m.stage.Timing(time.Since(start).Nanoseconds(), r.table, "evaluate")
 	return []service.MessageBatch{batch}, nil
 }
+
+// noHits is the metadata of every event nothing fired on, shared: nearly
+// every event is one, and a map of its own each was about 3 % of the bytes
+// the stream allocates. Nothing writes to it (pg_rule_hits only reads, a
+// mapping that changes @rule_eval replaces the value).
+var noHits = map[string]any{"hits": []any{}}
 
 // storedReplays says which messages of the batch are replays (the running
 // totals had counted them) whose results pg_rule_hits has stored already
