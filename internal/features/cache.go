@@ -54,7 +54,6 @@ type cached struct {
 	size       int64
 	vlen, blen int   // the value's length in Redis, its base's
 	ttlAt      int64 // when this process last set the key's TTL (unix ms)
-	snapAt     int64 // and its snapshot hash's (0: not known)
 	prev, next *cached
 }
 
@@ -119,7 +118,7 @@ func (c *cache) take(ents []*entity, fromCache bool) {
 		}
 		c.unlink(x)
 		c.held[e.key] = x.vlen
-		e.hit, e.gen, e.exists, e.vlen, e.blen, e.ttlAt, e.snapAt = true, x.gen, true, x.vlen, x.blen, x.ttlAt, x.snapAt
+		e.hit, e.gen, e.exists, e.vlen, e.blen, e.ttlAt = true, x.gen, true, x.vlen, x.blen, x.ttlAt
 		e.st = x.st
 	}
 }
@@ -207,7 +206,7 @@ func (c *cache) put(e *entity) {
 	if ok {
 		c.unlink(old)
 	}
-	c.pushFront(&cached{key: e.key, gen: gen, st: e.st, size: e.size, vlen: vlen, blen: blen, ttlAt: e.ttlAt, snapAt: e.snapAt})
+	c.pushFront(&cached{key: e.key, gen: gen, st: e.st, size: e.size, vlen: vlen, blen: blen, ttlAt: e.ttlAt})
 }
 
 // waitTurn returns once every batch that published before turn has

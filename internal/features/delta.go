@@ -141,5 +141,5 @@ func (r *reader) record(st *state) {
 		r.fail("delta record length")
 		return
 	}
-	st.prune(nowMs, nil)
+	st.prune(nowMs)
 }

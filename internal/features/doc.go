@@ -30,9 +30,11 @@
 // every write (an append within the hour after this process last set it
 // leaves it: keyTTLRefresh), so an entity silent for that long is
 // forgotten as a whole.
-// Next to it, <prefix>{<e>:<uuid>}:r is its replay snapshot hash (doc
-// "Replays"), same hash tag, TTL the replay TTL and a quarter plus a
-// minute, set at most once a quarter of the replay TTL by one process. A
+// Next to it, <prefix>{<e>:<uuid>}:r:<slot> are its replay snapshot
+// strings (doc "Replays"), same hash tag, one per slot of 5 minutes
+// (snapSlot) of the expiry of the events they hold, slot = expiry (unix
+// ms) / 300,000; each expires (PEXPIREAT, set by the write that creates
+// it) a minute after its slot's end. A
 // counterparty's events are the payments to it: a transaction in which it
 // pays in only reads its features.
 //
@@ -111,11 +113,9 @@
 // snapshots: per entity, for a key that did not exist SET NX EX, else a
 // CAS (GETRANGE 0 7 must equal the generation read, then SET EX, or
 // SETRANGE and APPEND of its delta record and EXPIRE), and only
-// if that wrote, HSET of its events' snapshots, HDEL of those of the
-// events the state forgot and, unless this process set it within the last
-// quarter of the replay TTL (the CAS proves nobody wrote the entity
-// since, and a hash given pairs before its deletions never empties),
-// EXPIRE of the hash, all in one script call. On a single Redis one call writes
+// if that wrote, APPEND of its events' snapshots to the snapshot string of
+// their expiry's slot (all events a batch counts share one expiry) and,
+// when that APPEND created it, its PEXPIREAT, all in one script call. On a single Redis one call writes
 // up to 100 entities (the call itself costs about as much as its
 // commands); on a Cluster, whose scripts cannot span slots, one call per
 // entity. Within one process, a batch holds the entities it writes while
@@ -132,7 +132,7 @@
 // written. A node that lost the script (restart, SCRIPT FLUSH) answers
 // NOSCRIPT and gets the body once (EVAL). Only when the batch holds replays
 // that were first applied in an earlier batch, round trip 3: one pipeline
-// of HMGET, one per replayed entity, of their snapshots.
+// of GET, one per replayed entity and snapshot string, of their snapshots.
 //
 // # Counted once
 //
@@ -151,35 +151,35 @@
 // exactly the features its first application returned, per entity. Every
 // event counted leaves its entity's section of its features (account,
 // customer or counterparty; compact varints, snapshot.go: about 50, 60 and
-// 13 bytes) in the entity's snapshot hash <key>:r, field = the event id's
-// 8-byte hash, written by the SAME script call as the state that remembers
-// the event: a state never remembers an event without its snapshot. A
-// counterparty that pays in is only read, never written: its section rides
-// in the account's snapshot. The hash holds exactly the events the state
-// remembers: the write that forgets an event (its replay TTL passed)
-// deletes its snapshot, a reset state (unreadable value) drops the hash,
-// and the hash expires the replay TTL and a quarter plus a minute after a
-// process last set its TTL, which a write does unless that process did it
-// within the last quarter of the replay TTL: so every snapshot lives at
-// least the replay TTL past its write, and a silent entity's up to a
-// quarter of it longer.
-// No per-field TTL is needed (Redis 7.0).
+// 13 bytes) in one of the entity's snapshot strings <key>:r:<slot>, as a
+// record appended by the SAME script call as the state that remembers the
+// event: the event id's 8-byte hash (little-endian), the section's length
+// (uvarint) and the section. A state never remembers an event without its
+// snapshot. A counterparty that pays in is only read, never written: its
+// section rides in the account's snapshot. The state remembers each event
+// until an expiry (its write's wall-clock time plus the replay TTL); the
+// snapshot goes to the string of that expiry's slot (expiry / snapSlot,
+// fixed, so processes with different replay TTLs agree on the key), which
+// expires as a whole snapMargin after the slot's end, so after every
+// event in it is forgotten: nothing is deleted field by field, and a write
+// costs one APPEND, not an HSET per event, an HDEL per event forgotten and
+// the hash's EXPIRE. A replay looks its event up by the expiry its state
+// remembers; the last record of an id wins (an event counted again after
+// its state was reset, or after its memory expired, has a newer one).
+// Records of events the state no longer remembers (reset, or counted
+// again) are never read and go with their string.
 //
 // A replay of an event first applied earlier in the same batch takes the
 // batch's own snapshot; others are fetched in one more round trip (Apply
-// above). A replayed section without a snapshot (written by a version
-// before snapshots, evicted, or the state lost while the hash stayed) falls
-// back to the features as they are now, with new_counterparty false and
-// seconds_since_previous -1; Store.Snapshots counts restored and missing
-// sections. Orphaned fields (a state lost, the hash kept) are never read,
-// since only an event the state remembers is looked up, and go with the
-// hash.
+// above). A replayed section without a snapshot (counted by a version
+// before snapshots, or by one that kept them in the <key>:r hashes, which
+// this one neither reads nor writes and which expire by themselves, or
+// evicted by Redis) falls back to the features as they are now, with
+// new_counterparty false and seconds_since_previous -1; Store.Snapshots
+// counts restored and missing sections.
 //
-// Memory (BenchmarkMemoryPerAccount, Redis 7.0 MEMORY USAGE): a snapshot hash
-// with one field is about 184 bytes, each further field about 72 (listpack,
-// up to 128 fields), about 110-130 beyond (hashtable). Per event of the
-// last replay TTL: 150-250 bytes for busy entities, up to about 550 for a
-// transaction whose three entities have no other event in the window.
+// Memory (BenchmarkMemoryPerAccount, Redis 7.0 MEMORY USAGE): README
+// "Memory".
 
 // # Unreadable values
 //

@@ -91,9 +91,9 @@ func BenchmarkMemoryPerAccount(b *testing.B) {
 	sum := map[string]int64{}
 	count := map[string]int64{}
 	var replay, maxValue int64
-	// The replay snapshots (…:r hashes), by entity kind: their MEMORY
-	// USAGE, fields and the snapshots' own bytes.
-	snapMem, snapFields, snapBytes := map[string]int64{}, map[string]int64{}, map[string]int64{}
+	// The replay snapshots (…:r:<slot> strings), by entity kind: their
+	// MEMORY USAGE, strings, snapshots and the snapshots' own bytes.
+	snapMem, snapStrs, snapFields, snapBytes := map[string]int64{}, map[string]int64{}, map[string]int64{}, map[string]int64{}
 	iter := c.(*redis.Client).Scan(ctx, 0, prefix+"*", 1000).Iterator()
 	for iter.Next(ctx) {
 		k := iter.Val()
@@ -102,15 +102,18 @@ func BenchmarkMemoryPerAccount(b *testing.B) {
 			t.Fatal(err)
 		}
 		kind := strings.TrimPrefix(k, prefix+"{")[:1]
-		if strings.HasSuffix(k, ":r") {
-			h, err := c.HGetAll(ctx, k).Result()
+		if strings.Contains(k, snapSuffix) {
+			v, err := c.Get(ctx, k).Result()
 			if err != nil {
 				t.Fatal(err)
 			}
 			snapMem[kind] += b
-			for _, v := range h {
+			snapStrs[kind]++
+			for len(v) > 0 {
+				l, w := uvarintString(v[8:])
 				snapFields[kind]++
-				snapBytes[kind] += int64(len(v))
+				snapBytes[kind] += int64(l)
+				v = v[8+w+int(l):]
 			}
 			continue
 		}
@@ -147,7 +150,7 @@ func BenchmarkMemoryPerAccount(b *testing.B) {
 	var sm, sf int64
 	for _, k := range kinds {
 		if snapFields[k] > 0 {
-			t.Logf("snapshots %s: %7d  %5.1f bytes each  %6.1f bytes of Redis memory each", k, snapFields[k],
+			t.Logf("snapshots %s: %7d in %6d strings  %5.1f bytes each  %6.1f bytes of Redis memory each", k, snapFields[k], snapStrs[k],
 				float64(snapBytes[k])/float64(snapFields[k]), float64(snapMem[k])/float64(snapFields[k]))
 		}
 		sm += snapMem[k]

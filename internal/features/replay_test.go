@@ -2,6 +2,7 @@ package features
 
 import (
 	"context"
+	"errors"
 	"reflect"
 	"testing"
 	"time"
@@ -104,16 +105,44 @@ func readEntities(t *testing.T, s *Store, evs []*event.Envelope) map[string]map[
 	return out
 }
 
-// Snapshots live as long as the state remembers their events: once the
-// replay TTL has passed the event counts again (with new features and a
-// new snapshot), the forgotten snapshot is deleted, and a snapshot hash
-// not written for the TTL (plus the margin) is gone.
+// snapStrings returns the snapshot strings of the entity whose key is key
+// that exist now (by key), and how many records they hold: those of the
+// slots from a minute ago to a minute past the replay TTL.
+func snapStrings(t *testing.T, c redis.UniversalClient, s *Store, key string) (map[string]string, int) {
+	t.Helper()
+	ctx := context.Background()
+	now := time.Now().UnixMilli()
+	out, n := map[string]string{}, 0
+	for at := now - time.Minute.Milliseconds(); at <= now+(s.ttl+time.Minute).Milliseconds(); at += s.snapSlot.Milliseconds() {
+		k, _ := s.snapKey(key, at)
+		v, err := c.Get(ctx, k).Result()
+		if errors.Is(err, redis.Nil) {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[k] = v
+		for len(v) > 0 {
+			l, w := uvarintString(v[8:])
+			v = v[8+w+int(l):]
+			n++
+		}
+	}
+	return out, n
+}
+
+// Snapshots live as long as the state remembers their events: each goes
+// to the string of its expiry's slot, which expires (whole) after the
+// slot's end; once the replay TTL has passed the event counts again, with
+// new features and a new snapshot.
 func TestSnapshotsExpireWithTheReplayTTL(t *testing.T) {
 	for _, tg := range targets {
 		t.Run(tg.name, func(t *testing.T) {
 			c, prefix, _ := open(t, tg)
-			s := New(c, Options{KeyPrefix: prefix, ReplayTTL: 1500 * time.Millisecond})
-			s.snapMargin = 0
+			ttl := 1500 * time.Millisecond
+			s := New(c, Options{KeyPrefix: prefix, ReplayTTL: ttl})
+			s.snapMargin, s.snapSlot = 0, time.Second
 			ctx := context.Background()
 			at := time.Date(2026, 5, 4, 10, 0, 0, 0, time.UTC)
 			e := txn("t1", "acc", "cust", "fp", "10.50", "EUR", event.DirectionOut, at)
@@ -125,12 +154,15 @@ func TestSnapshotsExpireWithTheReplayTTL(t *testing.T) {
 			if _, err := s.Apply(ctx, []*event.Envelope{f}); err != nil {
 				t.Fatal(err)
 			}
-			hkey := snapKey(s.key(entityAccount, event.AccountID(testWorkspace, "acc")))
-			if n := c.HLen(ctx, hkey).Val(); n != 2 {
-				t.Fatalf("account snapshot hash holds %d, want 2", n)
+			key := s.key(entityAccount, event.AccountID(testWorkspace, "acc"))
+			strs, n := snapStrings(t, c, s, key)
+			if n != 2 {
+				t.Fatalf("account snapshot strings hold %d snapshots, want 2", n)
 			}
-			if ttl := c.PTTL(ctx, hkey).Val(); ttl <= 0 || ttl > 2*time.Second {
-				t.Fatalf("snapshot hash TTL %v, want at most the replay TTL rounded up", ttl)
+			for k := range strs {
+				if d := c.PTTL(ctx, k).Val(); d <= 0 || d > ttl+s.snapSlot {
+					t.Fatalf("snapshot string TTL %v, want at most the replay TTL and a slot", d)
+				}
 			}
 			time.Sleep(1700 * time.Millisecond)
 			again, err := s.Apply(ctx, []*event.Envelope{e})
@@ -141,13 +173,9 @@ func TestSnapshotsExpireWithTheReplayTTL(t *testing.T) {
 			if a["out_count_1h"] != int64(3) || reflect.DeepEqual(again[0], first[0]) {
 				t.Fatalf("after the TTL the event should count again: %v", a)
 			}
-			// t2's snapshot went with t2's memory; t1's is the new one.
-			if n := c.HLen(ctx, hkey).Val(); n != 1 {
-				t.Fatalf("account snapshot hash holds %d after the TTL, want 1", n)
-			}
-			time.Sleep(2100 * time.Millisecond)
-			if n, err := c.Exists(ctx, hkey).Result(); err != nil || n != 0 {
-				t.Fatalf("snapshot hash still there after its TTL (%d, %v)", n, err)
+			time.Sleep(2700 * time.Millisecond)
+			if strs, _ := snapStrings(t, c, s, key); len(strs) != 0 {
+				t.Fatalf("%d snapshot strings still there after their TTL", len(strs))
 			}
 			// Without its snapshot (gone, or written by an older version)
 			// a replay falls back to the features as they are now.
@@ -155,7 +183,13 @@ func TestSnapshotsExpireWithTheReplayTTL(t *testing.T) {
 			if _, err := s2.Apply(ctx, []*event.Envelope{f}); err != nil {
 				t.Fatal(err)
 			}
-			c.Del(ctx, hkey)
+			strs, _ = snapStrings(t, c, s2, key)
+			if len(strs) != 1 {
+				t.Fatalf("%d account snapshot strings after one write, want 1", len(strs))
+			}
+			for k := range strs {
+				c.Del(ctx, k)
+			}
 			if _, err := s2.Apply(ctx, []*event.Envelope{f}); err != nil {
 				t.Fatal(err)
 			}
@@ -197,44 +231,68 @@ func TestThreeRoundTripsWithReplays(t *testing.T) {
 	}
 }
 
-// A write leaves the snapshot hash's TTL as this process set it within the
-// last quarter of the replay TTL (snapRefresh), and every snapshot still
-// lives at least the replay TTL after its write; past that quarter a write
-// sets it again.
-func TestSnapshotHashTTLRefreshedAQuarterTTLApart(t *testing.T) {
+// A snapshot string's TTL is set once, by the write that creates it, to
+// its slot's end: at least as long as every event in it is remembered,
+// never refreshed by the writes that append to it; a replay of an event
+// written into an earlier slot finds its snapshot there.
+func TestSnapshotStringsOutliveTheirEvents(t *testing.T) {
 	for _, tg := range targets {
 		t.Run(tg.name, func(t *testing.T) {
 			c, prefix, _ := open(t, tg)
 			ttl := 4 * time.Second
 			s := New(c, Options{KeyPrefix: prefix, ReplayTTL: ttl})
-			s.snapMargin = 0
+			s.snapMargin, s.snapSlot = 0, time.Second
 			ctx := context.Background()
 			at := time.Date(2026, 5, 4, 10, 0, 0, 0, time.UTC)
-			hkey := snapKey(s.key(entityAccount, event.AccountID(testWorkspace, "acc")))
-			apply := func(id string, k int) time.Duration {
-				t.Helper()
+			key := s.key(entityAccount, event.AccountID(testWorkspace, "acc"))
+			var evs []*event.Envelope
+			var firsts []map[string]any
+			ends := map[string]time.Time{}
+			for k, id := range []string{"t1", "t2", "t3", "t4"} {
 				e := txn(id, "acc", "cust", "fp", "1.00", "EUR", event.DirectionOut, at.Add(time.Duration(k)*time.Second))
-				if _, err := s.Apply(ctx, []*event.Envelope{e}); err != nil {
+				before := time.Now()
+				out, err := s.Apply(ctx, []*event.Envelope{e})
+				if err != nil {
 					t.Fatal(err)
 				}
-				return c.PTTL(ctx, hkey).Val()
+				evs, firsts = append(evs, e), append(firsts, out[0])
+				strs, _ := snapStrings(t, c, s, key)
+				for k := range strs {
+					end := time.Now().Add(c.PTTL(ctx, k).Val())
+					if was, ok := ends[k]; ok && end.Sub(was).Abs() > 200*time.Millisecond {
+						t.Fatalf("snapshot string %s: its expiry moved from %v to %v", k, was, end)
+					}
+					if _, ok := ends[k]; !ok {
+						ends[k] = end
+					}
+				}
+				// This event is remembered until about before + ttl: its
+				// snapshot's string must outlive that.
+				var latest time.Time
+				for _, end := range ends {
+					if end.After(latest) {
+						latest = end
+					}
+				}
+				if latest.Before(before.Add(ttl)) {
+					t.Fatalf("after %s the latest snapshot string expires at %v, before the event is forgotten (%v)", id, latest, before.Add(ttl))
+				}
+				time.Sleep(600 * time.Millisecond)
 			}
-			first := apply("t1", 0) // 5 s: the TTL and its quarter, rounded up
-			if first <= 4*time.Second || first > 5*time.Second {
-				t.Fatalf("snapshot hash TTL %v after the first write, want (4 s, 5 s]", first)
+			if _, n := snapStrings(t, c, s, key); n != 4 {
+				t.Fatalf("snapshot strings hold %d snapshots, want 4", n)
 			}
-			time.Sleep(400 * time.Millisecond)
-			kept := apply("t2", 1)
-			if kept >= first-300*time.Millisecond || kept < ttl {
-				t.Fatalf("TTL %v after a write 0.4 s later, want it left (about %v) and still at least the replay TTL", kept, first-400*time.Millisecond)
+			again, replayed, err := s.ApplyReplays(ctx, evs)
+			if err != nil {
+				t.Fatal(err)
 			}
-			time.Sleep(800 * time.Millisecond)
-			again := apply("t3", 2)
-			if again <= kept {
-				t.Fatalf("TTL %v after a write past a quarter of the replay TTL, want it set again (was %v)", again, kept)
+			for i := range evs {
+				if !replayed[i] || !reflect.DeepEqual(again[i], firsts[i]) {
+					t.Fatalf("replay of %d: replayed %v, features %v, want %v", i, replayed[i], again[i], firsts[i])
+				}
 			}
-			if n := c.HLen(ctx, hkey).Val(); n != 3 {
-				t.Fatalf("snapshot hash holds %d, want 3", n)
+			if restored, missing := s.Snapshots(); restored == 0 || missing != 0 {
+				t.Fatalf("snapshots restored %d, missing %d", restored, missing)
 			}
 		})
 	}

@@ -305,12 +305,12 @@ func (st *state) advance(t int64) {
 
 // replay reports whether id is remembered (until after now) and otherwise
 // remembers it until now+ttl.
-func (st *state) replay(id uint64, nowMs, ttlMs int64) bool {
+func (st *state) replay(id uint64, nowMs, ttlMs int64) (int64, bool) {
 	if exp, ok := st.seen.get(id); ok && exp > nowMs {
-		return true
+		return exp, true
 	}
 	st.seen.set(id, nowMs+ttlMs)
-	return false
+	return nowMs + ttlMs, false
 }
 
 // applyTxn counts one transaction (not a replay) at t (unix s) and returns
@@ -677,10 +677,7 @@ func (st *state) putCounterparty(m map[string]any, cur string) {
 // prune forgets what lies outside every window relative to the head, and
 // remembered event ids that expired: the value stays bounded by the
 // longest window and the replay TTL.
-//
-// It appends the hashes of the event ids it forgets to dropped (their
-// snapshots go with them) and returns it.
-func (st *state) prune(nowMs int64, dropped []uint64) []uint64 {
+func (st *state) prune(nowMs int64) {
 	var lims [levels]int64
 	for l := range levels {
 		lim := st.head(l) - kept[l]
@@ -705,16 +702,9 @@ func (st *state) prune(nowMs int64, dropped []uint64) []uint64 {
 		st.members[d].keep(st.within30)
 	}
 	live := func(exp int64) bool { return exp > nowMs }
-	if st.seen.keepsAll(live) {
-		return dropped
+	if !st.seen.keepsAll(live) {
+		st.seen.keep(live)
 	}
-	for i, exp := range st.seen.vals {
-		if !live(exp) {
-			dropped = append(dropped, st.seen.keys[i])
-		}
-	}
-	st.seen.keep(live)
-	return dropped
 }
 
 // pruneCells drops the cells of buckets up to lim.

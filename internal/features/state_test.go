@@ -44,7 +44,7 @@ func TestCellSumsBeyondInt64(t *testing.T) {
 	}
 	// 31 days later every bucket and its cells are gone.
 	st.applyTxn(t0+31*86400, false, "EUR", 1, true, nil)
-	st.prune(0, nil)
+	st.prune(0)
 	if w := st.windows("IDR"); !w[3].os.isZero() || len(st.sums[lvDay]) != 1 || len(st.bigs) != 0 {
 		t.Fatalf("after the window: IDR %s, %d day cells", w[3].os.number(), len(st.sums[lvDay]))
 	}

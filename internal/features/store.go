@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,59 +20,38 @@ import (
 )
 
 // casLua (a Cluster: one entity per call, keys of different slots cannot
-// share one; writeLua is slower there) writes a value only if the key still holds the generation it was
-// read with (its first 8 bytes), and in the same call the entity's replay
-// snapshots (doc.go "Replays"): KEYS[2] is its snapshot hash (same hash
-// tag). ARGV: generation, value, TTL (s), snapshot hash TTL (s; 0: leave
-// it, snapRefresh), "1" to drop
-// every snapshot first (a reset state remembers no event) or "a" to append
-// (the value is then the new generation and a delta record: delta.go), the number of
-// fields to delete (the events the state forgot), those fields, then
-// field/snapshot pairs. HDEL and HSET go in chunks (unpack's stack limit).
+// share one; writeLua is slower there) writes a value only if the key still
+// holds the generation it was read with (its first 8 bytes), and in the
+// same call appends the entity's replay snapshots (doc.go "Replays") to
+// KEYS[2], its snapshot string of the events' expiry slot (same hash tag).
+// ARGV: generation, value, TTL (s), "a" to append (the value is then the
+// new generation and a delta record: delta.go) or "0", the snapshot
+// records ("" for none), the unix ms at which a new snapshot string
+// expires.
 const casLua = `if redis.call('GETRANGE', KEYS[1], 0, 7) ~= ARGV[1] then
   return 0
 end
-if ARGV[5] == 'a' then
+if ARGV[4] == 'a' then
   redis.call('SETRANGE', KEYS[1], 0, string.sub(ARGV[2], 1, 8))
   redis.call('APPEND', KEYS[1], string.sub(ARGV[2], 9))
   redis.call('EXPIRE', KEYS[1], ARGV[3])
 else
   redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3])
 end
-if ARGV[5] == '1' then
-  redis.call('DEL', KEYS[2])
-end
-local first = 7 + tonumber(ARGV[6])
-local i = first
-while i <= #ARGV do
-  local j = math.min(i + 199, #ARGV)
-  redis.call('HSET', KEYS[2], unpack(ARGV, i, j))
-  i = j + 1
-end
-i = 7
-while i < first do
-  local j = math.min(i + 199, first - 1)
-  redis.call('HDEL', KEYS[2], unpack(ARGV, i, j))
-  i = j + 1
-end
-if ARGV[4] ~= '0' then
-  redis.call('EXPIRE', KEYS[2], ARGV[4])
+if #ARGV[5] > 0 and redis.call('APPEND', KEYS[2], ARGV[5]) == #ARGV[5] then
+  redis.call('PEXPIREAT', KEYS[2], ARGV[6])
 end
 return 1`
 
 // createLua is casLua for a key that did not exist: SET NX instead of the
-// generation compare; nothing to delete. ARGV: value, TTL (s), snapshot
-// hash TTL (s), then field/snapshot pairs.
+// generation compare. ARGV: value, TTL (s), the snapshot records, the
+// snapshot string's expiry (unix ms).
 const createLua = `if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[2]) then
   return 0
 end
-local i = 4
-while i <= #ARGV do
-  local j = math.min(i + 199, #ARGV)
-  redis.call('HSET', KEYS[2], unpack(ARGV, i, j))
-  i = j + 1
+if #ARGV[3] > 0 and redis.call('APPEND', KEYS[2], ARGV[3]) == #ARGV[3] then
+  redis.call('PEXPIREAT', KEYS[2], ARGV[4])
 end
-redis.call('EXPIRE', KEYS[2], ARGV[3])
 return 1`
 
 // cas is loaded once per Redis node and called with EVALSHA; a node that
@@ -81,34 +61,24 @@ var cas, create = redis.NewScript(casLua), redis.NewScript(createLua)
 // writeLua writes entities, each only if its key still holds the
 // generation it was read with (its first 8 bytes) or, for a key that did
 // not exist, only if it still does not (SET NX), and in the same call, for
-// each entity written, its replay snapshots (doc.go "Replays"): KEYS are
-// pairs of an entity's key and its snapshot hash (same hash tag). ARGV:
-// TTL (s), snapshot hash TTL (s), then per entity: mode ("n" new key, "c"
-// compare, "r" compare and drop every snapshot first: a reset state
-// remembers no event, "a" compare and append: the value is then a delta
-// record, delta.go, "A" the same without refreshing the key's TTL, which
-// this process did within keyTTLRefresh), generation read ("" for "n"),
-// the new generation ("a" and "A": SETRANGE writes it over the first 8
-// bytes; else ""), value, the number of
-// fields to delete (the events the state forgot), the number of
-// field/snapshot arguments (negative: leave the hash's TTL as it is,
-// snapRefresh), those fields, then the field/snapshot pairs. The pairs
-// go in before the deletions, so a hash that had a TTL never empties (and
-// loses it) in between.
+// each entity written, appends its replay snapshots (doc.go "Replays") to
+// its snapshot string of their expiry slot: KEYS are pairs of an entity's
+// key and that string (same hash tag). ARGV: TTL (s), then per entity: mode
+// ("n" new key, "c" compare, "a" compare and append: the value is then a
+// delta record, delta.go, "A" the same without refreshing the key's TTL,
+// which this process did within keyTTLRefresh), generation read ("" for
+// "n"), the new generation ("a" and "A": SETRANGE writes it over the first
+// 8 bytes; else ""), value, the snapshot records ("" for none), and the
+// unix ms at which the snapshot string expires, set when this APPEND
+// created it (the string's slot is fixed, so is its end).
 // It returns one 1 (written) or 0 (lost to another writer) per entity.
 // A single Redis writes up to perCall entities per call (one script call
-// costs about as much as the commands it runs); HDEL and HSET go in chunks
-// (unpack's stack limit).
-const writeLua = `local ttl, sttl = ARGV[1], ARGV[2]
+// costs about as much as the commands it runs).
+const writeLua = `local ttl = ARGV[1]
 local res = {}
-local a = 3
+local a = 2
 for k = 1, #KEYS, 2 do
-  local key, skey, mode = KEYS[k], KEYS[k + 1], ARGV[a]
-  local nd, ns = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
-  local keep = ns < 0
-  if keep then
-    ns = -ns
-  end
+  local key, mode = KEYS[k], ARGV[a]
   local ok
   if mode == 'n' then
     ok = redis.call('SET', key, ARGV[a + 3], 'NX', 'EX', ttl)
@@ -123,33 +93,16 @@ for k = 1, #KEYS, 2 do
       ok = redis.call('SET', key, ARGV[a + 3], 'EX', ttl)
     end
   end
-  a = a + 6
   if ok then
-    if mode == 'r' then
-      redis.call('DEL', skey)
-    end
-    local last = a + nd + ns - 1
-    local i = a + nd
-    while i <= last do
-      local j = math.min(i + 199, last)
-      redis.call('HSET', skey, unpack(ARGV, i, j))
-      i = j + 1
-    end
-    last = a + nd - 1
-    i = a
-    while i <= last do
-      local j = math.min(i + 199, last)
-      redis.call('HDEL', skey, unpack(ARGV, i, j))
-      i = j + 1
-    end
-    if ns > 0 and not keep then
-      redis.call('EXPIRE', skey, sttl)
+    local snaps = ARGV[a + 4]
+    if #snaps > 0 and redis.call('APPEND', KEYS[k + 1], snaps) == #snaps then
+      redis.call('PEXPIREAT', KEYS[k + 1], ARGV[a + 5])
     end
     res[#res + 1] = 1
   else
     res[#res + 1] = 0
   end
-  a = a + nd + ns
+  a = a + 6
 end
 return res`
 
@@ -163,18 +116,14 @@ var writeScript = redis.NewScript(writeLua)
 // It bounds how long one call holds Redis (about 7 µs an entity).
 const perCall = 100
 
-// snapMargin is how much longer than the replay TTL (and snapRefresh) a
-// snapshot hash lives after its TTL was last set: room for clocks of stream
-// processes that disagree.
+// snapMargin is how much longer than the end of its slot a snapshot
+// string lives: room for clocks of stream processes that disagree.
 const snapMargin = time.Minute
 
-// snapRefresh is the share of the replay TTL for which a write leaves the
-// snapshot hash's TTL as this process last set it (the hash then lives the
-// replay TTL, this share and snapMargin from that setting, longer than any
-// field written meanwhile needs): one EXPIRE less per entity and batch, an
-// eighth of the stream's Redis commands, for snapshots kept at most a
-// quarter of the TTL longer.
-const snapRefresh = 4 // ttl / snapRefresh
+// snapSlot is the span of expiry times whose snapshots share one string
+// (doc.go "Replays"): fixed, not derived from the replay TTL, so a process
+// with another TTL finds the snapshots another wrote.
+const snapSlot = 5 * time.Minute
 
 // Defaults of Options.
 const (
@@ -225,9 +174,10 @@ type Store struct {
 	prefix string
 	ttl    time.Duration
 	now    func() time.Time
-	// snapMargin is how much longer than the replay TTL a snapshot hash
-	// lives after its last write (tests shorten it).
-	snapMargin time.Duration
+	// snapMargin is how much longer than its slot's end a snapshot
+	// string lives, snapSlot the span of one string's expiries (tests
+	// shorten both).
+	snapMargin, snapSlot time.Duration
 	// wholeValues (tests) writes every value whole, never a delta record.
 	wholeValues bool
 	// serial (tests) computes a batch's entities one after the other.
@@ -271,7 +221,7 @@ func New(client redis.UniversalClient, o Options) *Store {
 	if o.CacheBytes == 0 {
 		o.CacheBytes = DefaultCacheBytes
 	}
-	return &Store{client: client, prefix: o.KeyPrefix, ttl: o.ReplayTTL, now: time.Now, snapMargin: snapMargin,
+	return &Store{client: client, prefix: o.KeyPrefix, ttl: o.ReplayTTL, now: time.Now, snapMargin: snapMargin, snapSlot: snapSlot,
 		cache: newCache(o.CacheBytes)}
 }
 
@@ -295,22 +245,14 @@ func kindName(k byte) string {
 // key is an entity's one key: <prefix>{<e>:<uuid>}; the braces are the
 // Cluster hash tag.
 func (s *Store) key(entity byte, id event.UUID) string {
-	k := s.keys(entity, id)
-	return k[:len(k)-len(snapSuffix)]
-}
-
-// keys is an entity's snapshot hash key (snapKey), of which its key is
-// the start: both in one allocation.
-func (s *Store) keys(entity byte, id event.UUID) string {
 	var b strings.Builder
-	b.Grow(len(s.prefix) + 41 + len(snapSuffix))
+	b.Grow(len(s.prefix) + 41)
 	b.WriteString(s.prefix)
 	b.WriteByte('{')
 	b.WriteByte(entity)
 	b.WriteByte(':')
 	b.WriteString(id.String())
 	b.WriteByte('}')
-	b.WriteString(snapSuffix)
 	return b.String()
 }
 
@@ -343,8 +285,11 @@ type op struct {
 type entity struct {
 	kind byte
 	key  string
-	skey string // snapKey(key)
-	ops  []op
+	// skey is the snapshot string this batch's snapshots go to (snapKey
+	// of their expiry's slot), skeyAt when it expires (unix ms).
+	skey   string
+	skeyAt int64
+	ops    []op
 	// base is the value as read (a base and the delta records after it,
 	// delta.go), until decoded; a state taken from the cache has none.
 	base   string
@@ -366,21 +311,15 @@ type entity struct {
 	appended   bool
 	val        []byte // the value to write
 	// snaps are the snapshots of the events counted (doc.go "Replays"),
-	// replays the events it had counted before (indexes into the batch),
-	// dropped the event hashes its state forgot (their snapshots go).
+	// replays the events it had counted before.
 	snaps   []snap
-	replays []int
-	dropped []uint64
+	replays []replayed
 	arena   []byte
 	// ttlAt is when (unix ms) this process last set the key's TTL, as far
 	// as the cache knows (0: not known); refreshTTL says this write sets
 	// it (an append otherwise leaves it, keyTTLRefresh).
 	ttlAt      int64
 	refreshTTL bool
-	// snapAt is the same for the snapshot hash (0: not known, or the hash
-	// may be gone); refreshSnap says this write sets its TTL.
-	snapAt      int64
-	refreshSnap bool
 	// size estimates st's memory for the cache (cache.go).
 	size int64
 }
@@ -390,6 +329,13 @@ type snap struct {
 	idh uint64
 	ev  int
 	b   []byte
+}
+
+// replayed is an event an entity had counted: its index in the batch and
+// when the entity forgets it (unix ms), which names its snapshot's string.
+type replayed struct {
+	ev  int
+	exp int64
 }
 
 // run is one Apply call's shared work.
@@ -465,8 +411,7 @@ func (s *Store) ApplyValues(ctx context.Context, events []*event.Envelope) ([]*V
 	use := func(kind byte, id event.UUID, ev int, mode byte) {
 		e := byID[entityID{kind, id}]
 		if e == nil {
-			sk := s.keys(kind, id)
-			e = &entity{kind: kind, key: sk[:len(sk)-len(snapSuffix)], skey: sk}
+			e = &entity{kind: kind, key: s.key(kind, id)}
 			byID[entityID{kind, id}] = e
 			ents = append(ents, e)
 		}
@@ -711,7 +656,7 @@ func (s *Store) compute(e *entity, r *run) {
 	st := e.st
 	nowMs, ttlMs := r.now.UnixMilli(), s.ttl.Milliseconds()
 	e.changed = e.corrupt != nil
-	e.snaps, e.replays, e.dropped, e.arena = e.snaps[:0], e.replays[:0], e.dropped[:0], e.arena[:0]
+	e.snaps, e.replays, e.arena = e.snaps[:0], e.replays[:0], e.arena[:0]
 	e.d.reset()
 	keep := func(ev int, idh uint64, start int) {
 		e.snaps = append(e.snaps, snap{idh: idh, ev: ev, b: e.arena[start:len(e.arena):len(e.arena)]})
@@ -724,7 +669,7 @@ func (s *Store) compute(e *entity, r *run) {
 			r.out[o.ev].cp = sv
 			r.reads[o.ev] = appendCPSnap(r.reads[o.ev][:0], &sv.tf.w)
 		case modeEvent:
-			seen := st.replay(p.idh, nowMs, ttlMs)
+			exp, seen := st.replay(p.idh, nowMs, ttlMs)
 			if !seen {
 				st.applyEvent(p.at, ev.Type)
 				e.d.event(p.idh, p.at, ev.Type)
@@ -735,14 +680,14 @@ func (s *Store) compute(e *entity, r *run) {
 			st.evFeat(&sv.ef, p.at)
 			r.out[o.ev].customer = sv
 			if seen {
-				e.replays = append(e.replays, o.ev)
+				e.replays = append(e.replays, replayed{o.ev, exp})
 			} else {
 				start := len(e.arena)
 				e.arena = appendEvSnap(append(e.arena, secEvents), &sv.ef)
 				keep(o.ev, p.idh, start)
 			}
 		case modeTxn:
-			seen := st.replay(p.idh, nowMs, ttlMs)
+			exp, seen := st.replay(p.idh, nowMs, ttlMs)
 			newcp, ssp := false, int64(-1)
 			if !seen {
 				var member *event.UUID
@@ -782,14 +727,19 @@ func (s *Store) compute(e *entity, r *run) {
 				}
 			}
 			if seen {
-				e.replays = append(e.replays, o.ev)
+				e.replays = append(e.replays, replayed{o.ev, exp})
 			} else {
 				keep(o.ev, p.idh, start)
 			}
 		}
 	}
 	if e.changed {
-		e.dropped = st.prune(nowMs, e.dropped)
+		st.prune(nowMs)
+		if len(e.snaps) > 0 {
+			// Every event counted now is remembered until nowMs + ttlMs:
+			// its snapshot goes to that slot's string.
+			e.skey, e.skeyAt = s.snapKey(e.key, nowMs+ttlMs)
+		}
 		// Every write takes a random generation, never the one read plus
 		// one: two writers that read the same value (a batch of this
 		// process that read it while another held it, or another process)
@@ -819,17 +769,6 @@ func (s *Store) compute(e *entity, r *run) {
 		if e.refreshTTL {
 			e.ttlAt = nowMs
 		}
-		// The snapshot hash keeps the TTL this process set within the
-		// last snapRefresh share of the replay TTL: the CAS proves nobody
-		// wrote the entity (nor its hash) since, and a write with pairs
-		// never empties the hash. One without pairs that deletes may.
-		e.refreshSnap = !e.hit || e.snapAt == 0 || e.corrupt != nil || nowMs-e.snapAt >= ttlMs/snapRefresh
-		switch {
-		case len(e.snaps) > 0 && e.refreshSnap:
-			e.snapAt = nowMs
-		case len(e.snaps) == 0 && len(e.dropped) > 0:
-			e.snapAt = 0
-		}
 	}
 	if s.cache.max >= 0 && e.corrupt == nil {
 		// The cache's measure of it (cache.go), here on the batch's
@@ -841,30 +780,36 @@ func (s *Store) compute(e *entity, r *run) {
 // restore gives every replayed event, on each entity that had counted it,
 // the features its first application returned: from this batch's own
 // snapshots when it was first applied in this batch, else from the
-// entity's snapshot hash, all in ONE more pipelined round trip (HMGET per
-// entity). A missing snapshot leaves the features as they are now.
+// entity's snapshot string of the event's expiry slot, all in ONE more
+// pipelined round trip (GET per entity and slot). A missing snapshot
+// leaves the features as they are now.
 func (s *Store) restore(ctx context.Context, ents []*entity, r *run) error {
 	type fetch struct {
 		e   *entity
+		key string
 		evs []int
-		cmd *redis.SliceCmd
+		cmd *redis.StringCmd
 	}
 	var fetches []fetch
 	for _, e := range ents {
-		var far []int
+		first := len(fetches)
 	next:
-		for _, ev := range e.replays {
-			idh := r.preps[ev].idh
+		for _, rp := range e.replays {
+			idh := r.preps[rp.ev].idh
 			for k := range e.snaps {
 				if e.snaps[k].idh == idh {
-					s.put(e, ev, string(e.snaps[k].b), r)
+					s.put(e, rp.ev, string(e.snaps[k].b), r)
 					continue next
 				}
 			}
-			far = append(far, ev)
-		}
-		if len(far) > 0 {
-			fetches = append(fetches, fetch{e: e, evs: far})
+			key, _ := s.snapKey(e.key, rp.exp)
+			for i := first; i < len(fetches); i++ {
+				if fetches[i].key == key {
+					fetches[i].evs = append(fetches[i].evs, rp.ev)
+					continue next
+				}
+			}
+			fetches = append(fetches, fetch{e: e, key: key, evs: []int{rp.ev}})
 		}
 	}
 	if len(fetches) == 0 {
@@ -872,33 +817,75 @@ func (s *Store) restore(ctx context.Context, ents []*entity, r *run) error {
 	}
 	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i := range fetches {
-			f := &fetches[i]
-			fields := make([]string, len(f.evs))
-			for j, ev := range f.evs {
-				fields[j] = snapField(r.preps[ev].idh)
-			}
-			f.cmd = p.HMGet(ctx, f.e.skey, fields...)
+			fetches[i].cmd = p.Get(ctx, fetches[i].key)
 		}
 		return nil
 	})
-	if err != nil {
+	if err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("features: redis: reading the snapshots of %d replayed entities: %w", len(fetches), err)
 	}
 	for _, f := range fetches {
-		vals := f.cmd.Val()
-		for j, ev := range f.evs {
-			v, ok := "", false
-			if j < len(vals) {
-				v, ok = vals[j].(string)
-			}
+		v, err := f.cmd.Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return fmt.Errorf("features: redis: reading the snapshots of a %s: %w", kindName(f.e.kind), err)
+		}
+		for _, ev := range f.evs {
+			sn, ok := findSnap(v, r.preps[ev].idh)
 			if !ok {
 				s.missing.Add(1)
 				continue
 			}
-			s.put(f.e, ev, v, r)
+			s.put(f.e, ev, sn, r)
 		}
 	}
 	return nil
+}
+
+// appendSnaps appends e's snapshots as the records of its snapshot
+// string: per event the id's 8-byte hash, the snapshot's length (uvarint)
+// and the snapshot.
+func appendSnaps(b []byte, snaps []snap) []byte {
+	for _, sn := range snaps {
+		b = binary.LittleEndian.AppendUint64(b, sn.idh)
+		b = binary.AppendUvarint(b, uint64(len(sn.b)))
+		b = append(b, sn.b...)
+	}
+	return b
+}
+
+// findSnap returns the snapshot of the event whose id hashes to idh in a
+// snapshot string: its last record, as a state reset (an unreadable value)
+// or an event counted again after its memory expired writes a newer one.
+func findSnap(v string, idh uint64) (string, bool) {
+	var found string
+	ok := false
+	for len(v) >= 9 {
+		h := binary.LittleEndian.Uint64([]byte(v[:8]))
+		n, w := uvarintString(v[8:])
+		if w <= 0 || uint64(len(v)-8-w) < n {
+			break // damaged: what follows cannot be framed
+		}
+		if h == idh {
+			found, ok = v[8+w:8+w+int(n)], true
+		}
+		v = v[8+w+int(n):]
+	}
+	return found, ok
+}
+
+// uvarintString is binary.Uvarint on a string.
+func uvarintString(s string) (uint64, int) {
+	var x uint64
+	var sh uint
+	for i := 0; i < len(s) && i < binary.MaxVarintLen64; i++ {
+		c := s[i]
+		if c < 0x80 {
+			return x | uint64(c)<<sh, i + 1
+		}
+		x |= uint64(c&0x7f) << sh
+		sh += 7
+	}
+	return 0, 0
 }
 
 // put replaces event ev's section of e with its snapshot v.
@@ -922,18 +909,18 @@ func (s *Store) put(e *entity, ev int, v string, r *run) {
 	}
 }
 
-// snapKey is the snapshot hash of the entity whose key is key: the same
-// hash tag, so the CAS script writes both.
-func snapKey(key string) string { return key + snapSuffix }
-
-const snapSuffix = ":r"
-
-// snapField is a snapshot's field: the event id's 8-byte hash.
-func snapField(idh uint64) string {
-	var b [8]byte
-	binary.LittleEndian.PutUint64(b[:], idh)
-	return string(b[:])
+// snapKey is the snapshot string of the entity whose key is key for the
+// events it remembers until exp (unix ms): <key>:r:<slot>, slot = exp /
+// snapSlot, the same hash tag, so the CAS script writes both; and when
+// that string expires (unix ms): its slot's end and snapMargin, after
+// every event in it is forgotten.
+func (s *Store) snapKey(key string, exp int64) (string, int64) {
+	w := s.snapSlot.Milliseconds()
+	n := exp / w
+	return key + snapSuffix + strconv.FormatInt(n, 10), (n+1)*w + s.snapMargin.Milliseconds()
 }
+
+const snapSuffix = ":r:"
 
 // scriptArg is a script argument go-redis sends as its bytes
 // (encoding.BinaryMarshaler). Arguments go as pointers (*scriptArg,
@@ -965,63 +952,52 @@ func (s *Store) write(ctx context.Context, ents []*entity) ([]*entity, error) {
 		return nil, nil
 	}
 	ttlArg := int64(keyTTL / time.Second)
-	snapTTL := s.snapTTL()
 	sha := writeScript.Hash()
 	calls := make([]call, 0, (len(changed)+perCall-1)/perCall)
 	for len(changed) > 0 {
 		c := call{ents: changed[:min(perCall, len(changed))]}
 		changed = changed[len(c.ents):]
 		// Exactly sized backing arrays: the arguments point into them.
-		nArgs, nRaw, nFields := 3+2*len(c.ents)+2, 0, 0
+		nArgs, nSnaps := 3+2*len(c.ents)+1+6*len(c.ents), 0
 		for _, e := range c.ents {
-			nArgs += 6 + len(e.dropped) + 2*len(e.snaps)
-			nRaw += 2 + len(e.dropped) + 2*len(e.snaps)
-			nFields += len(e.dropped) + len(e.snaps)
+			for _, sn := range e.snaps {
+				nSnaps += 8 + binary.MaxVarintLen64 + len(sn.b)
+			}
 		}
 		strs := make([]string, 0, len(c.ents))
-		ints := make([]int64, 0, 3+2*len(c.ents))
-		raws := make([]scriptArg, 0, nRaw)
-		fields := make([]byte, 0, 8*nFields)
+		ints := make([]int64, 0, 2+len(c.ents))
+		raws := make([]scriptArg, 0, 3*len(c.ents))
+		blob := make([]byte, 0, nSnaps)
 		str := func(v string) *string { strs = append(strs, v); return &strs[len(strs)-1] }
 		num := func(v int64) *int64 { ints = append(ints, v); return &ints[len(ints)-1] }
 		raw := func(v []byte) *scriptArg { raws = append(raws, v); return &raws[len(raws)-1] }
-		field := func(h uint64) *scriptArg {
-			fields = binary.LittleEndian.AppendUint64(fields, h)
-			return raw(fields[len(fields)-8:])
-		}
 		c.args = make([]any, 0, nArgs)
 		c.args = append(c.args, "evalsha", sha, num(int64(2*len(c.ents))))
 		for _, e := range c.ents {
-			c.args = append(c.args, &e.key, &e.skey)
+			if len(e.snaps) == 0 {
+				// Untouched, but a key of the entity's slot all the same.
+				c.args = append(c.args, &e.key, &e.key)
+			} else {
+				c.args = append(c.args, &e.key, &e.skey)
+			}
 		}
-		c.args = append(c.args, num(ttlArg), num(snapTTL))
+		c.args = append(c.args, num(ttlArg))
 		for _, e := range c.ents {
 			mode, gen, newGen, val := "n", "", []byte(nil), e.val
 			if e.exists {
 				mode, gen = "c", e.gen
-				switch {
-				case e.corrupt != nil:
-					mode = "r"
-				case e.appended:
+				if e.appended && e.corrupt == nil {
 					mode, newGen, val = "a", e.val[:genLen], e.val[genLen:]
 					if !e.refreshTTL {
 						mode = "A"
 					}
 				}
 			}
-			ns := int64(2 * len(e.snaps))
-			if !e.refreshSnap {
-				ns = -ns
-			}
-			c.args = append(c.args, mode, str(gen), raw(newGen), raw(val), num(int64(len(e.dropped))), num(ns))
-			for _, h := range e.dropped {
-				c.args = append(c.args, field(h))
-			}
-			for _, sn := range e.snaps {
-				c.args = append(c.args, field(sn.idh), raw(sn.b))
-			}
+			start := len(blob)
+			blob = appendSnaps(blob, e.snaps)
+			c.args = append(c.args, mode, str(gen), raw(newGen), raw(val), raw(blob[start:len(blob):len(blob)]), num(e.skeyAt))
 		}
-		if len(strs) > len(c.ents) || len(ints) > 3+2*len(c.ents) || len(raws) > nRaw || len(fields) > 8*nFields {
+		if len(strs) > len(c.ents) || len(ints) > 2+len(c.ents) || len(raws) > 3*len(c.ents) || len(blob) > nSnaps {
 			// An array outgrown moved: earlier arguments would point into the old one.
 			return nil, fmt.Errorf("features: writing %d entities: script arguments miscounted", len(c.ents))
 		}
@@ -1089,37 +1065,26 @@ func (s *Store) writeEach(ctx context.Context, ents []*entity) ([]*entity, error
 	}
 	ws := make([]w, 0, len(ents))
 	ttlArg := int64(keyTTL / time.Second)
-	snapTTL := s.snapTTL()
 	pipe := s.client.Pipeline()
 	for _, e := range ents {
 		if !e.changed {
 			continue
 		}
-		x := w{e: e, sc: cas, keys: []string{e.key, e.skey}}
+		skey := e.skey
+		if len(e.snaps) == 0 {
+			skey = e.key // untouched, but a key of the entity's slot all the same
+		}
+		snaps := appendSnaps(nil, e.snaps)
+		x := w{e: e, sc: cas, keys: []string{e.key, skey}}
 		if e.exists {
-			reset := "0"
-			switch {
-			case e.corrupt != nil:
-				reset = "1"
-			case e.appended:
-				reset = "a"
+			mode := "0"
+			if e.appended && e.corrupt == nil {
+				mode = "a"
 			}
-			x.args = make([]any, 0, 6+len(e.dropped)+2*len(e.snaps))
-			sttl := snapTTL
-			if !e.refreshSnap {
-				sttl = 0
-			}
-			x.args = append(x.args, e.gen, e.val, ttlArg, sttl, reset, len(e.dropped))
-			for _, h := range e.dropped {
-				x.args = append(x.args, snapField(h))
-			}
+			x.args = []any{e.gen, e.val, ttlArg, mode, snaps, e.skeyAt}
 		} else {
 			x.sc = create
-			x.args = make([]any, 0, 3+2*len(e.snaps))
-			x.args = append(x.args, e.val, ttlArg, snapTTL)
-		}
-		for _, sn := range e.snaps {
-			x.args = append(x.args, snapField(sn.idh), sn.b)
+			x.args = []any{e.val, ttlArg, snaps, e.skeyAt}
 		}
 		x.cas = x.sc.EvalSha(ctx, pipe, x.keys, x.args...)
 		ws = append(ws, x)
@@ -1163,12 +1128,6 @@ func (s *Store) writeEach(ctx context.Context, ents []*entity) ([]*entity, error
 		}
 	}
 	return lost, nil
-}
-
-// snapTTL is a snapshot hash's TTL in seconds, rounded up: the replay TTL,
-// its snapRefresh share and the margin (snapRefresh).
-func (s *Store) snapTTL() int64 {
-	return int64((s.ttl + s.ttl/snapRefresh + s.snapMargin + time.Second - 1) / time.Second)
 }
 
 // idHash is the replay memory's 8-byte hash of an event id (doc.go: the
