@@ -312,14 +312,13 @@ func (a *ingestAPI) decide(ctx context.Context, ws event.UUID, kind event.Kind, 
 		retryAll("cannot check for an earlier copy now; send it again")
 		return
 	}
-	keys := make([]string, len(candidates))
 	mine := make([]idemEntry, len(candidates))
 	exts := make([]string, len(candidates))
 	for i, it := range candidates {
-		keys[i] = a.idem.key(kind, ws, it.externalID)
 		mine[i] = idemEntry{state: idemPending, id: it.id, hash: hashes[it.index], req: req}
 		exts[i] = it.externalID
 	}
+	keys := a.idem.keys(kind, ws, exts)
 	// Buffered, so the lookup's goroutine ends on its own (within its
 	// timeout) when the claim fails and nobody reads it.
 	lookup := make(chan storedLookup, 1)

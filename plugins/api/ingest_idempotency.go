@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+	"unsafe"
 
 	"github.com/redis/go-redis/v9"
 
@@ -64,14 +65,16 @@ type idemEntry struct {
 
 func (e idemEntry) value() string {
 	var b [idemValueLen + idemTokenLen]byte
-	b[0] = e.state
-	copy(b[1:17], e.id[:])
-	copy(b[17:idemValueLen], e.hash[:])
+	return string(e.appendValue(b[:0]))
+}
+
+// appendValue appends the stored value of e to b.
+func (e idemEntry) appendValue(b []byte) []byte {
+	b = append(append(append(b, e.state), e.id[:]...), e.hash[:]...)
 	if e.state == idemPending && e.req != (requestToken{}) {
-		copy(b[idemValueLen:], e.req[:])
-		return string(b[:])
+		b = append(b, e.req[:]...)
 	}
-	return string(b[:idemValueLen])
+	return b
 }
 
 func parseIdemEntry(s string) (idemEntry, bool) {
@@ -129,15 +132,37 @@ type idemStore struct {
 const releaseScript = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`
 
 func (s *idemStore) key(kind event.Kind, ws event.UUID, externalID string) string {
-	// One buffer hashed at once (sha256.Sum256 allocates nothing) and the
-	// key built in another: the same hash as writing the parts one by one.
+	var out [128]byte
+	return string(s.appendKey(out[:0], kind, ws, externalID))
+}
+
+// appendKey appends the key of an external_id to k.
+func (s *idemStore) appendKey(k []byte, kind event.Kind, ws event.UUID, externalID string) []byte {
+	// One buffer hashed at once (sha256.Sum256 allocates nothing): the
+	// same hash as writing the parts one by one.
 	var in [256]byte
 	b := append(append(append(append(in[:0], kind...), 0), ws[:]...), externalID...)
 	sum := sha256.Sum256(b)
-	var out [128]byte
-	k := append(append(out[:0], s.prefix...), "idem:{"...)
+	k = append(append(k, s.prefix...), "idem:{"...)
 	k = base64.RawURLEncoding.AppendEncode(k, sum[:16])
-	return string(append(k, '}'))
+	return append(k, '}')
+}
+
+// keys are the keys of a request's external IDs, cut from one string
+// (one allocation a request, not one a key).
+func (s *idemStore) keys(kind event.Kind, ws event.UUID, externalIDs []string) []string {
+	per := len(s.prefix) + len("idem:{}") + base64.RawURLEncoding.EncodedLen(16)
+	buf := make([]byte, 0, per*len(externalIDs))
+	for _, ext := range externalIDs {
+		buf = s.appendKey(buf, kind, ws, ext)
+	}
+	// buf is never written again: the keys read it in place.
+	all := unsafe.String(unsafe.SliceData(buf), len(buf))
+	keys := make([]string, len(externalIDs))
+	for i := range keys {
+		keys[i] = all[i*per : (i+1)*per]
+	}
+	return keys
 }
 
 // requestKey is the marker key of a request's claims.
@@ -190,13 +215,37 @@ func (s *idemStore) claim(ctx context.Context, keys []string, entries []idemEntr
 	// request (SetArgs grows its slice and boxes each time: 40 % of the
 	// claim's CPU).
 	// The TTL is written as text once, not formatted for every command.
-	unit, ttl := "ex", any(strconv.FormatInt(int64(s.ttl/time.Second), 10))
+	unit, ttl := any("ex"), any(strconv.FormatInt(int64(s.ttl/time.Second), 10))
 	if s.ttl < time.Second || s.ttl%time.Second != 0 {
-		unit, ttl = "px", any(strconv.FormatInt(int64(s.ttl/time.Millisecond), 10))
+		unit, ttl = any("px"), any(strconv.FormatInt(int64(s.ttl/time.Millisecond), 10))
 	}
+	// The values are cut from one string, and every command's arguments
+	// from one slice, the key and value as pointers (which go-redis writes
+	// and hashes to a slot like the strings): per claim, a command and
+	// nothing else is allocated, where a slice, a value and two boxed
+	// strings were.
+	buf := make([]byte, 0, len(entries)*(idemValueLen+idemTokenLen))
+	ends := make([]int, len(entries))
+	for i, e := range entries {
+		buf = e.appendValue(buf)
+		ends[i] = len(buf)
+	}
+	all := unsafe.String(unsafe.SliceData(buf), len(buf)) // never written again
+	values := make([]string, len(entries))
+	for i, end := range ends {
+		start := 0
+		if i > 0 {
+			start = ends[i-1]
+		}
+		values[i] = all[start:end]
+	}
+	const argc = 7
+	args := make([]any, argc*len(keys))
 	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, k := range keys {
-			cmds[i] = p.Do(ctx, "set", k, entries[i].value(), unit, ttl, "nx", "get")
+		for i := range keys {
+			a := args[i*argc : (i+1)*argc : (i+1)*argc]
+			a[0], a[1], a[2], a[3], a[4], a[5], a[6] = "set", &keys[i], &values[i], unit, ttl, "nx", "get"
+			cmds[i] = p.Do(ctx, a...)
 		}
 		return nil
 	})

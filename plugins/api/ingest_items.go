@@ -178,8 +178,7 @@ func decodeBatch(body []byte, kind event.Kind, ws event.UUID, now time.Time, max
 		}
 	}()
 	for i, raw := range raws {
-		path := itemPath(i)
-		r, err := newSlabReader(raw, path, &members)
+		r, err := newItemReader(raw, i, &members)
 		if err != nil {
 			return nil, err
 		}
@@ -194,7 +193,7 @@ func decodeBatch(body []byte, kind event.Kind, ws event.UUID, now time.Time, max
 		// fault rejects its item alone, like any other validation error.
 		var extra []FieldError
 		if itemJSONErr[i] != nil {
-			extra = append(extra, FieldError{Field: path, Message: strings.TrimPrefix(itemJSONErr[i].Error(), event.ErrJSONB.Error()+": ")})
+			extra = append(extra, FieldError{Field: itemPath(i), Message: strings.TrimPrefix(itemJSONErr[i].Error(), event.ErrJSONB.Error()+": ")})
 		}
 		for _, u := range r.unknownFields() {
 			extra = append(extra, FieldError{Field: u, Message: "unknown field"})
@@ -343,11 +342,28 @@ type fieldReader struct {
 	records  *[]byte          // the request's buffer the records are appended to; nil: one each
 	slab     *[]objField      // the request's buffer of object members; nil: one slice an object
 	wsPrefix string           // "<workspace>:", the Kafka keys' start; "": made per item
-	path     string
-	fields   []objField // the object's members in order (a repeated key: the last counts)
-	errs     *[]FieldError
-	nested   []*fieldReader
-	present  bool
+	// The object's path, written only when a failure names it: path, or
+	// items[item-1] when item is set, or parent's path and name.
+	path    string
+	item    int
+	parent  *fieldReader
+	name    string
+	fields  []objField // the object's members in order (a repeated key: the last counts)
+	errs    *[]FieldError
+	ownErrs []FieldError // errs of a reader that is not nested
+	nested  []*fieldReader
+	present bool
+}
+
+// objectPath is the path of the reader's object.
+func (r *fieldReader) objectPath() string {
+	switch {
+	case r.parent != nil:
+		return joinPath(r.parent.objectPath(), r.name)
+	case r.item > 0:
+		return itemPath(r.item - 1)
+	}
+	return r.path
 }
 
 // objField is one member of a JSON object: its key (unescaped) and its
@@ -367,12 +383,24 @@ func newFieldReader(raw json.RawMessage, path string) (*fieldReader, error) {
 // newSlabReader is newFieldReader with the members of raw's objects kept
 // in slab, the request's one buffer of them (nil: one slice an object).
 func newSlabReader(raw json.RawMessage, path string, slab *[]objField) (*fieldReader, error) {
-	r := &fieldReader{path: path, errs: new([]FieldError), present: true, slab: slab}
+	r := &fieldReader{path: path, present: true, slab: slab}
+	return r, r.start(raw)
+}
+
+// newItemReader is newSlabReader for items[i], its path written only when
+// a failure names it.
+func newItemReader(raw json.RawMessage, i int, slab *[]objField) (*fieldReader, error) {
+	r := &fieldReader{item: i + 1, present: true, slab: slab}
+	return r, r.start(raw)
+}
+
+func (r *fieldReader) start(raw json.RawMessage) error {
+	r.errs = &r.ownErrs
 	var ok bool
 	if r.fields, ok = r.split(raw); !ok {
-		return nil, fmt.Errorf("%w: %s: want a JSON object", errMalformed, path)
+		return fmt.Errorf("%w: %s: want a JSON object", errMalformed, r.objectPath())
 	}
-	return r, nil
+	return nil
 }
 
 // split splits an object into its members, in the reader's slab when it
@@ -523,7 +551,7 @@ func joinPath(path, field string) string {
 }
 
 func (r *fieldReader) fail(field, msg string) {
-	*r.errs = append(*r.errs, FieldError{Field: joinPath(r.path, field), Message: msg})
+	*r.errs = append(*r.errs, FieldError{Field: joinPath(r.objectPath(), field), Message: msg})
 }
 
 // raw returns a field's JSON, nil when absent or null.
@@ -795,7 +823,7 @@ func (r *fieldReader) object(field string) json.RawMessage {
 // sub reads a nested object's fields; absent or null gives a reader that
 // reports nothing present.
 func (r *fieldReader) sub(field string) *fieldReader {
-	n := &fieldReader{path: joinPath(r.path, field), errs: r.errs, slab: r.slab}
+	n := &fieldReader{parent: r, name: field, errs: r.errs, slab: r.slab}
 	r.nested = append(r.nested, n)
 	v := r.raw(field)
 	if v == nil {
@@ -852,7 +880,7 @@ func (r *fieldReader) unknownFields() []string {
 				seen = map[string]bool{}
 			}
 			seen[string(f.key)] = true
-			out = append(out, joinPath(r.path, string(f.key)))
+			out = append(out, joinPath(r.objectPath(), string(f.key)))
 		}
 	}
 	for _, n := range r.nested {
