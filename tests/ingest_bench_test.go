@@ -6,11 +6,14 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/speculapro/speculapro/internal/dbmigrate/dbtest"
@@ -34,7 +37,9 @@ const (
 // records (as the pipeline writes them: envelopes with protected
 // identifiers, same keys) produced by franz-go straight to the broker with
 // the same acks=all idempotent settings. Reports txn/s, broker-txn/s and the
-// ratio ingest/broker. 50,000 transactions, 500,000 with SP_TEST_SCALE=full,
+// ratio ingest/broker, and the CPU per item of the run's own Redis (a
+// private redis-server configured as the shared one; Kafka and PostgreSQL
+// are the shared ones). 50,000 transactions, 500,000 with SP_TEST_SCALE=full,
 // or SP_TEST_BENCH_COUNT; SP_TEST_BENCH_SET measures a pipeline setting
 // (e.g. output.reject_errored.kafka_franz.max_in_flight=16).
 func BenchmarkIngestThroughput(b *testing.B) {
@@ -52,13 +57,24 @@ func BenchmarkIngestThroughput(b *testing.B) {
 	ws, key := ingestWorkspace(b, db.AppURL)
 	addr := testenv.FreeAddr(b)
 	base := "http://" + addr
+	// A Redis of the run's own, configured as the shared one (no
+	// persistence): the resend check's Redis serves only this run, so its
+	// CPU per item is measured (INFO cpu) and the requests do not wait
+	// behind other tests' commands or the rehashing of the keys they and
+	// earlier runs left (the shared Redis holds millions; this run adds
+	// 500,000 and takes them away when it ends).
+	rds := testenv.PrivateRedis(b)
+	rc := redis.NewClient(&redis.Options{Addr: rds.Addr()})
+	b.Cleanup(func() { _ = rc.Close() })
+	env := ingestEnv(brokers, prefix, "unused", db, addr)
+	env["SP_REDIS_URL"] = rds.URL()
 	p := newBinProcess(b)
 	// SP_TEST_BENCH_LOG=<file> keeps the process's output (with
 	// SP_TEST_BENCH_GODEBUG=gctrace=1, its collections).
 	if path := os.Getenv("SP_TEST_BENCH_LOG"); path != "" {
 		p.toFile(path)
 	}
-	p.start(b, withBenchGOGC(ingestEnv(brokers, prefix, "unused", db, addr)),
+	p.start(b, withBenchGOGC(env),
 		append(append([]string{"run", "--set", "http.address=" + p.httpAddr, "--set", "http.debug_endpoints=true"}, benchSetArgs()...), "pipelines/ingest.yaml")...)
 	ingestWaitReady(b, p, base)
 
@@ -71,7 +87,6 @@ func BenchmarkIngestThroughput(b *testing.B) {
 		}
 		bodies = append(bodies, ingestBody(b, items...))
 	}
-	baseline := benchBaselineRecords(b, ws, n, at, prefix+"baseline")
 
 	// A warm-up request, so connections, pools and the process's start-up
 	// are not counted as the run's CPU.
@@ -83,6 +98,7 @@ func BenchmarkIngestThroughput(b *testing.B) {
 		b.Fatalf("warm-up: %d accepted %d: %s", code, ans.Accepted, ans.Error)
 	}
 	cpu0 := processCPU(b, p)
+	redisCPU0 := redisCPU(b, rc)
 	alloc0 := totalAlloc(b, p)
 	// Where a request waits: the server's request timer against the
 	// output's write (Kafka's acknowledgement), as means over the run.
@@ -93,6 +109,7 @@ func BenchmarkIngestThroughput(b *testing.B) {
 	var (
 		mu        sync.Mutex
 		latencies []time.Duration
+		timeline  []string // "<start offset µs> <duration µs> <accepted>" a request
 		accepted  int
 		failures  []string
 		wg        sync.WaitGroup
@@ -130,6 +147,7 @@ func BenchmarkIngestThroughput(b *testing.B) {
 				d := time.Since(t0)
 				mu.Lock()
 				latencies = append(latencies, d)
+				timeline = append(timeline, fmt.Sprintf("%d %d %d", t0.Sub(start).Microseconds(), d.Microseconds(), ans.Accepted))
 				accepted += ans.Accepted
 				if code != http.StatusOK || ans.Accepted != ingestBenchBatch {
 					failures = append(failures, fmt.Sprintf("%d: accepted %d retry %d rejected %d %s", code, ans.Accepted, ans.Retry, ans.Rejected, ans.Error))
@@ -145,8 +163,18 @@ func BenchmarkIngestThroughput(b *testing.B) {
 	wg.Wait()
 	elapsed := time.Since(start)
 	b.StopTimer()
+	// SP_TEST_BENCH_TIMELINE=<file> keeps each request's start (µs after
+	// the run's start), duration (µs) and accepted items, so slow episodes
+	// can be lined up with the process's collections (SP_TEST_BENCH_LOG,
+	// gctrace) and the broker's and Redis's logs.
+	if path := os.Getenv("SP_TEST_BENCH_TIMELINE"); path != "" {
+		if err := os.WriteFile(path, []byte(fmt.Sprintf("# run start %s\n%s\n", start.UTC().Format(time.RFC3339Nano), strings.Join(timeline, "\n"))), 0o644); err != nil {
+			b.Logf("timeline: %v", err)
+		}
+	}
 	profiled.Wait()
 	cpu := processCPU(b, p) - cpu0
+	rcpu := redisCPU(b, rc) - redisCPU0
 	allocated := totalAlloc(b, p) - alloc0
 	scrape1, _ := p.scrape()
 	meanMS := func(timer string) float64 {
@@ -163,6 +191,10 @@ func BenchmarkIngestThroughput(b *testing.B) {
 		b.Fatalf("%d of %d requests not fully accepted, first: %s", len(failures), len(bodies), failures[0])
 	}
 
+	// Built only now: 500,000 records held through the run made the
+	// benchmark's own heap twice as large, and its collections, marking
+	// it on the same two cores, slowed the run in bursts.
+	baseline := benchBaselineRecords(b, ws, n, at, prefix+"baseline")
 	brokerRate := benchProduceBaseline(b, brokers, baseline)
 	rate := float64(accepted) / elapsed.Seconds()
 	slices.Sort(latencies)
@@ -176,11 +208,12 @@ func BenchmarkIngestThroughput(b *testing.B) {
 	perItem := cpu / float64(accepted) * 1e6
 	allocPerItem := float64(allocated) / float64(accepted)
 	b.ReportMetric(perItem, "CPU-µs/item")
+	b.ReportMetric(rcpu/float64(accepted)*1e6, "redis-CPU-µs/item")
 	b.ReportMetric(allocPerItem, "allocated-B/item")
 	b.ReportMetric(float64(rss)/(1<<20), "peak-RSS-MB")
-	b.Logf("%d transactions in %d requests of %d, %d clients: %s, %.0f txn/s, latency p50 %v p99 %v; CPU %.1f µs/item (%.2f cores), allocated %.0f B/item, peak RSS %.0f MB; franz-go straight to the broker: %.0f txn/s; ratio %.2f",
+	b.Logf("%d transactions in %d requests of %d, %d clients: %s, %.0f txn/s, latency p50 %v p99 %v; CPU %.1f µs/item (%.2f cores; Redis %.1f µs/item), allocated %.0f B/item, peak RSS %.0f MB; franz-go straight to the broker: %.0f txn/s; ratio %.2f",
 		accepted, len(bodies), ingestBenchBatch, ingestBenchClients, elapsed.Round(time.Millisecond), rate,
-		p50.Round(time.Millisecond), p99.Round(time.Millisecond), perItem, cpu/elapsed.Seconds(), allocPerItem,
+		p50.Round(time.Millisecond), p99.Round(time.Millisecond), perItem, cpu/elapsed.Seconds(), rcpu/float64(accepted)*1e6, allocPerItem,
 		float64(rss)/(1<<20), brokerRate, rate/brokerRate)
 	scale := fmt.Sprintf("%dk items, %d clients × %d", accepted/1000, ingestBenchClients, ingestBenchBatch)
 	benchSummary(b, "ingest API items/s ("+scale+")", fmt.Sprintf("%.0f", rate),
@@ -250,4 +283,23 @@ func benchProduceBaseline(b *testing.B, brokers []string, recs []*kgo.Record) fl
 		b.Fatalf("baseline produce: %v", err)
 	}
 	return float64(len(recs)) / time.Since(start).Seconds()
+}
+
+// redisCPU is the CPU time (user + system, seconds) the Redis c talks to
+// has used so far, by its INFO.
+func redisCPU(b *testing.B, c *redis.Client) float64 {
+	b.Helper()
+	info, err := c.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatalf("Redis INFO cpu: %v", err)
+	}
+	var cpu float64
+	for _, l := range strings.Split(info, "\n") {
+		k, v, _ := strings.Cut(strings.TrimSpace(l), ":")
+		if k == "used_cpu_user" || k == "used_cpu_sys" {
+			f, _ := strconv.ParseFloat(v, 64)
+			cpu += f
+		}
+	}
+	return cpu
 }
