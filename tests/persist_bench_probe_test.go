@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -130,7 +131,8 @@ func saveAllocProfile(t testing.TB, p *binProcess, path string) {
 type waitSampler struct {
 	mu      sync.Mutex
 	counts  map[string]int
-	stmts   map[string]int // active backends by the statement they run
+	stmts   map[string]int    // active backends by the statement they run
+	pids    map[int32]float64 // every client backend seen: its CPU ticks before the first sample, for backendCPU
 	samples int
 	stop    chan struct{}
 	done    chan struct{}
@@ -143,7 +145,7 @@ func startWaitSampler(t testing.TB, superURL, database string) *waitSampler {
 	if err != nil {
 		t.Fatalf("wait sampler: %v", err)
 	}
-	w := &waitSampler{counts: map[string]int{}, stmts: map[string]int{}, stop: make(chan struct{}), done: make(chan struct{})}
+	w := &waitSampler{counts: map[string]int{}, stmts: map[string]int{}, pids: map[int32]float64{}, stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(w.done)
 		defer conn.Close(context.WithoutCancel(ctx))
@@ -159,7 +161,8 @@ func startWaitSampler(t testing.TB, superURL, database string) *waitSampler {
 SELECT CASE WHEN state = 'active' AND wait_event IS NULL THEN 'CPU'
             WHEN state = 'active' THEN wait_event_type || ':' || wait_event
             ELSE 'idle: ' || coalesce(wait_event, state) END,
-       CASE WHEN state = 'active' THEN left(regexp_replace(query, '\s+', ' ', 'g'), 48) END
+       CASE WHEN state = 'active' THEN left(regexp_replace(query, '\s+', ' ', 'g'), 48) END,
+       pid
   FROM pg_stat_activity
  WHERE datname = $1 AND backend_type = 'client backend' AND pid <> pg_backend_pid()`, database)
 			if err != nil {
@@ -167,9 +170,19 @@ SELECT CASE WHEN state = 'active' AND wait_event IS NULL THEN 'CPU'
 			}
 			var what string
 			var stmt *string
-			_, err = pgx.ForEachRow(rows, []any{&what, &stmt}, func() error {
+			var pid int32
+			_, err = pgx.ForEachRow(rows, []any{&what, &stmt, &pid}, func() error {
 				w.mu.Lock()
 				w.counts[what]++
+				if _, ok := w.pids[pid]; !ok {
+					// A backend already there when sampling began did its
+					// earlier work for someone else (set-up, seeding); one
+					// that starts later is the contender's from birth.
+					w.pids[pid] = 0
+					if w.samples == 0 {
+						w.pids[pid] = procCPUTicks(pid)
+					}
+				}
 				if stmt != nil {
 					// pg_stat_statements needs a restart of the shared
 					// server to load: sampling what the active backends
@@ -199,6 +212,57 @@ func (w *waitSampler) report() string {
 	defer w.mu.Unlock()
 	return fmt.Sprintf("backends on average over %d samples: %s; active backends by statement: %s",
 		w.samples, w.averages(w.counts), w.averages(w.stmts))
+}
+
+// backendCPU is the CPU seconds the database's client backends that the
+// sampler saw have used while it ran, read from /proc while they still run
+// (call it before their connections close): unlike commandCPU's sum over
+// every postgres process, it holds no other database's work, so other
+// tests on the shared server do not count as this contender's. It leaves
+// out the server's shared processes (WAL writer, checkpointer), whose work
+// for the same rows is about the same whoever wrote them.
+func (w *waitSampler) backendCPU() float64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var ticks float64
+	for pid, before := range w.pids {
+		ticks += max(procCPUTicks(pid)-before, 0)
+	}
+	return ticks / 100
+}
+
+// procCPUTicks is the utime and stime of process pid in clock ticks, 0
+// when it is gone.
+func procCPUTicks(pid int32) float64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(data)
+	end := strings.LastIndexByte(s, ')')
+	if end < 0 {
+		return 0
+	}
+	f := strings.Fields(s[end+1:])
+	if len(f) < 13 {
+		return 0
+	}
+	var ticks float64
+	for _, v := range f[11:13] {
+		n, _ := strconv.ParseFloat(v, 64)
+		ticks += n
+	}
+	return ticks
+}
+
+// selfCPU is the CPU seconds this test process has used (the ceiling's
+// COPY client).
+func selfCPU() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }
 
 // averages lists counts as average backends per sample, largest first.
