@@ -134,6 +134,8 @@ type waitSampler struct {
 	stmts   map[string]int    // active backends by the statement they run
 	pids    map[int32]float64 // every client backend seen: its CPU ticks before the first sample, for backendCPU
 	samples int
+	failed  int   // samples lost to an error
+	lastErr error // the last of those errors
 	stop    chan struct{}
 	done    chan struct{}
 }
@@ -146,9 +148,23 @@ func startWaitSampler(t testing.TB, superURL, database string) *waitSampler {
 		t.Fatalf("wait sampler: %v", err)
 	}
 	w := &waitSampler{counts: map[string]int{}, stmts: map[string]int{}, pids: map[int32]float64{}, stop: make(chan struct{}), done: make(chan struct{})}
+	// A failed sample is counted and the next one tried (on a new
+	// connection when the old one broke): the sampler once stopped at its
+	// first error, and a run then reported no backends at all.
+	lost := func(err error) {
+		w.mu.Lock()
+		w.failed++
+		w.lastErr = err
+		w.mu.Unlock()
+		if conn.IsClosed() {
+			if c, err := pgx.Connect(ctx, superURL); err == nil {
+				conn = c
+			}
+		}
+	}
 	go func() {
 		defer close(w.done)
-		defer conn.Close(context.WithoutCancel(ctx))
+		defer func() { conn.Close(context.WithoutCancel(ctx)) }()
 		tick := time.NewTicker(50 * time.Millisecond)
 		defer tick.Stop()
 		for {
@@ -166,7 +182,8 @@ SELECT CASE WHEN state = 'active' AND wait_event IS NULL THEN 'CPU'
   FROM pg_stat_activity
  WHERE datname = $1 AND backend_type = 'client backend' AND pid <> pg_backend_pid()`, database)
 			if err != nil {
-				return
+				lost(err)
+				continue
 			}
 			var what string
 			var stmt *string
@@ -193,7 +210,8 @@ SELECT CASE WHEN state = 'active' AND wait_event IS NULL THEN 'CPU'
 				return nil
 			})
 			if err != nil {
-				return
+				lost(err)
+				continue
 			}
 			w.mu.Lock()
 			w.samples++
@@ -210,8 +228,26 @@ func (w *waitSampler) report() string {
 	<-w.done
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return fmt.Sprintf("backends on average over %d samples: %s; active backends by statement: %s",
-		w.samples, w.averages(w.counts), w.averages(w.stmts))
+	lost := ""
+	if w.failed > 0 {
+		lost = fmt.Sprintf(" (%d samples lost, the last to: %v)", w.failed, w.lastErr)
+	}
+	return fmt.Sprintf("backends on average over %d samples%s: %s; active backends by statement: %s",
+		w.samples, lost, w.averages(w.counts), w.averages(w.stmts))
+}
+
+// trouble says why backendCPU may be short ("" when it is not): samples
+// lost, so backends may have been missed, or none seen.
+func (w *waitSampler) trouble() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch {
+	case len(w.pids) == 0:
+		return "no database backend seen"
+	case w.failed*10 > w.samples:
+		return fmt.Sprintf("%d of %d samples of the backends lost", w.failed, w.samples+w.failed)
+	}
+	return ""
 }
 
 // backendCPU is the CPU seconds the database's client backends that the

@@ -214,6 +214,7 @@ func BenchmarkPersistThroughput(b *testing.B) {
 	waitReport := waits.report()
 	// Read while the persister's connections are open.
 	backends := waits.backendCPU()
+	cpuTrust := waits.trouble()
 	if stored := s.count(b); stored != int64(n) {
 		b.Fatalf("the persisters count %d rows stored, the table holds %d, want %d:%s", c, stored, n, tails())
 	}
@@ -246,7 +247,15 @@ func BenchmarkPersistThroughput(b *testing.B) {
 	// over the same code. The ratio is against the mean of the two, and two
 	// ceilings far apart say the machine was disturbed meanwhile.
 	rate := float64(n) / elapsed.Seconds()
-	after, afterCPU, afterOwn := ceiling.again()
+	after, afterCPU, afterOwn, afterTrouble := ceiling.again()
+	for _, t := range []string{ceiling.trouble, afterTrouble} {
+		if cpuTrust == "" {
+			cpuTrust = t
+		}
+	}
+	if cpuTrust != "" {
+		cpuTrust = " (untrustworthy: " + cpuTrust + ")"
+	}
 	copyRate := (ceiling.rate + after) / 2
 	copyCPU := (ceiling.cores + afterCPU) / 2
 	// The CPU both sides spent on the rows themselves: the persister and its
@@ -296,7 +305,7 @@ func BenchmarkPersistThroughput(b *testing.B) {
 		ratioOf(rate, copyRate)+trust, "≥ 0.80 at 1000k (ceilings ≤ 20 % apart)")
 	benchSummary(b, "persister CPU per row with its database backends ("+scale+")", fmt.Sprintf("%.1f µs", runOwn),
 		fmt.Sprintf("raw COPY client and backends %.1f µs (%.1f before, %.1f after)", copyOwn, ceiling.own, afterOwn),
-		ratioOf(copyOwn, runOwn), "")
+		ratioOf(copyOwn, runOwn)+cpuTrust, "")
 	benchSummary(b, "persister peak RSS ("+scale+")", fmt.Sprintf("%.0f MB", float64(rss)/(1<<20)), "", "", "≤ 200 MB")
 	benchSummary(b, "persister CPU per row ("+scale+")", fmt.Sprintf("%.1f µs", perRow), "", "", "")
 	benchSummary(b, "persister bytes allocated per row ("+scale+")", fmt.Sprintf("%.0f B", float64(allocated)/float64(n)), "", "", "falls")
@@ -310,7 +319,8 @@ func BenchmarkPersistThroughput(b *testing.B) {
 type copyCeiling struct {
 	rate, cores, own float64 // own: µs of CPU per row, the client's and its backends'
 	kind             string
-	again            func() (rate, cores, own float64)
+	trouble          string // why own may be short (waitSampler.trouble)
+	again            func() (rate, cores, own float64, trouble string)
 }
 
 // benchCopyCeiling is the raw-COPY ceiling: transactions 0..n-1 of g
@@ -355,7 +365,7 @@ func benchCopyCeiling(b *testing.B, g *loadgen.Generator, n, workers, batch int)
 			chunk = nil
 		}
 	}
-	textCopy := func() (float64, float64, float64) {
+	textCopy := func() (float64, float64, float64, string) {
 		return benchCopyInto(b, "text COPY", n, workers, text, func(ctx context.Context, c *pgxpool.Conn, chunk []byte) error {
 			_, err := c.Conn().PgConn().CopyFrom(ctx, bytes.NewReader(chunk), "COPY speculapro.transactions ("+strings.Join(ceilingColumns, ", ")+") FROM STDIN")
 			return err
@@ -365,18 +375,18 @@ func benchCopyCeiling(b *testing.B, g *loadgen.Generator, n, workers, batch int)
 	for i := 0; i < n; i += batch {
 		binary = append(binary, rows[i:min(i+batch, n)])
 	}
-	binaryCopy := func() (float64, float64, float64) {
+	binaryCopy := func() (float64, float64, float64, string) {
 		return benchCopyInto(b, "binary COPY", n, workers, binary, func(ctx context.Context, c *pgxpool.Conn, chunk [][]any) error {
 			_, err := c.CopyFrom(ctx, pgx.Identifier{"speculapro", "transactions"}, ceilingColumns, pgx.CopyFromRows(chunk))
 			return err
 		})
 	}
-	textRate, textCores, textOwn := textCopy()
-	binRate, binCores, binOwn := binaryCopy()
+	textRate, textCores, textOwn, textTrouble := textCopy()
+	binRate, binCores, binOwn, binTrouble := binaryCopy()
 	if textRate >= binRate {
-		return copyCeiling{rate: textRate, cores: textCores, own: textOwn, kind: "text", again: textCopy}
+		return copyCeiling{rate: textRate, cores: textCores, own: textOwn, trouble: textTrouble, kind: "text", again: textCopy}
 	}
-	return copyCeiling{rate: binRate, cores: binCores, own: binOwn, kind: "binary", again: binaryCopy}
+	return copyCeiling{rate: binRate, cores: binCores, own: binOwn, trouble: binTrouble, kind: "binary", again: binaryCopy}
 }
 
 // ceilingColumns are the columns the raw-COPY ceiling writes: the
@@ -407,7 +417,7 @@ func copyTextPtr(s *string) string {
 // process (the COPY client) and the database's backends; the database is
 // dropped after it (its autovacuum must not run beside the next
 // measurement), then a CHECKPOINT.
-func benchCopyInto[C any](b *testing.B, what string, n, workers int, chunks []C, copy func(context.Context, *pgxpool.Conn, C) error) (rate, cores, own float64) {
+func benchCopyInto[C any](b *testing.B, what string, n, workers int, chunks []C, copy func(context.Context, *pgxpool.Conn, C) error) (rate, cores, own float64, trouble string) {
 	b.Helper()
 	db := dbtest.New(b)
 	benchNoAutovacuum(b, db.SuperuserURL)
@@ -466,6 +476,7 @@ func benchCopyInto[C any](b *testing.B, what string, n, workers int, chunks []C,
 	cores = float64(busy1-busy0) / float64(total1-total0) * float64(runtime.NumCPU())
 	waitReport := waits.report()
 	backends := waits.backendCPU()
+	trouble = waits.trouble()
 	own = (client + backends) / float64(n) * 1e6
 	b.Logf("raw %s: %d rows in %s (%.0f rows/s), the machine %.2f of %d cores busy, PostgreSQL's processes %.1f µs CPU per row, the COPY client %.1f and its backends %.1f µs per row; PostgreSQL %s", what, n, elapsed.Round(time.Millisecond),
 		float64(n)/elapsed.Seconds(), cores, runtime.NumCPU(), servers.pg/float64(n)*1e6, client/float64(n)*1e6, backends/float64(n)*1e6, waitReport)
@@ -476,7 +487,7 @@ func benchCopyInto[C any](b *testing.B, what string, n, workers int, chunks []C,
 	pool.Close()
 	dbtest.Drop(b, testenv.PostgresSuperuserURL(b), db.Name)
 	benchCheckpoint(b)
-	return float64(n) / elapsed.Seconds(), cores, own
+	return float64(n) / elapsed.Seconds(), cores, own, trouble
 }
 
 // storedRows is the persister's speculapro_persist_rows_stored_total for
