@@ -150,7 +150,8 @@ func startWaitSampler(t testing.TB, superURL, database string) *waitSampler {
 	w := &waitSampler{counts: map[string]int{}, stmts: map[string]int{}, pids: map[int32]float64{}, stop: make(chan struct{}), done: make(chan struct{})}
 	// A failed sample is counted and the next one tried (on a new
 	// connection when the old one broke): the sampler once stopped at its
-	// first error, and a run then reported no backends at all.
+	// first error (a backend still connecting has no state, which the
+	// query now names), and a run then reported no backends at all.
 	lost := func(err error) {
 		w.mu.Lock()
 		w.failed++
@@ -176,7 +177,7 @@ func startWaitSampler(t testing.TB, superURL, database string) *waitSampler {
 			rows, err := conn.Query(ctx, `
 SELECT CASE WHEN state = 'active' AND wait_event IS NULL THEN 'CPU'
             WHEN state = 'active' THEN wait_event_type || ':' || wait_event
-            ELSE 'idle: ' || coalesce(wait_event, state) END,
+            ELSE 'idle: ' || coalesce(wait_event, state, 'no state') END,
        CASE WHEN state = 'active' THEN left(regexp_replace(query, '\s+', ' ', 'g'), 48) END,
        pid
   FROM pg_stat_activity
