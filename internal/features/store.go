@@ -313,7 +313,7 @@ type entity struct {
 	// snaps are the snapshots of the events counted (doc.go "Replays"),
 	// replays the events it had counted before.
 	snaps   []snap
-	replays []replayed
+	replays []counted
 	arena   []byte
 	// ttlAt is when (unix ms) this process last set the key's TTL, as far
 	// as the cache knows (0: not known); refreshTTL says this write sets
@@ -331,9 +331,9 @@ type snap struct {
 	b   []byte
 }
 
-// replayed is an event an entity had counted: its index in the batch and
+// counted is an event an entity had counted before: its index in the batch and
 // when the entity forgets it (unix ms), which names its snapshot's string.
-type replayed struct {
+type counted struct {
 	ev  int
 	exp int64
 }
@@ -680,7 +680,7 @@ func (s *Store) compute(e *entity, r *run) {
 			st.evFeat(&sv.ef, p.at)
 			r.out[o.ev].customer = sv
 			if seen {
-				e.replays = append(e.replays, replayed{o.ev, exp})
+				e.replays = append(e.replays, counted{o.ev, exp})
 			} else {
 				start := len(e.arena)
 				e.arena = appendEvSnap(append(e.arena, secEvents), &sv.ef)
@@ -727,7 +727,7 @@ func (s *Store) compute(e *entity, r *run) {
 				}
 			}
 			if seen {
-				e.replays = append(e.replays, replayed{o.ev, exp})
+				e.replays = append(e.replays, counted{o.ev, exp})
 			} else {
 				keep(o.ev, p.idh, start)
 			}
