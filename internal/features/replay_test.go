@@ -113,7 +113,10 @@ func snapStrings(t *testing.T, c redis.UniversalClient, s *Store, key string) (m
 	ctx := context.Background()
 	now := time.Now().UnixMilli()
 	out, n := map[string]string{}, 0
-	for at := now - time.Minute.Milliseconds(); at <= now+(s.ttl+time.Minute).Milliseconds(); at += s.snapSlot.Milliseconds() {
+	// One probe per slot from a minute ago to a whole slot past the
+	// latest expiry (now + ttl): stopping a minute past it missed that
+	// expiry's slot whenever it began in the last minute before now + ttl.
+	for at := now - time.Minute.Milliseconds(); at <= now+(s.ttl+s.snapSlot).Milliseconds(); at += s.snapSlot.Milliseconds() {
 		k, _ := s.snapKey(key, at)
 		v, err := c.Get(ctx, k).Result()
 		if errors.Is(err, redis.Nil) {
