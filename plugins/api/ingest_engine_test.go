@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -159,5 +160,62 @@ func TestActiveRequestsTakeTurns(t *testing.T) {
 	a.ackTimeout = time.Minute
 	if a.enter(cctx) {
 		t.Error("a request whose client gave up was let in")
+	}
+}
+
+// account_event_processors run on account events only, through a real
+// engine: a processor that fails every message it is given rejects the
+// account events (reject_errored refuses them, as it refuses a message a
+// pipeline processor failed) and leaves the transactions, which never
+// reach it, accepted.
+func TestAccountEventProcessorsRunOnAccountEventsOnly(t *testing.T) {
+	f, yaml := setupAPIFixture(t, testenv.RedisURL(t))
+	yaml += `account_event_processors:
+  - mutation: 'root = throw("attributes: refused by the processor")'
+`
+	b := service.NewStreamBuilder()
+	if err := b.SetLoggerYAML("level: none"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.AddInputYAML("ingest_api:" + strings.ReplaceAll(yaml, "\n", "\n  ")); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.AddOutputYAML("reject_errored:\n  ingest_test_kafka: {}"); err != nil {
+		t.Fatal(err)
+	}
+	stream, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- stream.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		c, err := net.Dial("tcp", strings.TrimPrefix(f.base, "http://"))
+		if err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the stream's ingest_api is not listening: %v", err)
+		}
+	}
+	code, out := f.call(t, "POST", "/v1/transactions", f.keyA, string(batchOf(f.txn("t-1", ""), f.txn("t-2", ""))))
+	if st, _ := results(t, out); code != 200 || strings.Join(st, ",") != "accepted,accepted" {
+		t.Errorf("transactions: %d %v, want both accepted (the processors are not theirs)", code, out)
+	}
+	ev := func(ext string) string {
+		return fmt.Sprintf(`{"external_id":%q,"occurred_at":%q,"customer_external_id":"cust-1","type":"sim_swap"}`, ext, f.txTime.Format(time.RFC3339Nano))
+	}
+	code, out = f.call(t, "POST", "/v1/account-events", f.keyA, string(batchOf(ev("ae-1"), ev("ae-2"))))
+	if st, _ := results(t, out); code != 200 || strings.Join(st, ",") != "rejected,rejected" {
+		t.Fatalf("account events: %d %v, want both rejected by the processor", code, out)
+	}
+	if s := fmt.Sprint(out["results"]); !strings.Contains(s, "refused by the processor") {
+		t.Errorf("the rejection does not carry the processor's reason: %s", s)
 	}
 }

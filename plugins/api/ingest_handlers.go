@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/redpanda-data/benthos/v4/public/service"
@@ -78,14 +79,20 @@ func (a *ingestAPI) handleBatch(kind event.Kind) func(http.ResponseWriter, *http
 			return writeError(w, http.StatusServiceUnavailable, errors.New("too many requests being worked on; send it again in a second"))
 		}
 		defer a.leave()
-		parsed, err := decodeBatch(body, kind, ws, time.Now().UTC(), a.maxItems, a.protector)
+		var slab recordSlab
+		parsed, err := decodeBatchInto(body, kind, ws, time.Now().UTC(), a.maxItems, a.protector, &slab)
 		switch {
 		case errors.Is(err, errTooManyItems):
+			slab.release()
 			return writeError(w, http.StatusRequestEntityTooLarge, err)
 		case err != nil:
+			slab.release()
 			return writeError(w, http.StatusBadRequest, err)
 		}
-		results := a.answerBatch(r.Context(), ws, kind, topic, parsed)
+		results, settled := a.answerBatch(r.Context(), ws, kind, topic, parsed)
+		if settled {
+			slab.release()
+		}
 		resp := batchResponse{Results: results}
 		for _, res := range results {
 			switch res.Status {
@@ -220,12 +227,17 @@ func appendItemResult(b []byte, r *itemResult) []byte {
 // answerBatch decides every item: rejected ones by their errors, repeats
 // within the request like their first copy, resends by the ID the
 // external_id was first accepted under (Redis, then the database), and the
-// rest by the pipeline's acknowledgement.
-func (a *ingestAPI) answerBatch(ctx context.Context, ws event.UUID, kind event.Kind, topic string, parsed []parsedItem) []itemResult {
-	results := make([]itemResult, len(parsed))
+// rest by the pipeline's acknowledgement. settled is false while the
+// output may still read the records (see deliver).
+func (a *ingestAPI) answerBatch(ctx context.Context, ws event.UUID, kind event.Kind, topic string, parsed []parsedItem) (results []itemResult, settled bool) {
+	results = make([]itemResult, len(parsed))
+	settled = true
 	first := make(map[string]int, len(parsed)) // external_id → index of its first valid item
 	hashes := make([][8]byte, len(parsed))
 	candidates := make([]*item, 0, len(parsed))
+	// The answers' IDs are cut from one buffer, never written again: one
+	// allocation a request, not one an item.
+	ids := make([]byte, 0, 36*len(parsed))
 	for i, p := range parsed {
 		results[i] = itemResult{Index: i, ExternalID: p.item.externalID}
 		if len(p.errors) > 0 {
@@ -233,7 +245,9 @@ func (a *ingestAPI) answerBatch(ctx context.Context, ws event.UUID, kind event.K
 			continue
 		}
 		hashes[i] = a.contentHash(ws, &parsed[i].item)
-		results[i].ID = uuidString(p.item.id)
+		start := len(ids)
+		ids = appendUUIDText(ids, p.item.id)
+		results[i].ID = unsafe.String(unsafe.SliceData(ids[start:]), len(ids)-start)
 		if _, seen := first[p.item.externalID]; seen {
 			continue // answered like its first copy, below
 		}
@@ -241,7 +255,7 @@ func (a *ingestAPI) answerBatch(ctx context.Context, ws event.UUID, kind event.K
 		candidates = append(candidates, &parsed[i].item)
 	}
 	if len(candidates) > 0 {
-		a.decide(ctx, ws, kind, topic, candidates, hashes, results)
+		settled = a.decide(ctx, ws, kind, topic, candidates, hashes, results)
 	}
 	for i, p := range parsed {
 		if results[i].Status != "" {
@@ -259,7 +273,7 @@ func (a *ingestAPI) answerBatch(ctx context.Context, ws event.UUID, kind event.K
 			results[i].Status = statusDuplicate
 		}
 	}
-	return results
+	return results, settled
 }
 
 // msgConflict answers a resend whose content differs from the first.
@@ -297,8 +311,9 @@ func (a *ingestAPI) contentHash(_ event.UUID, it *item) [8]byte {
 // Redis unreachable: every item is answered retry. Sending without the
 // check could store a resend whose occurred_at differs as a second row,
 // and the client can always send again; a bad item is still answered
-// rejected on its own.
-func (a *ingestAPI) decide(ctx context.Context, ws event.UUID, kind event.Kind, topic string, candidates []*item, hashes [][8]byte, results []itemResult) {
+// rejected on its own. It returns deliver's settled (true when nothing was
+// delivered).
+func (a *ingestAPI) decide(ctx context.Context, ws event.UUID, kind event.Kind, topic string, candidates []*item, hashes [][8]byte, results []itemResult) bool {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), iaProbeTimeout)
 	defer cancel()
 	retryAll := func(msg string) {
@@ -310,7 +325,7 @@ func (a *ingestAPI) decide(ctx context.Context, ws event.UUID, kind event.Kind, 
 	if err != nil {
 		a.log.Errorf("ingest_api: reading a random request token: %v", err)
 		retryAll("cannot check for an earlier copy now; send it again")
-		return
+		return true
 	}
 	mine := make([]idemEntry, len(candidates))
 	exts := make([]string, len(candidates))
@@ -330,7 +345,7 @@ func (a *ingestAPI) decide(ctx context.Context, ws event.UUID, kind event.Kind, 
 	if err != nil {
 		a.logRedis(err)
 		retryAll("cannot check for an earlier copy now; send it again")
-		return
+		return true
 	}
 	a.resolvePending(rctx, prev)
 	var fresh, send []int // indexes into candidates
@@ -386,13 +401,13 @@ func (a *ingestAPI) decide(ctx context.Context, ws event.UUID, kind event.Kind, 
 		}
 	}
 	if len(send) == 0 {
-		return
+		return true
 	}
 	items := make([]*item, len(send))
 	for j, i := range send {
 		items[j] = candidates[i]
 	}
-	a.deliver(topic, items, results)
+	settled := a.deliver(kind, topic, items, results)
 
 	// What Kafka took: this request's own claims by its one marker, another
 	// request's pending entries it sent again one by one. What Kafka did
@@ -423,13 +438,14 @@ func (a *ingestAPI) decide(ctx context.Context, ws event.UUID, kind event.Kind, 
 		// The claims stay pending, read as "maybe in Kafka": a resend is
 		// sent again under the first ID, safe; accepted they must not read.
 		a.logRedis(err)
-		return
+		return settled
 	}
 	if mark {
 		if err := a.idem.markAccepted(uctx, req); err != nil {
 			a.logRedis(err)
 		}
 	}
+	return settled
 }
 
 // resolvePending turns the pending entries a claim found into accepted ones
@@ -479,45 +495,68 @@ func (a *ingestAPI) rateLimited(last *atomic.Int64) bool {
 // deliver hands items to the pipeline as one batch and sets each one's
 // result from the acknowledgement. It waits at most ackTimeout, whatever
 // the client does: an answer must not be given before the ack, and an ack
-// must be recorded even if nobody reads the answer.
-func (a *ingestAPI) deliver(topic string, items []*item, results []itemResult) {
+// must be recorded even if nobody reads the answer. Account events pass
+// through account_event_processors first. settled is false when the
+// output may still read the records: it has them and has not acknowledged
+// all of them (a timeout, a failed write); their buffers are then not
+// reused.
+func (a *ingestAPI) deliver(kind event.Kind, topic string, items []*item, results []itemResult) (settled bool) {
 	batch := make(service.MessageBatch, len(items))
 	topicValue := any(topic) // boxed once a request, not once a message
 	for i, it := range items {
 		m := service.NewMessage(it.value)
 		m.MetaSetMut("ingest_topic", topicValue)
 		m.MetaSetMut("ingest_key", it.key)
-		// The envelope rides along, so a later step (feature_update) reads
-		// it instead of parsing the record again; it also tells which item
-		// a failed message is (failedItems).
+		// The envelope rides along, so a processor (feature_update, for
+		// account events) reads it instead of parsing the record again; it
+		// also tells which item a failed message is (failedItems).
 		batch[i] = eventmsg.With(m, &it.env)
 	}
-	j := &job{batch: batch, done: make(chan error, 1)}
-	timer := time.NewTimer(a.ackTimeout)
-	defer timer.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), a.ackTimeout)
+	defer cancel()
 
 	retryAll := func(msg string) {
 		for _, it := range items {
 			results[it.index].Status, results[it.index].Message = statusRetry, msg
 		}
 	}
+	if kind == event.KindAccountEvent && len(a.accountProcs) > 0 {
+		var err error
+		if batch, err = a.processAccountEvents(ctx, batch); err != nil {
+			retryAll(fmt.Sprintf("the pipeline did not take the items within %v; send them again", a.ackTimeout))
+			return true
+		}
+	}
+	if len(batch) == 0 {
+		// The processors dropped every item, which the pipeline's
+		// processors did by acknowledging them: nothing to write.
+		a.answerDelivered(nil, items, results)
+		return true
+	}
+	j := &job{batch: batch, done: make(chan error, 1)}
 	select {
 	case a.jobs <- j:
-	case <-timer.C:
+	case <-ctx.Done():
 		retryAll(fmt.Sprintf("the pipeline did not take the items within %v; send them again", a.ackTimeout))
-		return
+		return true
 	case <-a.closing:
 		retryAll("the ingest API is shutting down; send the items again")
-		return
+		return true
 	}
 	var ackErr error
 	select {
 	case ackErr = <-j.done:
-	case <-timer.C:
+	case <-ctx.Done():
 		retryAll(fmt.Sprintf("Kafka did not confirm the items within %v; send them again", a.ackTimeout))
-		return
+		return false
 	}
+	a.answerDelivered(ackErr, items, results)
+	return ackErr == nil
+}
 
+// answerDelivered sets each delivered item's result from the pipeline's
+// acknowledgement.
+func (a *ingestAPI) answerDelivered(ackErr error, items []*item, results []itemResult) {
 	failed := failedItems(ackErr, items)
 	for i, it := range items {
 		res := &results[it.index]
@@ -542,6 +581,26 @@ func (a *ingestAPI) deliver(topic string, items []*item, results []itemResult) {
 			res.Status, res.Message = statusRetry, "not in Kafka; send it again"
 		}
 	}
+}
+
+// processAccountEvents runs account_event_processors on a request's
+// account events: one batch out, as the pipeline's processors would hand
+// the output (a message a processor failed carries its error, which
+// reject_errored answers rejected). The error is only ctx's: the
+// processors mark their own failures on the messages.
+func (a *ingestAPI) processAccountEvents(ctx context.Context, batch service.MessageBatch) (service.MessageBatch, error) {
+	out, err := service.ExecuteProcessors(ctx, a.accountProcs, batch)
+	if err != nil {
+		return nil, fmt.Errorf("running the account-event processors: %w", err)
+	}
+	if len(out) == 1 {
+		return out[0], nil
+	}
+	var flat service.MessageBatch
+	for _, b := range out {
+		flat = append(flat, b...)
+	}
+	return flat, nil
 }
 
 // failedItems maps an acknowledgement's error to the items it failed, by

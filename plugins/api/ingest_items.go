@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	gojson "github.com/goccy/go-json"
 
@@ -69,19 +70,19 @@ type item struct {
 // form (the API protects it while the item is parsed, so no step of the
 // pipeline parses the record again). The record is appended to slab, the
 // request's one buffer for all of them, when there is one.
-func (it *item) encode(slab *[]byte) {
+func (it *item) encode(slab *recordSlab) {
 	if slab == nil {
 		it.value = appendRecord(nil, &it.env)
 		return
 	}
-	if cap(*slab)-len(*slab) < recordRoom {
+	if cap(slab.cur)-len(slab.cur) < recordRoom {
 		// A new chunk rather than a bigger copy of this one: the records
 		// already written keep pointing into the old chunk.
-		*slab = make([]byte, 0, recordChunk)
+		slab.take()
 	}
-	start := len(*slab)
-	*slab = appendRecord(*slab, &it.env)
-	it.value = (*slab)[start:len(*slab):len(*slab)]
+	start := len(slab.cur)
+	slab.cur = appendRecord(slab.cur, &it.env)
+	it.value = slab.cur[start:len(slab.cur):len(slab.cur)]
 }
 
 // Records are written into chunks of recordChunk bytes, a new one taken when
@@ -91,6 +92,38 @@ const (
 	recordChunk = 64 << 10
 	recordRoom  = 4 << 10
 )
+
+// recordChunks are the chunks requests write their records into, reused:
+// they were 16 % of the bytes the ingest API allocated at the benchmark's
+// load, each one zeroed when made.
+var recordChunks = sync.Pool{New: func() any { b := make([]byte, 0, recordChunk); return &b }}
+
+// recordSlab is one request's records: the chunk being written and every
+// chunk taken from recordChunks.
+type recordSlab struct {
+	cur    []byte
+	chunks []*[]byte
+}
+
+// take starts a new chunk.
+func (s *recordSlab) take() {
+	c := recordChunks.Get().(*[]byte)
+	s.chunks = append(s.chunks, c)
+	s.cur = (*c)[:0]
+}
+
+// release gives the chunks back for other requests' records. Only once no
+// record in them can be read again: the output acknowledged every one
+// (Kafka has them, franz-go is done with them), or they never left the
+// request. Records still in the output's hands (a timeout, a failed
+// write) are left to the collector.
+func (s *recordSlab) release() {
+	for _, c := range s.chunks {
+		*c = (*c)[:0]
+		recordChunks.Put(c)
+	}
+	s.chunks, s.cur = nil, nil
+}
 
 // memberSlabs are the requests' buffers of object members (about 15 an
 // item), reused between requests.
@@ -124,11 +157,17 @@ type parsedItem struct {
 // fingerprints) while the item is parsed, exactly as the
 // counterparty_fingerprint processor would.
 func decodeBatch(body []byte, kind event.Kind, ws event.UUID, now time.Time, maxItems int, prot *identity.Protector) ([]parsedItem, error) {
+	return decodeBatchInto(body, kind, ws, now, maxItems, prot, &recordSlab{})
+}
+
+// decodeBatchInto is decodeBatch writing the records into slab, which the
+// caller releases when no record can be read again.
+func decodeBatchInto(body []byte, kind event.Kind, ws event.UUID, now time.Time, maxItems int, prot *identity.Protector, slab *recordSlab) ([]parsedItem, error) {
 	// Duplicate keys, \u0000, numbers numeric cannot hold (event.CheckJSON):
 	// one pass over the body, which also proves it is JSON. A body that
 	// passes and is {"items": [...]} is split in place, its items slices of
 	// the body; anything else takes the careful path, which names the fault.
-	bodyErr := event.CheckJSON(body)
+	bodyErr := event.CheckJSONBody(body)
 	raws, ok := splitItems(body, bodyErr)
 	if !ok {
 		var err error
@@ -165,7 +204,6 @@ func decodeBatch(body []byte, kind event.Kind, ws event.UUID, now time.Time, max
 	if kind == event.KindTransaction {
 		sealer, _ = prot.Keys.NewSealer()
 	}
-	var records []byte // chunks of recordChunk bytes (item.encode)
 	wsPrefix := ws.String() + ":"
 	mp := memberSlabs.Get().(*[]objField)
 	members := (*mp)[:0]
@@ -177,12 +215,18 @@ func decodeBatch(body []byte, kind event.Kind, ws event.UUID, now time.Time, max
 			memberSlabs.Put(mp)
 		}
 	}()
+	// One item reader and its nested ones for the whole request, reset per
+	// item: an item's readers are done with before the next one is read
+	// (its errors, kept, are a slice of their own).
+	r := &fieldReader{spares: []*fieldReader{{}}}
+	text := newBodyText(body)
+	var nested [4]*fieldReader
 	for i, raw := range raws {
-		r, err := newItemReader(raw, i, &members)
-		if err != nil {
+		*r = fieldReader{item: i + 1, present: true, slab: &members, nested: nested[:0], spares: r.spares}
+		if err := r.start(raw); err != nil {
 			return nil, err
 		}
-		r.sealer, r.records, r.wsPrefix = sealer, &records, wsPrefix
+		r.sealer, r.records, r.wsPrefix, r.text = sealer, slab, wsPrefix, text
 		if kind == event.KindTransaction {
 			out[i] = r.transaction(ws, now, prot)
 		} else {
@@ -339,7 +383,8 @@ func quoteAll(ss []string) string {
 // failure with its path instead of stopping at the first.
 type fieldReader struct {
 	sealer   *identity.Sealer // the request's, for its identifiers; nil: one per identifier
-	records  *[]byte          // the request's buffer the records are appended to; nil: one each
+	text     *bodyText        // the request's body as text, strings are cut from; nil: copied each
+	records  *recordSlab      // the request's buffer the records are appended to; nil: one each
 	slab     *[]objField      // the request's buffer of object members; nil: one slice an object
 	wsPrefix string           // "<workspace>:", the Kafka keys' start; "": made per item
 	// The object's path, written only when a failure names it: path, or
@@ -352,6 +397,10 @@ type fieldReader struct {
 	errs    *[]FieldError
 	ownErrs []FieldError // errs of a reader that is not nested
 	nested  []*fieldReader
+	// spares are readers sub may reset and use instead of allocating one
+	// (a request's item readers share them: each item's are done with
+	// before the next item is read).
+	spares  []*fieldReader
 	present bool
 }
 
@@ -578,7 +627,7 @@ func (r *fieldReader) str(field string, required bool, max int) string {
 		}
 		return ""
 	}
-	s, ok := plainString(v)
+	s, ok := r.plainString(v)
 	if !ok {
 		if s, ok = decodeString(v); !ok {
 			r.fail(field, "want a string")
@@ -618,6 +667,46 @@ func plainString(v json.RawMessage) (string, bool) {
 		return "", false
 	}
 	return string(v[1 : len(v)-1]), true
+}
+
+// plainString is plainString cut from the request's text when the reader
+// has it and v is a slice of its body: no allocation.
+func (r *fieldReader) plainString(v json.RawMessage) (string, bool) {
+	if r.text == nil {
+		return plainString(v)
+	}
+	if len(v) < 2 || v[0] != '"' || v[len(v)-1] != '"' || bytes.IndexByte(v[1:len(v)-1], '\\') >= 0 || bytes.IndexByte(v[1:len(v)-1], '"') >= 0 {
+		return "", false
+	}
+	if s, ok := r.text.cut(v[1 : len(v)-1]); ok {
+		return s, true
+	}
+	return string(v[1 : len(v)-1]), true
+}
+
+// bodyText is a request body and one string copy of it, which the items'
+// strings are cut from: one allocation a request instead of one a field
+// (4 of an item's 21). The copy, not the body, so that no string shares
+// memory anybody could write; every string of it lives as long as the
+// request's items do.
+type bodyText struct {
+	b []byte
+	s string
+}
+
+func newBodyText(body []byte) *bodyText { return &bodyText{b: body, s: string(body)} }
+
+// cut is v's text when v is a slice of the body (false otherwise: an item
+// the careful path copied out of it).
+func (t *bodyText) cut(v []byte) (string, bool) {
+	if len(v) == 0 || len(t.b) == 0 {
+		return "", false
+	}
+	off := uintptr(unsafe.Pointer(unsafe.SliceData(v))) - uintptr(unsafe.Pointer(unsafe.SliceData(t.b)))
+	if off >= uintptr(len(t.b)) || uintptr(len(v)) > uintptr(len(t.b))-off {
+		return "", false
+	}
+	return t.s[off : off+uintptr(len(v))], true
 }
 
 // decodeString decodes a JSON string with escapes (false: not a string).
@@ -767,10 +856,12 @@ func (r *fieldReader) amount(field string) string {
 		r.fail(field, "required")
 		return ""
 	}
-	var s string
-	if err := gojson.Unmarshal(v, &s); err != nil {
-		r.fail(field, `want a decimal string such as "1249.90", not a JSON number`)
-		return ""
+	s, ok := r.plainString(v)
+	if !ok {
+		if s, ok = decodeString(v); !ok {
+			r.fail(field, `want a decimal string such as "1249.90", not a JSON number`)
+			return ""
+		}
 	}
 	if err := event.CheckAmount(s); err != nil {
 		r.fail(field, err.Error())
@@ -815,6 +906,9 @@ func (r *fieldReader) object(field string) json.RawMessage {
 		r.fail(field, strings.TrimPrefix(err.Error(), event.ErrJSONB.Error()+": "))
 		return nil
 	}
+	if !bytes.ContainsAny(v, " \t\r\n") {
+		return v[:len(v):len(v)] // compact already: the body's bytes, which nobody writes
+	}
 	var buf bytes.Buffer
 	_ = json.Compact(&buf, v)
 	return buf.Bytes()
@@ -823,7 +917,13 @@ func (r *fieldReader) object(field string) json.RawMessage {
 // sub reads a nested object's fields; absent or null gives a reader that
 // reports nothing present.
 func (r *fieldReader) sub(field string) *fieldReader {
-	n := &fieldReader{parent: r, name: field, errs: r.errs, slab: r.slab}
+	var n *fieldReader
+	if k := len(r.nested); k < len(r.spares) {
+		n = r.spares[k]
+		*n = fieldReader{parent: r, name: field, errs: r.errs, slab: r.slab, text: r.text}
+	} else {
+		n = &fieldReader{parent: r, name: field, errs: r.errs, slab: r.slab, text: r.text}
+	}
 	r.nested = append(r.nested, n)
 	v := r.raw(field)
 	if v == nil {

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -337,5 +338,45 @@ func TestDecodeRefusesWhatTheDatabaseWould(t *testing.T) {
 				t.Errorf("errors = %v, want %s: …%s…", items[1].errors, tt.field, tt.msg)
 			}
 		})
+	}
+}
+
+// The items' strings are cut from one copy of the body: a slice of the
+// body maps to its own text, anything else (a copy, a slice of another
+// buffer, past the end) is not cut; and the strings do not change when
+// the body's bytes do.
+func TestBodyTextCut(t *testing.T) {
+	body := []byte(`{"items":[{"external_id":"t-1"}]}`)
+	text := newBodyText(body)
+	i := bytes.Index(body, []byte("t-1"))
+	if s, ok := text.cut(body[i : i+3]); !ok || s != "t-1" {
+		t.Errorf("cut of the body's own bytes = %q %v", s, ok)
+	}
+	if s, ok := text.cut(body[len(body)-2:]); !ok || s != "]}" {
+		t.Errorf("cut of the body's last bytes = %q %v", s, ok)
+	}
+	other := bytes.Clone(body)
+	if _, ok := text.cut(other[i : i+3]); ok {
+		t.Error("a copy's bytes were cut from the body")
+	}
+	if _, ok := text.cut(body[i:i]); ok {
+		t.Error("an empty slice was cut")
+	}
+	roomy := append(make([]byte, 0, len(body)+8), body...)
+	if _, ok := newBodyText(roomy).cut(roomy[len(roomy)-1 : len(roomy)+1]); ok {
+		t.Error("bytes past the body's end were cut")
+	}
+
+	raw := batchOf(validTxn)
+	got, err := decodeBatch(raw, event.KindTransaction, testWS, testNow, 10, testProt)
+	if err != nil || len(got) != 1 || len(got[0].errors) != 0 {
+		t.Fatalf("decodeBatch: %v %+v", err, got)
+	}
+	ext, acc := got[0].item.env.ExternalID, got[0].item.env.AccountExternalID
+	for j := range raw {
+		raw[j] = 'x'
+	}
+	if got[0].item.env.ExternalID != ext || got[0].item.env.AccountExternalID != acc || strings.Contains(ext+acc, "xxx") {
+		t.Errorf("the item's strings changed with the body: %q %q", got[0].item.env.ExternalID, got[0].item.env.AccountExternalID)
 	}
 }

@@ -48,10 +48,14 @@ func appendRecord(dst []byte, e *event.Envelope) []byte {
 		mark := len(dst)
 		dst = appendMember(dst, mark, `"name":`, c.Name)
 		dst = appendMember(dst, mark, `"identifier_kind":`, c.IdentifierKind)
-		dst = appendMember(dst, mark, `"identifier_enc":`, c.IdentifierEnc)
+		// The ciphertext and the fingerprints are the identity package's
+		// (a key id, ':' and base64; hex): nothing in them is escaped, so
+		// they are copied, not scanned byte by byte (a third of a record's
+		// text).
+		dst = appendPlainMember(dst, mark, `"identifier_enc":`, c.IdentifierEnc)
 		dst = appendMember(dst, mark, `"identifier_masked":`, c.IdentifierMasked)
-		dst = appendMember(dst, mark, `"identifier_fp":`, c.IdentifierFP)
-		dst = appendMember(dst, mark, `"fingerprint":`, c.Fingerprint)
+		dst = appendPlainMember(dst, mark, `"identifier_fp":`, c.IdentifierFP)
+		dst = appendPlainMember(dst, mark, `"fingerprint":`, c.Fingerprint)
 		dst = append(dst, '}')
 	}
 	dst = appendObject(dst, `,"metadata":`, e.Metadata)
@@ -77,6 +81,23 @@ func appendMember(dst []byte, mark int, name, value string) []byte {
 		dst = append(dst, ',')
 	}
 	return appendJSONString(append(dst, name...), value)
+}
+
+// appendPlainMember is appendMember for a value with nothing to escape,
+// copied as it is: only ever what the identity package made, a key id
+// (letters, digits, '-' and '_', identity.ParseKeyring), ':' and standard
+// base64, or hex (TestRecordIsEncodes compares the bytes with
+// event.Encode's).
+func appendPlainMember(dst []byte, mark int, name, value string) []byte {
+	if value == "" {
+		return dst
+	}
+	if len(dst) > mark {
+		dst = append(dst, ',')
+	}
+	dst = append(append(dst, name...), '"')
+	dst = append(dst, value...)
+	return append(dst, '"')
 }
 
 // appendObject appends a metadata or attributes object, compact as

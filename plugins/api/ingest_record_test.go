@@ -3,8 +3,11 @@ package api
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"testing"
 	"time"
+
+	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/speculapro/speculapro/internal/event"
 )
@@ -156,5 +159,35 @@ func checkRFC3339(t *testing.T, s string) {
 	}
 	if !got.Equal(want) || got.Location() != time.UTC || year != want.Year() {
 		t.Fatalf("%q: read as %v (year %d), time.Parse gives %v (year %d)", s, got, year, want, want.Year())
+	}
+}
+
+// A request's record buffers are reused only when no record in them can
+// be read again: deliver is settled when the pipeline acknowledged every
+// message, or never took the batch, and not settled while the output may
+// still hold the records (a failed write, no acknowledgement in time).
+func TestRecordBuffersReusedOnlyOnceAcknowledged(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		ack  func(*job) // nil: nobody takes the batch
+		want bool
+	}{
+		{"acknowledged", func(j *job) { j.done <- nil }, true},
+		{"failed", func(j *job) { j.done <- errors.New("writing to topic sp.txn.ingested: broken") }, false},
+		{"no acknowledgement in time", func(*job) {}, false},
+		{"not taken", nil, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			a := &ingestAPI{jobs: make(chan *job), closing: make(chan struct{}), ackTimeout: 200 * time.Millisecond}
+			a.log = service.MockResources().Logger()
+			if tt.ack != nil {
+				go func() { tt.ack(<-a.jobs) }()
+			}
+			items := []*item{{index: 0, value: []byte(`{}`), key: "k"}}
+			results := make([]itemResult, 1)
+			if got := a.deliver(event.KindTransaction, "txn.ingested", items, results); got != tt.want {
+				t.Errorf("settled %v, want %v (answered %s)", got, tt.want, results[0].Status)
+			}
+		})
 	}
 }

@@ -113,7 +113,9 @@ func (f *fakePipeline) run(ctx context.Context, a *ingestAPI) {
 				merr = errors.New(iaRejectPrefix + "counterparty_fingerprint: counterparty.identifier: invalid")
 			default:
 				f.mu.Lock()
-				f.delivered = append(f.delivered, b)
+				// A copy: once acknowledged, the record's buffer is the
+				// next request's (recordSlab), as no real output keeps it.
+				f.delivered = append(f.delivered, bytes.Clone(b))
 				f.mu.Unlock()
 			}
 			if merr != nil {

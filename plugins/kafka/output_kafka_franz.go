@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -344,12 +345,7 @@ func (w *kfoWriter) WriteBatch(ctx context.Context, batch service.MessageBatch) 
 		return service.ErrNotConnected
 	}
 
-	errs := make([]error, len(batch))
-	records := make([]*kgo.Record, len(batch))
-	ex := w.executors(batch)
-	for i, msg := range batch {
-		records[i], errs[i] = w.record(ex, i, msg)
-	}
+	records, errs := w.records(batch)
 
 	wctx, cancel := context.WithTimeout(ctx, w.timeout)
 	defer cancel()
@@ -418,6 +414,22 @@ wait:
 // the message when it is a string: the same text as the interpolation,
 // without running Bloblang for every message (about 5 % of the ingest
 // API's CPU). Any other value, or none, goes through the interpolation.
+// records builds the batch's records: nil where a message's failed, with
+// its error. The records are one allocation, not one each: franz-go holds
+// a record until its promise, and the slice lives as long as any does.
+func (w *kfoWriter) records(batch service.MessageBatch) ([]*kgo.Record, []error) {
+	errs := make([]error, len(batch))
+	records := make([]*kgo.Record, len(batch))
+	slab := make([]kgo.Record, len(batch))
+	ex := w.executors(batch)
+	for i, msg := range batch {
+		if errs[i] = w.record(ex, i, msg, &slab[i]); errs[i] == nil {
+			records[i] = &slab[i]
+		}
+	}
+	return records, errs
+}
+
 type kfoMetaRef struct {
 	prefix, key string
 }
@@ -476,31 +488,33 @@ func (w *kfoWriter) topicOf(ex *kfoExecutors, i int, msg *service.Message) (stri
 	return ex.topic.TryString(i)
 }
 
-// record builds the Kafka record of message i.
-func (w *kfoWriter) record(ex *kfoExecutors, i int, msg *service.Message) (*kgo.Record, error) {
+// record builds the Kafka record of message i in r.
+func (w *kfoWriter) record(ex *kfoExecutors, i int, msg *service.Message, r *kgo.Record) error {
 	topic, err := w.topicOf(ex, i, msg)
 	if err != nil {
-		return nil, fmt.Errorf("interpolating topic: %w", err)
+		return fmt.Errorf("interpolating topic: %w", err)
 	}
 	if topic == "" {
-		return nil, errors.New("interpolating topic: empty topic name")
+		return errors.New("interpolating topic: empty topic name")
 	}
 	value, err := msg.AsBytes()
 	if err != nil {
-		return nil, fmt.Errorf("reading message: %w", err)
+		return fmt.Errorf("reading message: %w", err)
 	}
-	r := &kgo.Record{Topic: topic, Value: value}
+	*r = kgo.Record{Topic: topic, Value: value}
 	if w.key != nil {
 		key, ok := w.keyRef.raw(msg)
 		if ok {
 			key = w.keyRef.prefix + key
 		} else {
 			if key, err = ex.key.TryString(i); err != nil {
-				return nil, fmt.Errorf("interpolating key: %w", err)
+				return fmt.Errorf("interpolating key: %w", err)
 			}
 		}
 		if key != "" {
-			r.Key = []byte(key)
+			// The string's own bytes, not a copy: franz-go only reads a
+			// record's key (partitioning, encoding).
+			r.Key = unsafe.Slice(unsafe.StringData(key), len(key))
 		}
 	}
 	if w.headers.includes() {
@@ -513,7 +527,7 @@ func (w *kfoWriter) record(ex *kfoExecutors, i int, msg *service.Message) (*kgo.
 		// Metadata has no order; sorted headers make equal messages equal records.
 		sort.Slice(r.Headers, func(a, b int) bool { return r.Headers[a].Key < r.Headers[b].Key })
 	}
-	return r, nil
+	return nil
 }
 
 // Close stops the producer. Records it still buffers fail, which fails the
