@@ -4,25 +4,24 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"runtime/metrics"
 	"strings"
+	"sync"
+	"time"
 )
 
 // defaultMemoryLimit is the Go runtime's soft memory limit when GOMEMLIMIT is
-// not set: 150 MiB of Go-managed memory keeps the persist, ingest, worker and
-// decision roles' resident set under 200 MB at full speed (the rest is the
+// not set and the command runs no stream role: 150 MiB of Go-managed memory
+// keeps the persist, ingest, worker and decision roles' resident set under
+// 200 MB at full speed (the rest is the
 // binary's own pages and the runtime's), because the collector runs earlier
 // when the heap nears it instead of letting it grow to twice the live data
 // (GOGC=100). GOMEMLIMIT (for example GOMEMLIMIT=512MiB, or "off") replaces it.
 const defaultMemoryLimit = 150 << 20
 
 // setMemoryLimit applies defaultMemoryLimit unless GOMEMLIMIT is set (the
-// runtime has applied that one already) or the command runs the stream role.
-// The stream's live data (its running-totals cache, 128 MiB by default, and
-// the values of a batch's entities) is larger than the limit, and a soft
-// limit below the live heap makes the collector run nearly all the time:
-// measured at 100k events, 199 µs of CPU per event under the limit against
-// 63 µs without it. So the stream, and `speculapro dev`, which runs it in
-// the same process, keep Go's default.
+// runtime has applied that one already); a command that runs the stream
+// role gets the stream's own limit instead (streamMemoryLimit).
 func setMemoryLimit(args []string) {
 	if runsIngest(args) {
 		if _, ok := os.LookupEnv("GOGC"); !ok {
@@ -33,9 +32,62 @@ func setMemoryLimit(args []string) {
 		return
 	}
 	if runsStream(args) {
+		debug.SetMemoryLimit(streamLimitFor(0))
+		following.Do(func() { go followLiveHeap(time.Second) })
 		return
 	}
 	debug.SetMemoryLimit(defaultMemoryLimit)
+}
+
+// streamMemoryLimit is the soft memory limit of a process that runs the
+// stream role (and `speculapro dev`, which runs it beside the others). The
+// stream's live data, its running-totals cache (128 MiB by default, about
+// 200 MB of heap once decoded states, tables and the batches in flight are
+// counted) and the records in flight, is larger than the other roles'
+// 150 MiB, and a soft limit below about 1.5 times the live heap makes the
+// collector run nearly all the time: 199 µs of CPU per event against 63
+// under a 150 MiB limit at 100k events, 115 against 68 µs at 1M under
+// 320 MiB (the live heap there 230-265 MB). With Go's default alone the
+// heap grows to twice the live data: peak RSS 682 MB at 1M, against 452 MB
+// under 400 MiB for 74 against 68 µs of CPU per event (one run each in one
+// lock hold, 2026-12-02 06:08-06:20 UTC, a loaded machine).
+const streamMemoryLimit = 400 << 20
+
+// streamLiveHeadroom is how far above the live heap the stream's limit
+// stays whatever streamMemoryLimit says, as a ratio: a process whose live
+// data outgrows the limit (a larger cache_bytes, larger batches, several
+// pipelines in one process) then collects as often as GOGC=50 would, not
+// continuously.
+const streamLiveHeadroom = 1.5
+
+// streamLimitFor is the stream's soft memory limit for a live heap of live
+// bytes: streamMemoryLimit, or streamLiveHeadroom times the live heap when
+// that is more.
+func streamLimitFor(live uint64) int64 {
+	return max(streamMemoryLimit, int64(float64(live)*streamLiveHeadroom))
+}
+
+// following starts followLiveHeap once per process.
+var following sync.Once
+
+// followLiveHeap raises (and lowers again, never below streamMemoryLimit)
+// the soft memory limit with the live heap, every interval, for the life of
+// the process. The live heap is the runtime's own figure as of the last
+// collection; a change under a sixteenth is left alone.
+func followLiveHeap(interval time.Duration) {
+	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	current := streamLimitFor(0)
+	for range time.Tick(interval) {
+		metrics.Read(sample)
+		if sample[0].Value.Kind() != metrics.KindUint64 {
+			return // a runtime without the metric: the fixed limit stays
+		}
+		limit := streamLimitFor(sample[0].Value.Uint64())
+		if d := limit - current; d > current/16 || -d > current/16 {
+			debug.SetMemoryLimit(limit)
+			current = limit
+		}
+	}
 }
 
 // ingestGCPercent is the ingest role's GOGC when GOGC is not set. Its live

@@ -34,7 +34,7 @@ func unsetenv(t *testing.T, name string) {
 	}
 }
 
-func TestStreamKeepsGoDefaultMemoryLimit(t *testing.T) {
+func TestStreamGetsItsOwnMemoryLimit(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
 		want bool
@@ -58,8 +58,27 @@ func TestStreamKeepsGoDefaultMemoryLimit(t *testing.T) {
 	debug.SetMemoryLimit(math.MaxInt64)
 	unsetenv(t, "GOMEMLIMIT")
 	setMemoryLimit([]string{"run", "pipelines/stream.yaml"})
-	if got := debug.SetMemoryLimit(-1); got != math.MaxInt64 {
-		t.Errorf("the stream got a soft memory limit of %d", got)
+	if got := debug.SetMemoryLimit(-1); got != streamMemoryLimit {
+		t.Errorf("the stream's soft memory limit is %d, want %d", got, streamMemoryLimit)
+	}
+}
+
+// The stream's limit stays streamLiveHeadroom above the live heap once the
+// live heap outgrows streamMemoryLimit, so the collector never runs
+// continuously.
+func TestStreamLimitFollowsTheLiveHeap(t *testing.T) {
+	for _, tc := range []struct {
+		live uint64
+		want int64
+	}{
+		{0, streamMemoryLimit},
+		{200 << 20, streamMemoryLimit},
+		{300 << 20, 450 << 20},
+		{1 << 30, 1536 << 20},
+	} {
+		if got := streamLimitFor(tc.live); got != tc.want {
+			t.Errorf("streamLimitFor(%d MiB) = %d MiB, want %d MiB", tc.live>>20, got>>20, tc.want>>20)
+		}
 	}
 }
 
