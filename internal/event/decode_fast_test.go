@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	gojson "github.com/goccy/go-json"
 )
@@ -118,9 +119,9 @@ func TestDecodeFastAgreesWithTheLibrary(t *testing.T) {
 		strings.Replace(sampleUndecided, `"occurred_at":"2026-11-30T07:41:12.345Z"`, `"occurred_at":"2026-11-30 07:41:12Z"`, 1),
 		strings.Replace(sampleUndecided, `"amount":"1249.90"`, `"amount":1249.90`, 1),
 		"", "{", "{}", `{"v":1}`, "[]", "null",
-		// Not plain, so CheckText looks at every text field: a DEL
-		// (refused), a DEL in metadata (CheckJSONB's), a label beyond ASCII
-		// (fine) and one past its limit only in bytes.
+		// A DEL (not plain, so CheckText looks at every text field:
+		// refused), a DEL in metadata (CheckJSONB's), a label beyond ASCII
+		// (plain: fine) and one past its limit only in bytes.
 		strings.Replace(sampleUndecided, `"mobile"`, "\"mob\x7file\"", 1),
 		strings.Replace(sampleUndecided, `"tags"`, "\"t\x7fags\"", 1),
 		strings.Replace(sampleUndecided, `"mobile"`, `"möbile"`, 1),
@@ -133,6 +134,26 @@ func TestDecodeFastAgreesWithTheLibrary(t *testing.T) {
 	// The one with a number inside metadata is still read fast.
 	if !fastAgrees(t, []byte(strings.Replace(sampleUndecided, `"metadata":{`, `"metadata":{"x":1,`, 1))) {
 		t.Error("decodeFast did not read metadata holding a number")
+	}
+}
+
+// A name beyond ASCII leaves a record plain (CheckText has nothing to find
+// in valid UTF-8 without control characters), a DEL anywhere does not.
+func TestDecodeFastPlainIsAboutDELOnly(t *testing.T) {
+	for _, c := range []struct {
+		in    string
+		plain bool
+	}{
+		{sampleUndecided, true},
+		{strings.Replace(sampleUndecided, `"mobile"`, `"Köln Novák €"`, 1), true},
+		{strings.Replace(sampleUndecided, `"mobile"`, "\"mob\x7file\"", 1), false},
+		{strings.Replace(sampleUndecided, `"mobile"`, "\"Köln\x7f\"", 1), false},
+	} {
+		_, plain, ok := decodeFast([]byte(c.in), true)
+		if !ok || plain != c.plain {
+			t.Errorf("decodeFast(%q): plain %v, ok %v; want plain %v", c.in, plain, ok, c.plain)
+		}
+		fastAgrees(t, []byte(c.in))
 	}
 }
 
@@ -221,5 +242,48 @@ func TestSpecial8FindsEverySpecialByte(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// parseUTC reads what it accepts exactly as UnmarshalJSON does (the same
+// time.Time, location included), and accepts every canonical UTC form:
+// every day of years around the leap rules' edges, each with and without
+// fractions, and edited strings it must refuse or agree on.
+func TestParseUTCIsUnmarshalJSON(t *testing.T) {
+	agree := func(s string) bool {
+		t.Helper()
+		got, ok := parseUTC(s)
+		var want time.Time
+		err := want.UnmarshalJSON([]byte(`"` + s + `"`))
+		if ok && (err != nil || !reflect.DeepEqual(got, want)) {
+			t.Fatalf("parseUTC(%q) = %#v, UnmarshalJSON %#v, %v", s, got, want, err)
+		}
+		return ok
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, year := range []int{0, 1, 4, 100, 399, 400, 1600, 1899, 1900, 1969, 1970, 1999, 2000, 2024, 2026, 2100, 2400, 9999} {
+		for d := time.Date(year, 1, 1, 0, 0, 0, 0, time.UTC); d.Year() == year; d = d.AddDate(0, 0, 1) {
+			at := d.Add(time.Duration(r.Int64N(int64(24 * time.Hour))))
+			for _, layout := range []string{"2006-01-02T15:04:05Z", "2006-01-02T15:04:05.000Z", "2006-01-02T15:04:05.000000Z", "2006-01-02T15:04:05.999999999Z", "2006-01-02T15:04:05.0Z"} {
+				s := at.Format(layout)
+				if len(s) == len(layout) && !agree(s) {
+					t.Fatalf("parseUTC refused %q", s)
+				}
+			}
+		}
+	}
+	for _, s := range []string{"2026-02-29T00:00:00Z", "2024-02-29T23:59:59Z", "2026-13-01T00:00:00Z", "2026-00-01T00:00:00Z",
+		"2026-04-31T00:00:00Z", "2026-01-01T24:00:00Z", "2026-01-01T23:60:00Z", "2026-01-01T23:59:60Z",
+		"2026-01-01T00:00:00.Z", "2026-01-01T00:00:00.1234567891Z", "2026-01-01T00:00:00+01:00", "2026-01-01t00:00:00Z",
+		"2026-01-01T00:00:00z", "2026-01-01 00:00:00Z", "+026-01-01T00:00:00Z", "2026-1-01T00:00:00Z", "2026-01-01T00:00:00,5Z"} {
+		agree(s)
+	}
+	base := []byte("2026-11-30T07:41:12.345678Z")
+	for i := 0; i < 200000; i++ {
+		b := append([]byte(nil), base...)
+		for k := r.IntN(2) + 1; k > 0; k-- {
+			b[r.IntN(len(b))] = "0123456789-:.TZ+x"[r.IntN(17)]
+		}
+		agree(string(b[:len(b)-r.IntN(3)]))
 	}
 }

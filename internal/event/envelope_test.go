@@ -311,3 +311,56 @@ func BenchmarkTransactionID(b *testing.B) {
 		TransactionID(ws, "txn-2026-11-30-000123456", at)
 	}
 }
+
+// parseUUIDByteWise is ParseUUID as it was written first, a branch per
+// digit: the table's answers must be its answers.
+func parseUUIDByteWise(s string) (UUID, error) {
+	var u UUID
+	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
+		return u, errUUIDSyntax
+	}
+	j := 0
+	for i := 0; i < 36; {
+		if i == 8 || i == 13 || i == 18 || i == 23 {
+			i++
+			continue
+		}
+		hi, ok1 := fromHex(s[i])
+		lo, ok2 := fromHex(s[i+1])
+		if !ok1 || !ok2 {
+			return UUID{}, errUUIDSyntax
+		}
+		u[j] = hi<<4 | lo
+		j++
+		i += 2
+	}
+	return u, nil
+}
+
+func TestParseUUIDAgreesWithByteWise(t *testing.T) {
+	base := []byte("6f1c2b9e-3d4a-4f5b-9c8d-7e6f5a4b3c2d")
+	// Every byte value at every position, then random UUIDs.
+	for pos := range base {
+		for c := range 256 {
+			b := append([]byte(nil), base...)
+			b[pos] = byte(c)
+			got, gotErr := ParseUUID(string(b))
+			want, wantErr := parseUUIDByteWise(string(b))
+			if got != want || (gotErr == nil) != (wantErr == nil) {
+				t.Fatalf("ParseUUID(%q) = %v, %v; byte-wise %v, %v", b, got, gotErr, want, wantErr)
+			}
+		}
+	}
+	for i := range 10000 {
+		var u UUID
+		for k := range u {
+			u[k] = byte(i*31 + k*7 + i>>3)
+		}
+		for _, s := range []string{u.String(), strings.ToUpper(u.String())} {
+			got, err := ParseUUID(s)
+			if err != nil || got != u {
+				t.Fatalf("ParseUUID(%q) = %v, %v; want %v", s, got, err, u)
+			}
+		}
+	}
+}

@@ -45,7 +45,12 @@ func CheckJSONB(raw []byte) error {
 	if len(raw) > MaxObjectBytes {
 		return fmt.Errorf("%w: %d bytes, at most %d", ErrJSONB, len(raw), MaxObjectBytes)
 	}
-	if t := bytes.TrimLeft(raw, " \t\r\n"); len(t) == 0 || t[0] != '{' {
+	// A loop, not bytes.TrimLeft, which built its byte set on every call.
+	i := 0
+	for i < len(raw) && (raw[i] == ' ' || raw[i] == '\t' || raw[i] == '\r' || raw[i] == '\n') {
+		i++
+	}
+	if i == len(raw) || raw[i] != '{' {
 		return fmt.Errorf("%w: want a JSON object", ErrJSONB)
 	}
 	return CheckJSON(raw)
@@ -59,22 +64,33 @@ func CheckJSON(raw []byte) error {
 	if !utf8.Valid(raw) {
 		return fmt.Errorf("%w: not valid UTF-8", ErrJSONB)
 	}
-	if err := checkEscapes(raw); err != nil {
-		return fmt.Errorf("%w: %v", ErrJSONB, err)
+	// Only a \u escape can be refused there: without a backslash (nearly
+	// all metadata) the byte-wise walk is skipped.
+	if bytes.IndexByte(raw, '\\') >= 0 {
+		if err := checkEscapes(raw); err != nil {
+			return fmt.Errorf("%w: %v", ErrJSONB, err)
+		}
 	}
 	// The frames and their keys' slices are reused: growing them anew cost
-	// the persister five allocations a record.
+	// the persister five allocations a record. Put back without a defer
+	// (checkJSON does not panic): the two deferred closures were a third
+	// of checking a small object.
 	st := jsonStacks.Get().(*[]jsonFrame)
-	defer func() {
-		for i := range *st {
-			f := &(*st)[i]
-			clear(f.keys) // the keys point into raw: keep none of it alive
-			f.key, f.keys, f.set = nil, f.keys[:0], nil
-		}
-		jsonStacks.Put(st)
-	}()
 	c := jsonChecker{raw: raw, stack: (*st)[:0]}
-	defer func() { *st = c.stack[:cap(c.stack)] }()
+	err := c.check()
+	*st = c.stack[:cap(c.stack)]
+	for i := range *st {
+		f := &(*st)[i]
+		clear(f.keys) // the keys point into raw: keep none of it alive
+		f.key, f.keys, f.set = nil, f.keys[:0], nil
+	}
+	jsonStacks.Put(st)
+	return err
+}
+
+// check is CheckJSON's grammar and rules, after its byte-level checks.
+func (c *jsonChecker) check() error {
+	raw := c.raw
 	c.skipWS()
 	if c.i >= len(raw) {
 		return fmt.Errorf("%w: invalid JSON", ErrJSONB)

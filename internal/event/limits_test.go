@@ -157,3 +157,35 @@ func TestAmountLimitsMatchNumeric(t *testing.T) {
 		t.Errorf("currency list")
 	}
 }
+
+// The cached window is DecodeWindow's at every clock, across month ends
+// (both margins' edges) and when the clock goes back.
+func TestDecodeWindowCachedIsDecodeWindow(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	check := func(now time.Time) {
+		t.Helper()
+		from, until := decodeWindowCached(now)
+		wantFrom, wantUntil := DecodeWindow(now)
+		if !from.Equal(wantFrom) || !until.Equal(wantUntil) {
+			t.Fatalf("at %s: cached [%s, %s), DecodeWindow [%s, %s)", now, from, until, wantFrom, wantUntil)
+		}
+	}
+	// Every 10 minutes over 14 months, then back through the same span in
+	// big steps, then each margin's edge to the microsecond.
+	for now := start; now.Before(start.AddDate(1, 2, 0)); now = now.Add(10 * time.Minute) {
+		check(now)
+	}
+	for now := start.AddDate(1, 2, 0); now.After(start); now = now.Add(-61 * time.Hour) {
+		check(now)
+	}
+	for m := 0; m < 14; m++ {
+		month := start.AddDate(0, m, 0)
+		for _, edge := range []time.Time{month.Add(DecodeLagMargin), month.Add(-DecodeClockMargin)} {
+			for _, d := range []time.Duration{-time.Microsecond, 0, time.Microsecond} {
+				check(edge.Add(d))
+				check(edge.Add(d).In(time.FixedZone("x", 5*3600)))
+			}
+		}
+	}
+	check(time.Now())
+}

@@ -23,23 +23,35 @@ func ParseUUID(s string) (UUID, error) {
 	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
 		return u, errUUIDSyntax
 	}
-	j := 0
-	for i := 0; i < 36; {
-		if i == 8 || i == 13 || i == 18 || i == 23 {
-			i++
-			continue
-		}
-		hi, ok1 := fromHex(s[i])
-		lo, ok2 := fromHex(s[i+1])
-		if !ok1 || !ok2 {
-			return UUID{}, errUUIDSyntax
-		}
+	// A table lookup per digit, invalid digits OR-ed into bad and tested
+	// once: a record's two UUIDs were 3 % of the persister's CPU with a
+	// branch per digit.
+	var bad byte
+	for j, i := range uuidDigitAt {
+		hi, lo := hexValue[s[i]], hexValue[s[i+1]]
+		bad |= hi | lo
 		u[j] = hi<<4 | lo
-		j++
-		i += 2
+	}
+	if bad&0xf0 != 0 {
+		return UUID{}, errUUIDSyntax
 	}
 	return u, nil
 }
+
+// uuidDigitAt is where each byte's two hex digits start in the text form.
+var uuidDigitAt = [16]int{0, 2, 4, 6, 9, 11, 14, 16, 19, 21, 24, 26, 28, 30, 32, 34}
+
+// hexValue is each byte's value as a hex digit, 0xff for a non-digit.
+var hexValue = func() (t [256]byte) {
+	for c := range t {
+		v, ok := fromHex(byte(c))
+		if !ok {
+			v = 0xff
+		}
+		t[c] = v
+	}
+	return t
+}()
 
 func fromHex(c byte) (byte, bool) {
 	switch {

@@ -50,6 +50,15 @@ func textArray(ss []*string) ptrArray[pgtype.Text] {
 	return a
 }
 
+// optionalTextArray: an empty element is NULL (textOrNil's rule).
+func optionalTextArray(ss []string) ptrArray[pgtype.Text] {
+	a := make(ptrArray[pgtype.Text], len(ss))
+	for i, s := range ss {
+		a[i] = pgtype.Text{String: s, Valid: s != ""}
+	}
+	return a
+}
+
 func stringArray(ss []string) ptrArray[pgtype.Text] {
 	a := make(ptrArray[pgtype.Text], len(ss))
 	for i, s := range ss {

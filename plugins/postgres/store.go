@@ -3,7 +3,6 @@ package postgres
 import (
 	"bytes"
 	"context"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -303,24 +302,101 @@ func sortedIDs[V any](m map[event.UUID]V) []event.UUID {
 	return ids
 }
 
-// counterpartyRow is one distinct counterparty of a batch.
+// counterpartyRow is one distinct counterparty of a batch; "" is NULL for
+// its texts and nil for its bytes. Held by value in one slice a batch, its
+// texts as strings: a pointer to each row and to each text cost four
+// allocations per distinct counterparty.
 type counterpartyRow struct {
 	id                    event.UUID
 	ws                    event.UUID
 	fingerprint           []byte
-	kind, masked, name    *string
+	kind, masked, name    string
 	encrypted, identityFP []byte
 	firstSeen, lastSeen   time.Time
 }
 
-// fingerprintBytes reads a hex fingerprint; anything else (a fingerprint
-// written by another tool) is kept as its bytes, so it still de-duplicates.
-func fingerprintBytes(s string) []byte {
-	if b, err := hex.DecodeString(s); err == nil {
-		return b
-	}
-	return []byte(s)
+// txnScratch is what writeTransactions works in, kept from one batch to
+// the next as copyBufs keeps COPY buffers: a batch's counterparty map,
+// rows and fingerprint bytes were about a tenth of the bytes the output
+// allocated per record.
+type txnScratch struct {
+	cps    map[event.UUID]int32 // counterparty ID -> index in cpRows
+	cpRows []counterpartyRow
+	order  []int32 // cpRows' indices in ID order
+	fps    []byte  // the fingerprints' bytes (appendFingerprint)
 }
+
+// txnScratches holds one per writer and a spare.
+var txnScratches = make(chan *txnScratch, 5)
+
+func newTxnScratch() *txnScratch {
+	select {
+	case sc := <-txnScratches:
+		return sc
+	default:
+		return &txnScratch{cps: map[event.UUID]int32{}}
+	}
+}
+
+// release empties sc (its rows point into the records, which must not be
+// kept alive) and keeps it, unless a rare huge batch grew it.
+func (sc *txnScratch) release() {
+	if cap(sc.cpRows) > 1<<16 {
+		return
+	}
+	clear(sc.cps)
+	clear(sc.cpRows)
+	sc.cpRows, sc.fps = sc.cpRows[:0], sc.fps[:0]
+	select {
+	case txnScratches <- sc:
+	default:
+	}
+}
+
+// appendFingerprint reads a hex fingerprint onto arena and returns arena
+// grown, with the fingerprint's bytes (a slice of it); anything else (a
+// fingerprint written by another tool) is kept as its bytes, so it still
+// de-duplicates. The bytes are those hex.DecodeString gave before (the
+// stored rows' fingerprints; store_test.go holds it to that), without its
+// allocation and its conversion of the string, two per fingerprint.
+func appendFingerprint(arena []byte, s string) (grown, fp []byte) {
+	start := len(arena)
+	if len(s)%2 == 0 {
+		// A table lookup per digit, invalid ones OR-ed into bad and
+		// tested once, into room grown once.
+		arena = slices.Grow(arena, len(s)/2)
+		dst := arena[start : start+len(s)/2]
+		var bad byte
+		for i := range dst {
+			hi, lo := hexDigit[s[2*i]], hexDigit[s[2*i+1]]
+			bad |= hi | lo
+			dst[i] = hi<<4 | lo
+		}
+		if bad&0xf0 == 0 {
+			return arena[:start+len(dst)], dst[:len(dst):len(dst)]
+		}
+	}
+	arena = append(arena, s...)
+	return arena, arena[start:len(arena):len(arena)]
+}
+
+// hexDigit is each byte's value as a hex digit in either case (as
+// hex.DecodeString reads them), 0xff for any other byte.
+var hexDigit = func() (t [256]byte) {
+	for c := range t {
+		switch {
+		case c >= '0' && c <= '9':
+			t[c] = byte(c - '0')
+		case c >= 'a' && c <= 'f':
+			t[c] = byte(c - 'a' + 10)
+		case c >= 'A' && c <= 'F':
+			t[c] = byte(c - 'A' + 10)
+		default:
+			t[c] = 0xff
+		}
+	}
+	return t
+}()
 
 func textOrNil(s string) *string {
 	if s == "" {
@@ -384,8 +460,11 @@ func writeTransactions(ctx context.Context, tx pgx.Tx, rows []*event.Envelope, m
 
 	// Keyed by ID, which is the hash of the workspace and fingerprint the
 	// table is unique on: a string key of the two cost an allocation a row.
-	cps := map[event.UUID]*counterpartyRow{}
-	var cpOrder []event.UUID
+	// The map holds each one's index in cpRows; both, and the fingerprints'
+	// bytes, are kept for the next batch (released once the batch is sent).
+	sc := newTxnScratch()
+	defer sc.release()
+	cps := sc.cps
 	buf := newCopyRowsBuf(len(rows))
 	defer buf.release()
 	allReceived := true
@@ -408,8 +487,8 @@ func writeTransactions(ctx context.Context, tx pgx.Tx, rows []*event.Envelope, m
 			if c.Fingerprint != "" {
 				id := event.CounterpartyID(e.WorkspaceID, c.Fingerprint)
 				row.counterparty, row.hasCounterparty = id, true
-				key := id
-				if cp, ok := cps[key]; ok {
+				if i, ok := cps[id]; ok {
+					cp := &sc.cpRows[i]
 					if e.OccurredAt.Before(cp.firstSeen) {
 						cp.firstSeen = e.OccurredAt
 					}
@@ -417,16 +496,18 @@ func writeTransactions(ctx context.Context, tx pgx.Tx, rows []*event.Envelope, m
 						cp.lastSeen = e.OccurredAt
 					}
 				} else {
-					cps[key] = &counterpartyRow{
-						id: id, ws: e.WorkspaceID, fingerprint: fingerprintBytes(c.Fingerprint),
-						kind: textOrNil(c.IdentifierKind), masked: textOrNil(c.IdentifierMasked), name: textOrNil(c.Name),
+					cp := counterpartyRow{
+						id: id, ws: e.WorkspaceID,
+						kind: c.IdentifierKind, masked: c.IdentifierMasked, name: c.Name,
 						encrypted: bytesOrNil(c.IdentifierEnc),
 						firstSeen: e.OccurredAt, lastSeen: e.OccurredAt,
 					}
+					sc.fps, cp.fingerprint = appendFingerprint(sc.fps, c.Fingerprint)
 					if c.IdentifierFP != "" {
-						cps[key].identityFP = fingerprintBytes(c.IdentifierFP)
+						sc.fps, cp.identityFP = appendFingerprint(sc.fps, c.IdentifierFP)
 					}
-					cpOrder = append(cpOrder, key)
+					cps[id] = int32(len(sc.cpRows))
+					sc.cpRows = append(sc.cpRows, cp)
 				}
 			}
 		}
@@ -448,20 +529,28 @@ func writeTransactions(ctx context.Context, tx pgx.Tx, rows []*event.Envelope, m
 		return stats, err
 	}
 	ph.queue(b, &stats)
-	if len(cps) > 0 {
-		slices.SortFunc(cpOrder, func(x, y event.UUID) int { return bytes.Compare(x[:], y[:]) })
+	if cpRows := sc.cpRows; len(cpRows) > 0 {
+		// Their indices sorted, not the rows: swapping the rows by value
+		// was most of the sort.
+		order := sc.order[:0]
+		for i := range cpRows {
+			order = append(order, int32(i))
+		}
+		sc.order = order
+		slices.SortFunc(order, func(x, y int32) int { return bytes.Compare(cpRows[x].id[:], cpRows[y].id[:]) })
 		// Every counterparty goes to the update; only those this process
 		// has not seen committed go to the insert (one stored is skipped
 		// by it anyway, at an index probe each), and none at all when all
 		// are known.
-		n := len(cpOrder)
+		n := len(cpRows)
 		wss, fps, ifps, lasts := make([]event.UUID, n), make([][]byte, n), make([][]byte, n), make([]time.Time, n)
 		var ids, nwss []event.UUID
 		var nfps, encs, nifps [][]byte
-		var kinds, maskeds, names []*string
+		var kinds, maskeds, names []string
 		var firsts, nlasts []time.Time
-		for i, key := range cpOrder {
-			cp := cps[key]
+		stats.named = slices.Grow(stats.named, n)
+		for i, k := range order {
+			cp := &cpRows[k]
 			wss[i], fps[i], ifps[i], lasts[i] = cp.ws, cp.fingerprint, cp.identityFP, cp.lastSeen
 			stats.named = append(stats.named, cp.id)
 			if known.has(cp.id) {
@@ -472,8 +561,8 @@ func writeTransactions(ctx context.Context, tx pgx.Tx, rows []*event.Envelope, m
 			firsts, nlasts = append(firsts, cp.firstSeen), append(nlasts, cp.lastSeen)
 		}
 		if len(ids) > 0 {
-			b.Queue(insertCounterparties, uuidArray(ids), uuidArray(nwss), byteaArray(nfps), textArray(kinds), byteaArray(encs),
-				textArray(maskeds), textArray(names), byteaArray(nifps), timeArray(firsts), timeArray(nlasts)).
+			b.Queue(insertCounterparties, uuidArray(ids), uuidArray(nwss), byteaArray(nfps), optionalTextArray(kinds), byteaArray(encs),
+				optionalTextArray(maskeds), optionalTextArray(names), byteaArray(nifps), timeArray(firsts), timeArray(nlasts)).
 				Exec(func(tag pgconn.CommandTag) error {
 					stats.counterpartiesCreated += tag.RowsAffected()
 					return nil

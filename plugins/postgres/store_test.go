@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"bytes"
 	"encoding/hex"
 	"strings"
 	"testing"
@@ -76,5 +77,38 @@ func TestCounterpartyLastSeenMovesAtMostDaily(t *testing.T) {
 	}
 	if n := h.count("SELECT count(*) FROM speculapro.counterparties"); n != 1 {
 		t.Errorf("%d counterparties, want 1", n)
+	}
+}
+
+// fingerprintBytes is how fingerprints were read into bytes before
+// appendFingerprint: a hex fingerprint decoded, anything else as its bytes.
+func fingerprintBytes(s string) []byte {
+	if b, err := hex.DecodeString(s); err == nil {
+		return b
+	}
+	return []byte(s)
+}
+
+// appendFingerprint stores the bytes fingerprintBytes did (the column
+// de-duplicates on them: existing rows were written with those), for hex in
+// either case and for what is not hex, and each one's bytes stay its own
+// while the arena grows.
+func TestAppendFingerprintIsFingerprintBytes(t *testing.T) {
+	ins := []string{"", "00", "0128b1736af758bbaa3ff5a2adba5b822930341bb9d64d180f3fe27abed86cd3b3",
+		"ABCDEF0123", "abcdeF", "abc", "zz", "0g", "v2:0011", "é1"}
+	for i := range 256 {
+		ins = append(ins, string([]byte{'a', byte(i)}), string([]byte{byte(i), '0'}))
+	}
+	var arena []byte // from empty, so it grows (moves) many times
+	var got [][]byte
+	for _, in := range ins {
+		var fp []byte
+		arena, fp = appendFingerprint(arena, in)
+		got = append(got, fp)
+	}
+	for i, in := range ins {
+		if want := fingerprintBytes(in); !bytes.Equal(got[i], want) {
+			t.Errorf("appendFingerprint(%q) = %x, fingerprintBytes %x", in, got[i], want)
+		}
 	}
 }
