@@ -191,3 +191,26 @@ func TestRecordBuffersReusedOnlyOnceAcknowledged(t *testing.T) {
 		})
 	}
 }
+
+// A released request keeps nothing alive and hands the next one zero
+// items: its decoded items are cleared whole before they go back.
+func TestReleasedItemsAreCleared(t *testing.T) {
+	var slab recordSlab
+	got, err := decodeBatchInto(batchOf(validTxn, validTxn), event.KindTransaction, testWS, testNow, 10, testProt, &slab)
+	if err != nil || len(got) != 2 || got[0].item.externalID == "" || len(got[0].item.value) == 0 {
+		t.Fatalf("decodeBatchInto: %v %+v", err, got)
+	}
+	p := slab.parsed
+	if p == nil {
+		t.Fatal("the items did not come from the pool")
+	}
+	slab.release()
+	for i, it := range (*p)[:cap(*p)] {
+		if it.item.externalID != "" || it.item.value != nil || it.item.env.ExternalID != "" || it.errors != nil {
+			t.Fatalf("item %d kept after release: %+v", i, it.item)
+		}
+	}
+	if len(*p) != 0 || slab.parsed != nil || slab.chunks != nil {
+		t.Errorf("release left %d items, parsed %v, %d chunks", len(*p), slab.parsed, len(slab.chunks))
+	}
+}

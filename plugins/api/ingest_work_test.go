@@ -31,7 +31,8 @@ func workBatch(n int, at time.Time) []byte {
 }
 
 // maxDecodeAllocsPerItem bounds what parsing, validating, protecting and
-// encoding one item allocates: 6.6 measured (7.6 with the amount's string
+// encoding one item allocates: 5.6 measured (6.6 with a Kafka key
+// allocated for each, 7.6 with the amount's string
 // escaping to the heap, 8.6 with two allocations a
 // ciphertext, 20.6 with a string copied out of the body for every field
 // and the metadata compacted into a buffer of its own, 23.6 with a reader
@@ -40,7 +41,7 @@ func workBatch(n int, at time.Time) []byte {
 // split in place and strings and fingerprints stopped escaping; 330 when
 // CheckJSON went through encoding/json's tokens, each item went through a
 // map and the record was spliced for counterparty_fingerprint).
-const maxDecodeAllocsPerItem = 9
+const maxDecodeAllocsPerItem = 8
 
 func TestDecodeAllocationsPerItem(t *testing.T) {
 	const n = 500

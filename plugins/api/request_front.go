@@ -217,7 +217,9 @@ func (f *requestFront) readBody(w http.ResponseWriter, r *http.Request) ([]byte,
 // readAllSized is io.ReadAll into one buffer of the announced size (a
 // body of 175 KB would otherwise be copied through a dozen doubling
 // buffers), read on to EOF so that a body longer than it says still fails
-// as the limit or the framing says.
+// as the limit or the framing says. The buffer is the request's alone and
+// never reused: the ingest API's items read their strings and metadata
+// from it in place (bodyText).
 func readAllSized(rd io.Reader, contentLength, max int64) ([]byte, error) {
 	if contentLength <= 0 || contentLength > max {
 		return io.ReadAll(rd)
