@@ -58,33 +58,10 @@ func (testKafkaOutput) WriteBatch(_ context.Context, batch service.MessageBatch)
 // every other is accepted.
 func TestEngineFailuresReachTheirItems(t *testing.T) {
 	f, yaml := setupAPIFixture(t, testenv.RedisURL(t))
-	b := service.NewStreamBuilder()
-	if err := b.SetLoggerYAML("level: none"); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.AddInputYAML("ingest_api:" + strings.ReplaceAll(yaml, "\n", "\n  ")); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.AddProcessorYAML(`mutation: |
+	runIngestEngine(t, f, yaml, `mutation: |
   if content().string().contains("processor-fails") {
     root = throw("counterparty.identifier: invalid")
-  }`); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.AddOutputYAML("reject_errored:\n  ingest_test_kafka: {}"); err != nil {
-		t.Fatal(err)
-	}
-	stream, err := b.Build()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- stream.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
+  }`)
 	var items []string
 	want := make([]string, 40)
 	for i := range want {
@@ -97,17 +74,6 @@ func TestEngineFailuresReachTheirItems(t *testing.T) {
 		}
 		items = append(items, f.txnAt(ext, f.txTime, "1.00"))
 		want[i] = status
-	}
-	// The stream connects its input in the background.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		c, err := net.Dial("tcp", strings.TrimPrefix(f.base, "http://"))
-		if err == nil {
-			c.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the stream's ingest_api is not listening: %v", err)
-		}
 	}
 	code, out := f.call(t, "POST", "/v1/transactions", f.keyA, string(batchOf(items...)))
 	if code != 200 {
@@ -173,12 +139,40 @@ func TestAccountEventProcessorsRunOnAccountEventsOnly(t *testing.T) {
 	yaml += `account_event_processors:
   - mutation: 'root = throw("attributes: refused by the processor")'
 `
+	runIngestEngine(t, f, yaml, "")
+	code, out := f.call(t, "POST", "/v1/transactions", f.keyA, string(batchOf(f.txn("t-1", ""), f.txn("t-2", ""))))
+	if st, _ := results(t, out); code != 200 || strings.Join(st, ",") != "accepted,accepted" {
+		t.Errorf("transactions: %d %v, want both accepted (the processors are not theirs)", code, out)
+	}
+	ev := func(ext string) string {
+		return fmt.Sprintf(`{"external_id":%q,"occurred_at":%q,"customer_external_id":"cust-1","type":"sim_swap"}`, ext, f.txTime.Format(time.RFC3339Nano))
+	}
+	code, out = f.call(t, "POST", "/v1/account-events", f.keyA, string(batchOf(ev("ae-1"), ev("ae-2"))))
+	if st, _ := results(t, out); code != 200 || strings.Join(st, ",") != "rejected,rejected" {
+		t.Fatalf("account events: %d %v, want both rejected by the processor", code, out)
+	}
+	if s := fmt.Sprint(out["results"]); !strings.Contains(s, "refused by the processor") {
+		t.Errorf("the rejection does not carry the processor's reason: %s", s)
+	}
+}
+
+// runIngestEngine runs ingest_api (its YAML) through a real engine, with
+// processorYAML as the pipeline's one processor unless "", and the output
+// inside reject_errored, as pipelines/ingest.yaml does; it returns once the
+// input listens and stops the stream when the test ends.
+func runIngestEngine(t *testing.T, f *apiFixture, yaml, processorYAML string) {
+	t.Helper()
 	b := service.NewStreamBuilder()
 	if err := b.SetLoggerYAML("level: none"); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.AddInputYAML("ingest_api:" + strings.ReplaceAll(yaml, "\n", "\n  ")); err != nil {
 		t.Fatal(err)
+	}
+	if processorYAML != "" {
+		if err := b.AddProcessorYAML(processorYAML); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := b.AddOutputYAML("reject_errored:\n  ingest_test_kafka: {}"); err != nil {
 		t.Fatal(err)
@@ -194,6 +188,7 @@ func TestAccountEventProcessorsRunOnAccountEventsOnly(t *testing.T) {
 		cancel()
 		<-done
 	})
+	// The stream connects its input in the background.
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		c, err := net.Dial("tcp", strings.TrimPrefix(f.base, "http://"))
 		if err == nil {
@@ -203,19 +198,5 @@ func TestAccountEventProcessorsRunOnAccountEventsOnly(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the stream's ingest_api is not listening: %v", err)
 		}
-	}
-	code, out := f.call(t, "POST", "/v1/transactions", f.keyA, string(batchOf(f.txn("t-1", ""), f.txn("t-2", ""))))
-	if st, _ := results(t, out); code != 200 || strings.Join(st, ",") != "accepted,accepted" {
-		t.Errorf("transactions: %d %v, want both accepted (the processors are not theirs)", code, out)
-	}
-	ev := func(ext string) string {
-		return fmt.Sprintf(`{"external_id":%q,"occurred_at":%q,"customer_external_id":"cust-1","type":"sim_swap"}`, ext, f.txTime.Format(time.RFC3339Nano))
-	}
-	code, out = f.call(t, "POST", "/v1/account-events", f.keyA, string(batchOf(ev("ae-1"), ev("ae-2"))))
-	if st, _ := results(t, out); code != 200 || strings.Join(st, ",") != "rejected,rejected" {
-		t.Fatalf("account events: %d %v, want both rejected by the processor", code, out)
-	}
-	if s := fmt.Sprint(out["results"]); !strings.Contains(s, "refused by the processor") {
-		t.Errorf("the rejection does not carry the processor's reason: %s", s)
 	}
 }

@@ -192,7 +192,7 @@ func decodeBatchInto(body []byte, kind event.Kind, ws event.UUID, now time.Time,
 	// one pass over the body, which also proves it is JSON. A body that
 	// passes and is {"items": [...]} is split in place, its items slices of
 	// the body; anything else takes the careful path, which names the fault.
-	bodyErr := event.CheckJSONBody(body)
+	bodyErr := event.CheckJSON(body)
 	raws, ok := splitItems(body, bodyErr)
 	if !ok {
 		var err error
