@@ -35,25 +35,38 @@ import (
 // "Novák") are most records' counterparty: while they also counted as not
 // plain, CheckText's loops ran over every text field of those records.
 func decodeFast(b []byte, shared bool) (e Envelope, plain, ok bool) {
-	d := fastDecoder{b: b, shared: shared}
+	if plain, ok = decodeFastTo(&e, nil, b, shared); !ok {
+		return Envelope{}, false, false
+	}
+	return e, plain, true
+}
+
+// decodeFastTo is decodeFast writing the envelope to e (whatever it held
+// is dropped; unspecified when ok is false) and the record's counterparty,
+// if it has one, to cp rather than to an allocation of its own (cp nil:
+// allocated).
+func decodeFastTo(e *Envelope, cp *Counterparty, b []byte, shared bool) (plain, ok bool) {
+	*e = Envelope{}
+	d := fastDecoder{b: b, shared: shared, cp: cp}
 	if shared {
 		d.s = unsafe.String(unsafe.SliceData(b), len(b))
 	} else {
 		d.s = string(b)
 	}
-	if !d.object(func(key string) bool { return d.envelopeField(&e, key) }) {
-		return Envelope{}, false, false
+	if !d.object(func(key string) bool { return d.envelopeField(e, key) }) {
+		return false, false
 	}
 	d.ws()
 	if d.i != len(d.s) {
-		return Envelope{}, false, false
+		return false, false
 	}
-	return e, !d.unplain, true
+	return !d.unplain, true
 }
 
 type fastDecoder struct {
-	b      []byte // the record, whose bytes s holds
-	shared bool   // s is b's memory, not a copy
+	b      []byte        // the record, whose bytes s holds
+	shared bool          // s is b's memory, not a copy
+	cp     *Counterparty // where the counterparty goes; nil: allocated
 	s      string
 	i      int
 	seen   uint64 // keys read in the current object, by bit
@@ -216,7 +229,12 @@ func (d *fastDecoder) envelopeField(e *Envelope, key string) bool {
 		if !d.once(7) {
 			return false
 		}
-		c := &Counterparty{}
+		c := d.cp
+		if c == nil {
+			c = &Counterparty{}
+		} else {
+			*c = Counterparty{}
+		}
 		e.Counterparty = c
 		outer := d.seen
 		d.seen = 0

@@ -75,6 +75,54 @@ func TestDecodeCopiesDecodeSharedShares(t *testing.T) {
 	}
 }
 
+// DecodeSharedInto reads what DecodeShared reads, whatever dst held
+// before, with a record's counterparty in the slot it was given when the
+// fast path read it, and errors as DecodeShared's.
+func TestDecodeSharedIntoIsDecodeShared(t *testing.T) {
+	noCounterparty := sampleUndecided[:strings.Index(sampleUndecided, `,"counterparty":`)] +
+		sampleUndecided[strings.Index(sampleUndecided, `,"metadata":`):]
+	// An escape: the JSON library's path, which allocates its own.
+	escaped := strings.Replace(sampleUndecided, `"name":"Hausverwaltung`, `"name":"\u0048ausverwaltung`, 1)
+	for _, c := range []struct {
+		name, in string
+		inSlot   bool // the counterparty is the slot given
+	}{
+		{"counterparty", sampleUndecided, true},
+		{"decided", sampleTransaction, true},
+		{"no counterparty", noCounterparty, false},
+		{"escaped", escaped, false},
+		{"not an envelope", `{"v":1,"kind":"transaction"}`, false},
+		{"not JSON", `{"v":1,`, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			want, wantErr := decodeAt([]byte(c.in), sampleNow, true)
+			// dst holds another record's envelope, and another slot's
+			// counterparty: none of it may show through.
+			dst, err := decodeAt([]byte(sampleTransaction), sampleNow, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var cp Counterparty
+			err = decodeSharedIntoAt(&dst, &cp, []byte(c.in), sampleNow)
+			if fmt.Sprint(err) != fmt.Sprint(wantErr) {
+				t.Fatalf("DecodeSharedInto: %v, DecodeShared: %v", err, wantErr)
+			}
+			if err != nil {
+				return
+			}
+			if !reflect.DeepEqual(dst, want) {
+				t.Fatalf("DecodeSharedInto and DecodeShared disagree:\n%#v\n%#v", dst, want)
+			}
+			if got := dst.Counterparty == &cp; got != c.inSlot {
+				t.Fatalf("the counterparty is the slot given: %v, want %v", got, c.inSlot)
+			}
+			if !c.inSlot && want.Counterparty == nil && cp != (Counterparty{}) {
+				t.Fatalf("a record without a counterparty wrote the slot: %#v", cp)
+			}
+		})
+	}
+}
+
 func TestDecodeFastAgreesWithTheLibrary(t *testing.T) {
 	decided := func(decision string) string {
 		return sampleUndecided[:len(sampleUndecided)-1] + `,"decision":` + decision + "}"

@@ -181,6 +181,28 @@ func DecodeShared(b []byte) (Envelope, error) {
 	return decodeAt(b, time.Now(), true)
 }
 
+// DecodeSharedInto is DecodeShared writing the envelope to dst (whatever
+// it held is dropped) and the record's counterparty, if it has one, to cp
+// (dst.Counterparty is then cp), for a caller that decodes a whole batch
+// into slices it keeps from one batch to the next: a record's counterparty
+// was an allocation of its own (96 bytes), and the envelope was copied
+// twice on its way out. A record the JSON library reads (one decodeFast is
+// unsure of) gets a counterparty of its own, and cp may then hold part of
+// the record: clear cp before the record's memory is reused. dst is
+// unspecified on an error.
+func DecodeSharedInto(dst *Envelope, cp *Counterparty, b []byte) error {
+	return decodeSharedIntoAt(dst, cp, b, time.Now())
+}
+
+func decodeSharedIntoAt(dst *Envelope, cp *Counterparty, b []byte, now time.Time) error {
+	if plain, ok := decodeFastTo(dst, cp, b, true); ok && dst.check(now, plain) == nil {
+		return nil
+	}
+	var err error
+	*dst, err = decodeWith(b, gojson.Unmarshal, now)
+	return err
+}
+
 func decodeAt(b []byte, now time.Time, shared bool) (Envelope, error) {
 	if e, plain, ok := decodeFast(b, shared); ok && e.check(now, plain) == nil {
 		return e, nil

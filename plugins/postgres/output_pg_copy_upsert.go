@@ -452,7 +452,7 @@ func (o *pgCopyUpsert) decodeBatch(batch service.MessageBatch) (envs []*event.En
 		if decoded == nil {
 			decoded = newEnvelopes(len(batch))
 		}
-		if err := eventmsg.DecodeSharedInto(&decoded.e[i], msg, o.kind); err != nil {
+		if err := decodeRecordInto(&decoded.e[i], &decoded.cps[i], msg, o.kind); err != nil {
 			if undecodable == nil {
 				undecodable = make([]error, len(batch))
 			}
@@ -465,6 +465,24 @@ func (o *pgCopyUpsert) decodeBatch(batch service.MessageBatch) (envs []*event.En
 		o.m.stage.Timing(time.Since(start).Nanoseconds(), o.table, "decode")
 	}
 	return envs, decoded, undecodable
+}
+
+// decodeRecordInto is eventmsg.DecodeSharedInto (the same errors) with the
+// record's counterparty written to cp, a slot of the batch's envelopes kept
+// from one batch to the next (event.DecodeSharedInto): a counterparty was
+// the one allocation of its own a decoded record still made.
+func decodeRecordInto(dst *event.Envelope, cp *event.Counterparty, msg *service.Message, want event.Kind) error {
+	raw, err := msg.AsBytes()
+	if err != nil {
+		return fmt.Errorf("%w: reading the record: %v", event.ErrNotJSON, err)
+	}
+	if err := event.DecodeSharedInto(dst, cp, raw); err != nil {
+		return err
+	}
+	if dst.Kind != want {
+		return fmt.Errorf("%w: a %s event on a %s topic", event.ErrNotJSON, dst.Kind, want)
+	}
+	return nil
 }
 
 // seenIDsKept keeps the sets of IDs a batch's records are de-duplicated
@@ -493,8 +511,12 @@ func releaseSeenIDs(m map[event.UUID]struct{}) {
 	}
 }
 
-// envelopes is one batch's decoded envelopes.
-type envelopes struct{ e []event.Envelope }
+// envelopes is one batch's decoded envelopes and their counterparties
+// (cps[i] is e[i]'s, when it has one).
+type envelopes struct {
+	e   []event.Envelope
+	cps []event.Counterparty
+}
 
 // decodedBufs keeps the envelope slices of a few batches for the next ones,
 // as copyBufs keeps COPY buffers: a 5,000-record batch's envelopes are
@@ -511,8 +533,9 @@ func newEnvelopes(n int) *envelopes {
 	}
 	if cap(d.e) < n {
 		d.e = make([]event.Envelope, n)
+		d.cps = make([]event.Counterparty, n)
 	}
-	d.e = d.e[:n]
+	d.e, d.cps = d.e[:n], d.cps[:n]
 	return d
 }
 
@@ -524,6 +547,7 @@ func (d *envelopes) release() {
 		return
 	}
 	clear(d.e)
+	clear(d.cps)
 	select {
 	case decodedBufs <- d:
 	default:
