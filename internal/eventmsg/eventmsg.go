@@ -69,6 +69,51 @@ func decodeInto(dst *event.Envelope, msg *service.Message, want event.Kind, dec 
 	return nil
 }
 
+// Slots are envelopes to decode a batch's messages into, each with its
+// record's counterparty and the context node that attaches it to its
+// message, allocated together: one allocation a batch for what With and
+// DecodeShared cost up to three a message (the envelope, the counterparty,
+// context.WithValue's node). A slot lives as long as the last message of the
+// batch that holds one does; slots are never reused.
+type Slots []slot
+
+type slot struct {
+	context.Context
+	env event.Envelope
+	cp  event.Counterparty
+}
+
+// Value answers envelopeKey with the slot's envelope, the rest as the
+// message's own context does.
+func (s *slot) Value(key any) any {
+	if _, ok := key.(envelopeKey); ok {
+		return &s.env
+	}
+	return s.Context.Value(key)
+}
+
+// NewSlots allocates n slots.
+func NewSlots(n int) Slots { return make(Slots, n) }
+
+// DecodeShared decodes msg into slot i as DecodeShared does (the same
+// errors) and returns msg carrying the envelope; on an error it returns msg
+// itself and slot i stays unused.
+func (s Slots) DecodeShared(i int, msg *service.Message, want event.Kind) (*service.Message, error) {
+	sl := &s[i]
+	raw, err := msg.AsBytes()
+	if err != nil {
+		return msg, fmt.Errorf("%w: reading the record: %v", event.ErrNotJSON, err)
+	}
+	if err := event.DecodeSharedInto(&sl.env, &sl.cp, raw); err != nil {
+		return msg, err
+	}
+	if sl.env.Kind != want {
+		return msg, fmt.Errorf("%w: a %s event on a %s topic", event.ErrNotJSON, sl.env.Kind, want)
+	}
+	sl.Context = msg.Context()
+	return msg.WithContext(sl), nil
+}
+
 // Attached returns the envelope event_decode attached to msg, without
 // decoding anything when there is none.
 func Attached(msg *service.Message) (*event.Envelope, bool) {

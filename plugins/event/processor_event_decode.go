@@ -95,21 +95,22 @@ func newEventDecode(conf *service.ParsedConfig, mgr *service.Resources) (*eventD
 // others; it never fails the batch.
 func (d *eventDecode) ProcessBatch(_ context.Context, batch service.MessageBatch) ([]service.MessageBatch, error) {
 	start := time.Now()
-	// The batch's envelopes in one slice (an allocation a batch, not one a
-	// record); each lives as long as the last message of the batch does.
-	// In place: the engine hands each step a batch of its own.
-	envs := make([]event.Envelope, len(batch))
+	// The batch's envelopes in one allocation (not two a record); each
+	// lives as long as the last message of the batch does. In place: the
+	// engine hands each step a batch of its own.
+	slots := eventmsg.NewSlots(len(batch))
 	for i, msg := range batch {
 		// Both roles decode in place: an envelope lives only as long as its
 		// message, whose content is the same fetch buffer, and the stream keeps
 		// nothing of one past its batch (the running totals intern the strings a
 		// state keeps, rule hits hold rule fields and feature values, and
 		// pg_rule_hits builds its rows anew).
-		if err := eventmsg.DecodeSharedInto(&envs[i], msg, d.kind); err != nil {
+		withEnv, err := slots.DecodeShared(i, msg, d.kind)
+		if err != nil {
 			msg.SetError(err)
 			continue
 		}
-		batch[i] = eventmsg.With(msg, &envs[i])
+		batch[i] = withEnv
 	}
 	d.duration.Timing(time.Since(start).Nanoseconds(), d.table, "decode")
 	return []service.MessageBatch{batch}, nil
