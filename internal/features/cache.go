@@ -53,6 +53,8 @@ type cached struct {
 	st         *state
 	size       int64
 	vlen, blen int   // the value's length in Redis, its base's
+	goff       int   // where gen is (genAt)
+	v3         bool  // the value is in formatVersion: a record may be appended
 	ttlAt      int64 // when this process last set the key's TTL (unix ms)
 	prev, next *cached
 }
@@ -119,6 +121,7 @@ func (c *cache) take(ents []*entity, fromCache bool) {
 		c.unlink(x)
 		c.held[e.key] = x.vlen
 		e.hit, e.gen, e.exists, e.vlen, e.blen, e.ttlAt = true, x.gen, true, x.vlen, x.blen, x.ttlAt
+		e.goff, e.v3 = x.goff, x.v3
 		e.st = x.st
 	}
 }
@@ -187,12 +190,12 @@ func (c *cache) put(e *entity) {
 		delete(c.held, e.key)
 		e.holding = false
 	}
-	gen, vlen, blen := e.gen, e.vlen, e.blen
+	gen, vlen, blen, goff, v3 := e.gen, e.vlen, e.blen, e.goff, e.v3
 	switch {
 	case e.changed && e.appended:
-		gen, vlen = string(e.val[:genLen]), e.vlen+len(e.val)-genLen
+		gen, vlen, goff = e.newGen(), e.vlen+len(e.val), -genLen
 	case e.changed:
-		gen, vlen, blen = string(e.val[:genLen]), len(e.val), len(e.val)
+		gen, vlen, blen, goff, v3 = e.newGen(), len(e.val), len(e.val), -genLen, true
 	}
 	if c.max < 0 || gen == "" || e.st == nil || e.corrupt != nil {
 		return // no key in Redis, or nothing readable
@@ -206,7 +209,7 @@ func (c *cache) put(e *entity) {
 	if ok {
 		c.unlink(old)
 	}
-	c.pushFront(&cached{key: e.key, gen: gen, st: e.st, size: e.size, vlen: vlen, blen: blen, ttlAt: e.ttlAt})
+	c.pushFront(&cached{key: e.key, gen: gen, st: e.st, size: e.size, vlen: vlen, blen: blen, goff: goff, v3: v3, ttlAt: e.ttlAt})
 }
 
 // waitTurn returns once every batch that published before turn has
@@ -236,8 +239,14 @@ func (c *cache) invalidate(ents []*entity) {
 		if !e.changed {
 			continue
 		}
-		if x, ok := c.m[e.key]; ok && x.gen == string(e.val[:genLen]) {
+		if x, ok := c.m[e.key]; ok && x.gen == e.newGen() {
 			c.unlink(x)
 		}
 	}
+}
+
+// newGen is the generation e's write gives its value: its last 8 bytes
+// (codec.go), of a whole value as of an appended record.
+func (e *entity) newGen() string {
+	return string(e.val[len(e.val)-genLen:])
 }

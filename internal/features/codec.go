@@ -12,15 +12,36 @@ import (
 
 // The value of an entity's key (doc.go "Value format"):
 //
-//	[0:8]  generation, big-endian uint64: the CAS compares these 8 bytes
+//	[0:8]  generation of the write that wrote it whole, big-endian uint64
 //	[8]    format version (formatVersion)
-//	[9:]   the state, in varints (below)
+//	[9:]   the state, in varints (below), that generation again, then the
+//	       delta records, each followed by the 8-byte generation of the
+//	       write that appended it
+//
+// The value's generation, which the CAS compares, is always its last 8
+// bytes, so an append is ONE APPEND of the record and its generation
+// (format 2 kept the generation in front only, so an append also had to
+// SETRANGE it). The copy in front only keeps byte 8 the version in every
+// format: a format 2 value's first byte is random.
 const (
 	genLen        = 8
-	formatVersion = 2
-	// formatV1 is the format before delta records: read, never written.
+	formatVersion = 3
+	// formatV2 (delta records, the generation in front) and formatV1
+	// (before delta records) are read, never written: a value read in them
+	// is written whole, in formatVersion, by its next write.
+	formatV2 = 2
 	formatV1 = 1
 )
+
+// genAt returns the generation of value v and the offset GETRANGE reads
+// it at: its last 8 bytes (-8) in formatVersion, its first 8 (0) in the
+// older formats, which only a whole write (changing them) replaces.
+func genAt(v string) (string, int) {
+	if len(v) >= 2*genLen+1 && v[genLen] == formatVersion {
+		return v[len(v)-genLen:], -genLen
+	}
+	return v[:min(genLen, len(v))], 0
+}
 
 // Field flags of a bucket.
 const (
@@ -163,7 +184,7 @@ func encode(dst []byte, gen uint64, st *state) []byte {
 			dst = binary.AppendUvarint(dst, uint64(seen.vals[i]-base))
 		}
 	}
-	return dst
+	return binary.BigEndian.AppendUint64(dst, gen)
 }
 
 // forCells calls fn with each bucket of level l, oldest first, and its
@@ -315,7 +336,8 @@ func decodeBase(v string) (*state, int, error) {
 	if len(v) < genLen+1 {
 		return nil, 0, fmt.Errorf("%w: %d bytes", errCorrupt, len(v))
 	}
-	if v[genLen] != formatVersion && v[genLen] != formatV1 {
+	ver := v[genLen]
+	if ver != formatVersion && ver != formatV2 && ver != formatV1 {
 		return nil, 0, fmt.Errorf("%w: unknown format version %d", errCorrupt, v[genLen])
 	}
 	r := &reader{s: v, off: genLen + 1}
@@ -323,12 +345,21 @@ func decodeBase(v string) (*state, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
+	if ver == formatVersion {
+		r.bytes(genLen) // the generation again
+	}
+	if r.err != nil {
+		return nil, 0, r.err
+	}
 	base := r.off
-	if v[genLen] == formatV1 && r.off != len(r.s) {
+	if ver == formatV1 && r.off != len(r.s) {
 		r.fail("trailing bytes")
 	}
 	for r.err == nil && r.off < len(r.s) {
 		r.record(st)
+		if ver == formatVersion {
+			r.bytes(genLen) // the generation of the write that appended it
+		}
 	}
 	if r.err != nil {
 		return nil, 0, r.err

@@ -38,12 +38,12 @@
 // counterparty's events are the payments to it: a transaction in which it
 // pays in only reads its features.
 //
-// # Value format (version 2)
+// # Value format (version 3)
 //
-//	[0:8]  generation: big-endian uint64, a random one on every write
-//	       (two writers of the same value never write the same); the CAS
-//	       compares these 8 bytes
-//	[8]    format version: 2 (1, written before delta records, is read too)
+//	[0:8]  generation of the write that wrote the value whole: big-endian
+//	       uint64, a random one on every write (two writers of the same
+//	       value never write the same)
+//	[8]    format version: 3 (2 and 1 are read too, below)
 //	then the base, the state as last written whole, as unsigned / zigzag
 //	varints:
 //	       head, latest transaction, latest sim_swap, latest profile_change
@@ -59,16 +59,27 @@
 //	         and head − its latest occurred_at
 //	       replay memory: count, the earliest expiry (unix ms), then per
 //	         event an 8-byte hash of its id and its expiry − the earliest
+//	the generation of [0:8] again
 //	then zero or more delta records (delta.go), one per write since the
-//	base: the events that write counted (id hash, occurred_at, direction,
-//	currency, amount, the other side's id; or type), which a reader
-//	applies to the base in order, exactly as the writer did, pruning after
-//	each as the writer did (the record carries the write's wall-clock time
-//	and replay TTL).
+//	base, each followed by that write's generation (8 bytes): the events
+//	that write counted (id hash, occurred_at, direction, currency, amount,
+//	the other side's id; or type), which a reader applies to the base in
+//	order, exactly as the writer did, pruning after each as the writer did
+//	(the record carries the write's wall-clock time and replay TTL).
 //
-// A write appends its record (SETRANGE of the generation, APPEND, in the
-// CAS script) while the records after the base stay at most half the
-// base's size; otherwise it writes the whole value again, as a new base.
+// The value's generation, the one the CAS compares (GETRANGE -8 -1), is
+// its last 8 bytes: the base's copy, or the last record's. A write appends
+// its record and generation (ONE APPEND, in the CAS script) while the
+// records after the base stay at most half the base's size; otherwise it
+// writes the whole value again, as a new base. The copy in [0:8] keeps
+// byte 8 the format version in every format.
+//
+// Format 2 (the release before) had the generation in [0:8] only (an
+// append also SETRANGEd it there) and records without one; format 1 no
+// records. Both are read: the CAS then compares their first 8 bytes
+// (GETRANGE 0 7), which any write of another writer changes, since a
+// value in them is never appended to: its next write rewrites it whole,
+// in format 3.
 // So a busy entity, whose base grows with its distinct other sides and its
 // replay memory, costs each batch about 40 bytes per event it counts, not
 // its whole value, and a value is at most 1.5 times its state.
@@ -111,8 +122,9 @@
 // entities of a batch on GOMAXPROCS goroutines.
 // Round trip 2: one pipeline writing every changed entity with its events'
 // snapshots: per entity, for a key that did not exist SET NX EX, else a
-// CAS (GETRANGE 0 7 must equal the generation read, then SET EX, or
-// SETRANGE and APPEND of its delta record and EXPIRE), and only
+// CAS (GETRANGE -8 -1, of an older format's value 0 7, must equal the
+// generation read, then SET EX, or APPEND of its delta record and new
+// generation and EXPIRE), and only
 // if that wrote, APPEND of its events' snapshots to the snapshot string of
 // their expiry's slot (all events a batch counts share one expiry) and,
 // when that APPEND created it, its PEXPIREAT, all in one script call. On a single Redis one call writes

@@ -21,19 +21,20 @@ import (
 
 // casLua (a Cluster: one entity per call, keys of different slots cannot
 // share one; writeLua is slower there) writes a value only if the key still
-// holds the generation it was read with (its first 8 bytes), and in the
+// holds the generation it was read with (at ARGV[7]: its last 8 bytes, -8,
+// or in a value of an older format its first, 0: genAt), and in the
 // same call appends the entity's replay snapshots (doc.go "Replays") to
 // KEYS[2], its snapshot string of the events' expiry slot (same hash tag).
-// ARGV: generation, value, TTL (s), "a" to append (the value is then the
-// new generation and a delta record: delta.go) or "0", the snapshot
+// ARGV: generation, value, TTL (s), "a" to append (the value is then a
+// delta record and the new generation: delta.go) or "0", the snapshot
 // records ("" for none), the unix ms at which a new snapshot string
-// expires.
-const casLua = `if redis.call('GETRANGE', KEYS[1], 0, 7) ~= ARGV[1] then
+// expires, the generation's offset.
+const casLua = `local o = tonumber(ARGV[7])
+if redis.call('GETRANGE', KEYS[1], o, o + 7) ~= ARGV[1] then
   return 0
 end
 if ARGV[4] == 'a' then
-  redis.call('SETRANGE', KEYS[1], 0, string.sub(ARGV[2], 1, 8))
-  redis.call('APPEND', KEYS[1], string.sub(ARGV[2], 9))
+  redis.call('APPEND', KEYS[1], ARGV[2])
   redis.call('EXPIRE', KEYS[1], ARGV[3])
 else
   redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3])
@@ -59,7 +60,7 @@ return 1`
 var cas, create = redis.NewScript(casLua), redis.NewScript(createLua)
 
 // writeLua writes entities, each only if its key still holds the
-// generation it was read with (its first 8 bytes) or, for a key that did
+// generation it was read with (genAt) or, for a key that did
 // not exist, only if it still does not (SET NX), and in the same call, for
 // each entity written, appends its replay snapshots (doc.go "Replays") to
 // its snapshot string of their expiry slot: KEYS are pairs of an entity's
@@ -67,8 +68,9 @@ var cas, create = redis.NewScript(casLua), redis.NewScript(createLua)
 // ("n" new key, "c" compare, "a" compare and append: the value is then a
 // delta record, delta.go, "A" the same without refreshing the key's TTL,
 // which this process did within keyTTLRefresh), generation read ("" for
-// "n"), the new generation ("a" and "A": SETRANGE writes it over the first
-// 8 bytes; else ""), value, the snapshot records ("" for none), and the
+// "n"), the offset GETRANGE reads it at ("-8" or, a value of an older
+// format, "0": genAt), value (for "a" and "A" a delta record and the new
+// generation, ONE APPEND), the snapshot records ("" for none), and the
 // unix ms at which the snapshot string expires, set when this APPEND
 // created it (the string's slot is fixed, so is its end).
 // It returns one 1 (written) or 0 (lost to another writer) per entity.
@@ -82,15 +84,17 @@ for k = 1, #KEYS, 2 do
   local ok
   if mode == 'n' then
     ok = redis.call('SET', key, ARGV[a + 3], 'NX', 'EX', ttl)
-  elseif redis.call('GETRANGE', key, 0, 7) == ARGV[a + 1] then
-    if mode == 'a' or mode == 'A' then
-      redis.call('SETRANGE', key, 0, ARGV[a + 2])
-      ok = redis.call('APPEND', key, ARGV[a + 3])
-      if mode == 'a' then
-        redis.call('EXPIRE', key, ttl)
+  else
+    local o = tonumber(ARGV[a + 2])
+    if redis.call('GETRANGE', key, o, o + 7) == ARGV[a + 1] then
+      if mode == 'a' or mode == 'A' then
+        ok = redis.call('APPEND', key, ARGV[a + 3])
+        if mode == 'a' then
+          redis.call('EXPIRE', key, ttl)
+        end
+      else
+        ok = redis.call('SET', key, ARGV[a + 3], 'EX', ttl)
       end
-    else
-      ok = redis.call('SET', key, ARGV[a + 3], 'EX', ttl)
     end
   end
   if ok then
@@ -294,7 +298,12 @@ type entity struct {
 	// delta.go), until decoded; a state taken from the cache has none.
 	base   string
 	exists bool
-	gen    string // the generation read (the value's first 8 bytes), "" for none
+	gen    string // the generation read (genAt), "" for none
+	// goff is where GETRANGE reads gen (genAt: 0 or -8); v3 says the value
+	// read is in formatVersion, so a record may be appended to it (one in
+	// an older format is written whole).
+	goff int
+	v3   bool
 	// hit: the value came from the cache instead of Redis; the write's
 	// CAS checks it is still current.
 	hit bool
@@ -305,7 +314,7 @@ type entity struct {
 	changed bool
 	// vlen and blen are the value's length in Redis and its base's (the
 	// delta records follow the base); d is this batch's record; appended
-	// says val is the new generation and that record, to append.
+	// says val is that record and the new generation, to append.
 	vlen, blen int
 	d          delta
 	appended   bool
@@ -595,11 +604,13 @@ func (s *Store) load(ctx context.Context, ents []*entity) error {
 		v, err := cmds[i].Result()
 		switch {
 		case errors.Is(err, redis.Nil):
-			e.base, e.exists, e.gen, e.vlen = "", false, "", 0
+			e.base, e.exists, e.gen, e.goff, e.v3, e.vlen = "", false, "", 0, false, 0
 		case err != nil:
 			return fmt.Errorf("features: redis: reading a %s: %w", kindName(e.kind), err)
 		default:
-			e.base, e.exists, e.gen, e.vlen = v, true, v[:min(genLen, len(v))], len(v)
+			e.base, e.exists, e.vlen = v, true, len(v)
+			e.gen, e.goff = genAt(v)
+			e.v3 = e.goff != 0
 		}
 	}
 	return nil
@@ -750,10 +761,10 @@ func (s *Store) compute(e *entity, r *run) {
 		// Append this batch's record while the records stay at most half
 		// the base (delta.go); else write the whole value again.
 		e.appended = false
-		if e.exists && e.corrupt == nil && e.blen > 0 && !s.wholeValues {
-			e.val = binary.BigEndian.AppendUint64(e.val[:0], gen)
-			e.val = e.d.appendRecord(e.val, nowMs, ttlMs)
-			if e.vlen-e.blen+len(e.val)-genLen <= e.blen/2 {
+		if e.exists && e.v3 && e.corrupt == nil && e.blen > 0 && !s.wholeValues {
+			e.val = e.d.appendRecord(e.val[:0], nowMs, ttlMs)
+			e.val = binary.BigEndian.AppendUint64(e.val, gen)
+			if e.vlen-e.blen+len(e.val) <= e.blen/2 {
 				e.appended = true
 			}
 		}
@@ -983,11 +994,14 @@ func (s *Store) write(ctx context.Context, ents []*entity) ([]*entity, error) {
 		}
 		c.args = append(c.args, num(ttlArg))
 		for _, e := range c.ents {
-			mode, gen, newGen, val := "n", "", []byte(nil), e.val
+			mode, gen, off := "n", "", "0"
 			if e.exists {
 				mode, gen = "c", e.gen
+				if e.goff != 0 {
+					off = "-8"
+				}
 				if e.appended && e.corrupt == nil {
-					mode, newGen, val = "a", e.val[:genLen], e.val[genLen:]
+					mode = "a"
 					if !e.refreshTTL {
 						mode = "A"
 					}
@@ -995,7 +1009,7 @@ func (s *Store) write(ctx context.Context, ents []*entity) ([]*entity, error) {
 			}
 			start := len(blob)
 			blob = appendSnaps(blob, e.snaps)
-			c.args = append(c.args, mode, str(gen), raw(newGen), raw(val), raw(blob[start:len(blob):len(blob)]), num(e.skeyAt))
+			c.args = append(c.args, mode, str(gen), off, raw(e.val), raw(blob[start:len(blob):len(blob)]), num(e.skeyAt))
 		}
 		if len(strs) > len(c.ents) || len(ints) > 2+len(c.ents) || len(raws) > 3*len(c.ents) || len(blob) > nSnaps {
 			// An array outgrown moved: earlier arguments would point into the old one.
@@ -1081,7 +1095,7 @@ func (s *Store) writeEach(ctx context.Context, ents []*entity) ([]*entity, error
 			if e.appended && e.corrupt == nil {
 				mode = "a"
 			}
-			x.args = []any{e.gen, e.val, ttlArg, mode, snaps, e.skeyAt}
+			x.args = []any{e.gen, e.val, ttlArg, mode, snaps, e.skeyAt, e.goff}
 		} else {
 			x.sc = create
 			x.args = []any{e.val, ttlArg, snaps, e.skeyAt}
