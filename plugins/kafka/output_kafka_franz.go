@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -349,33 +350,17 @@ func (w *kfoWriter) WriteBatch(ctx context.Context, batch service.MessageBatch) 
 
 	wctx, cancel := context.WithTimeout(ctx, w.timeout)
 	defer cancel()
-	type outcome struct {
-		i   int
-		err error
-	}
-	// Buffered for every record, so callbacks that fire after we stopped
-	// waiting never block franz-go's delivery goroutine.
-	done := make(chan outcome, len(records))
-	pending := 0
-	for i, r := range records {
-		if r == nil {
-			continue
-		}
-		pending++
-		client.Produce(wctx, r, func(_ *kgo.Record, err error) { done <- outcome{i, err} })
-	}
-	answered := make([]bool, len(records))
-wait:
-	for pending > 0 {
-		select {
-		case o := <-done:
-			errs[o.i], answered[o.i] = o.err, true
-			pending--
-		case <-wctx.Done():
-			break wait
+	wait := newKfoWait(records, errs)
+	// Bound once: a method value written in the loop allocates a closure
+	// at every Produce.
+	promise := wait.promise
+	for _, r := range records {
+		if r != nil {
+			client.Produce(wctx, r, promise)
 		}
 	}
-	if ctx.Err() != nil && pending > 0 {
+	answered, finished := wait.wait(wctx)
+	if ctx.Err() != nil && !finished {
 		// Shutting down: the engine decides what happens to the batch.
 		return ctx.Err()
 	}
@@ -407,6 +392,73 @@ wait:
 		return berr
 	}
 	return nil
+}
+
+// kfoWait collects a batch's promises: one promise function and one wake-up
+// a batch. A channel send a record and a closure a record (its index
+// captured) woke the writing goroutine up to once a record and allocated
+// 500 closures a 500-message batch; the record's place in the batch's one
+// slab of records says which message it is.
+type kfoWait struct {
+	records  []*kgo.Record // records[i] is slab[i] or nil; keeps the slab alive
+	base     uintptr       // &slab[0]
+	size     uintptr       // unsafe.Sizeof(kgo.Record{})
+	mu       sync.Mutex
+	errs     []error // written by promises until closed
+	answered []bool
+	left     int
+	closed   bool // the writer stopped waiting: promises write nothing more
+	done     chan struct{}
+}
+
+func newKfoWait(records []*kgo.Record, errs []error) *kfoWait {
+	wt := &kfoWait{records: records, errs: errs, answered: make([]bool, len(records)), done: make(chan struct{}), size: unsafe.Sizeof(kgo.Record{})}
+	for i, r := range records {
+		if r == nil {
+			continue
+		}
+		if wt.left == 0 {
+			// Records are consecutive in one slab (records), so the first
+			// non-nil one, less its index, is where the slab starts.
+			wt.base = uintptr(unsafe.Pointer(r)) - uintptr(i)*wt.size
+		}
+		wt.left++
+	}
+	if wt.left == 0 {
+		close(wt.done)
+	}
+	return wt
+}
+
+// promise is franz-go's callback for every record of the batch.
+func (wt *kfoWait) promise(r *kgo.Record, err error) {
+	i := int((uintptr(unsafe.Pointer(r)) - wt.base) / wt.size)
+	if i < 0 || i >= len(wt.records) || wt.records[i] != r {
+		// Not from records' slab (records changed): found the slow way.
+		i = slices.Index(wt.records, r)
+	}
+	wt.mu.Lock()
+	defer wt.mu.Unlock()
+	if wt.closed || i < 0 {
+		return
+	}
+	wt.errs[i], wt.answered[i] = err, true
+	if wt.left--; wt.left == 0 {
+		close(wt.done)
+	}
+}
+
+// wait returns, once every record is answered or ctx is done, which ones
+// were answered and whether all were; promises arriving later are dropped.
+func (wt *kfoWait) wait(ctx context.Context) (answered []bool, finished bool) {
+	select {
+	case <-wt.done:
+	case <-ctx.Done():
+	}
+	wt.mu.Lock()
+	defer wt.mu.Unlock()
+	wt.closed = true
+	return wt.answered, wt.left == 0
 }
 
 // kfoMetaRef is an interpolation that is a fixed prefix and one metadata
