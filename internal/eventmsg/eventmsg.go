@@ -41,26 +41,32 @@ func DecodeShared(msg *service.Message, want event.Kind) (*event.Envelope, error
 
 func decode(msg *service.Message, want event.Kind, dec func([]byte) (event.Envelope, error)) (*event.Envelope, error) {
 	var env event.Envelope
-	if err := decodeInto(&env, msg, want, dec); err != nil {
+	err := decodeInto(&env, msg, want, func(raw []byte) (err error) {
+		env, err = dec(raw)
+		return err
+	})
+	if err != nil {
 		return nil, err
 	}
 	return &env, nil
 }
 
-// DecodeSharedInto is DecodeShared writing the envelope to dst, for a
-// caller that decodes a whole batch into one slice of envelopes: one
-// allocation a batch instead of one a record. dst is left unspecified on
-// an error.
-func DecodeSharedInto(dst *event.Envelope, msg *service.Message, want event.Kind) error {
-	return decodeInto(dst, msg, want, event.DecodeShared)
+// DecodeSharedInto is DecodeShared writing the envelope to dst and the
+// record's counterparty to cp (event.DecodeSharedInto), for a caller that
+// keeps a batch's envelopes and counterparties in slices of its own: no
+// allocation a record. dst and cp are left unspecified on an error.
+func DecodeSharedInto(dst *event.Envelope, cp *event.Counterparty, msg *service.Message, want event.Kind) error {
+	return decodeInto(dst, msg, want, func(raw []byte) error { return event.DecodeSharedInto(dst, cp, raw) })
 }
 
-func decodeInto(dst *event.Envelope, msg *service.Message, want event.Kind, dec func([]byte) (event.Envelope, error)) error {
+// decodeInto is every decoder here: the record's bytes, dec, then the kind,
+// so that each reports an undecodable record in the same words.
+func decodeInto(dst *event.Envelope, msg *service.Message, want event.Kind, dec func([]byte) error) error {
 	raw, err := msg.AsBytes()
 	if err != nil {
 		return fmt.Errorf("%w: reading the record: %v", event.ErrNotJSON, err)
 	}
-	if *dst, err = dec(raw); err != nil {
+	if err := dec(raw); err != nil {
 		return err
 	}
 	if dst.Kind != want {
@@ -100,15 +106,8 @@ func NewSlots(n int) Slots { return make(Slots, n) }
 // itself and slot i stays unused.
 func (s Slots) DecodeShared(i int, msg *service.Message, want event.Kind) (*service.Message, error) {
 	sl := &s[i]
-	raw, err := msg.AsBytes()
-	if err != nil {
-		return msg, fmt.Errorf("%w: reading the record: %v", event.ErrNotJSON, err)
-	}
-	if err := event.DecodeSharedInto(&sl.env, &sl.cp, raw); err != nil {
+	if err := DecodeSharedInto(&sl.env, &sl.cp, msg, want); err != nil {
 		return msg, err
-	}
-	if sl.env.Kind != want {
-		return msg, fmt.Errorf("%w: a %s event on a %s topic", event.ErrNotJSON, sl.env.Kind, want)
 	}
 	sl.Context = msg.Context()
 	return msg.WithContext(sl), nil

@@ -452,7 +452,7 @@ func (o *pgCopyUpsert) decodeBatch(batch service.MessageBatch) (envs []*event.En
 		if decoded == nil {
 			decoded = newEnvelopes(len(batch))
 		}
-		if err := decodeRecordInto(&decoded.e[i], &decoded.cps[i], msg, o.kind); err != nil {
+		if err := eventmsg.DecodeSharedInto(&decoded.e[i], &decoded.cps[i], msg, o.kind); err != nil {
 			if undecodable == nil {
 				undecodable = make([]error, len(batch))
 			}
@@ -465,24 +465,6 @@ func (o *pgCopyUpsert) decodeBatch(batch service.MessageBatch) (envs []*event.En
 		o.m.stage.Timing(time.Since(start).Nanoseconds(), o.table, "decode")
 	}
 	return envs, decoded, undecodable
-}
-
-// decodeRecordInto is eventmsg.DecodeSharedInto (the same errors) with the
-// record's counterparty written to cp, a slot of the batch's envelopes kept
-// from one batch to the next (event.DecodeSharedInto): a counterparty was
-// the one allocation of its own a decoded record still made.
-func decodeRecordInto(dst *event.Envelope, cp *event.Counterparty, msg *service.Message, want event.Kind) error {
-	raw, err := msg.AsBytes()
-	if err != nil {
-		return fmt.Errorf("%w: reading the record: %v", event.ErrNotJSON, err)
-	}
-	if err := event.DecodeSharedInto(dst, cp, raw); err != nil {
-		return err
-	}
-	if dst.Kind != want {
-		return fmt.Errorf("%w: a %s event on a %s topic", event.ErrNotJSON, dst.Kind, want)
-	}
-	return nil
 }
 
 // seenIDsKept keeps the sets of IDs a batch's records are de-duplicated
