@@ -352,12 +352,7 @@ func TestKfoRecordAllocationsPerBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	const n = 500
-	batch := make(service.MessageBatch, n)
-	for i := range batch {
-		batch[i] = service.NewMessage([]byte(`{"v":1}`))
-		batch[i].MetaSetMut("ingest_topic", "txn.ingested")
-		batch[i].MetaSetMut("ingest_key", fmt.Sprintf("ws:acc-%d", i))
-	}
+	batch := kfoIngestBatch(n)
 	allocs := testing.AllocsPerRun(20, func() {
 		recs, errs := w.records(batch)
 		if errs[0] != nil || recs[n-1].Topic != "sp.txn.ingested" || string(recs[n-1].Key) != "ws:acc-499" {
@@ -448,12 +443,7 @@ func TestKfoWriteBatchAllocations(t *testing.T) {
 	c := kfoCluster(t, kfake.SeedTopics(6, "sp.txn.ingested"))
 	w := kfoConnected(t, fmt.Sprintf("seed_brokers: [ %s ]\ntopic: sp.${! @ingest_topic }\nkey: ${! @ingest_key }\nlinger: 2ms\n", c.ListenAddrs()[0]))
 	const n = 500
-	batch := make(service.MessageBatch, n)
-	for i := range batch {
-		batch[i] = service.NewMessage([]byte(`{"v":1}`))
-		batch[i].MetaSetMut("ingest_topic", "txn.ingested")
-		batch[i].MetaSetMut("ingest_key", fmt.Sprintf("ws:acc-%d", i))
-	}
+	batch := kfoIngestBatch(n)
 	allocs := testing.AllocsPerRun(10, func() {
 		if err := w.WriteBatch(context.Background(), batch); err != nil {
 			t.Fatal(err)
@@ -463,4 +453,16 @@ func TestKfoWriteBatchAllocations(t *testing.T) {
 	if allocs > n/2 {
 		t.Errorf("writing %d messages allocates %.0f times, want well under one a message", n, allocs)
 	}
+}
+
+// kfoIngestBatch is n messages as the ingest API hands them to the output:
+// topic and key in metadata, spread over accounts.
+func kfoIngestBatch(n int) service.MessageBatch {
+	batch := make(service.MessageBatch, n)
+	for i := range batch {
+		batch[i] = service.NewMessage([]byte(`{"v":1}`))
+		batch[i].MetaSetMut("ingest_topic", "txn.ingested")
+		batch[i].MetaSetMut("ingest_key", fmt.Sprintf("ws:acc-%d", i))
+	}
+	return batch
 }
