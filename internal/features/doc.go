@@ -95,7 +95,7 @@
 // days of a busy account (8 transactions a day, ~50 counterparties) about
 // 2.7 KB, plus about 10 bytes per event id remembered; its delta records add up
 // to half of that, and Redis allocates an appended string about twice its
-// length (README "Memory": 28 KB per account in all). A value grows with the
+// length (README "Memory": 29 KB per account in all). A value grows with the
 // distinct other sides of its 30 days (17–21 bytes each) and the events of its
 // last replay TTL: a counterparty paid by 100,000 accounts a month is a 2 MB
 // state, read when the process does not hold it and written whole only when
