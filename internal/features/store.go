@@ -333,6 +333,43 @@ type entity struct {
 	size int64
 }
 
+// entityPool keeps entities, with the arrays their batch built (the value
+// written, the snapshots, the delta record, the events), from batch to
+// batch: every batch builds them for thousands of entities.
+var entityPool = sync.Pool{New: func() any { return new(entity) }}
+
+// keepBytes is the largest array an entity keeps for the next batch (a
+// busy entity's whole value is not kept for every small one).
+const keepBytes = 4 << 10
+
+func getEntity(kind byte, key string) *entity {
+	e := entityPool.Get().(*entity)
+	*e = entity{kind: kind, key: key, ops: e.ops[:0], val: e.val[:0], snaps: e.snaps[:0], replays: e.replays[:0],
+		arena: e.arena[:0], d: delta{ops: e.d.ops[:0]}}
+	return e
+}
+
+// releaseEntities returns ents to entityPool at the end of their batch:
+// nothing else holds them then (the cache keeps copies of their fields and
+// their states, which they let go of here, as they do of the value read).
+func releaseEntities(ents []*entity) {
+	for _, e := range ents {
+		clear(e.snaps[:cap(e.snaps)])
+		val, arena, dops := e.val, e.arena, e.d.ops
+		if cap(val) > keepBytes {
+			val = nil
+		}
+		if cap(arena) > keepBytes {
+			arena = nil
+		}
+		if cap(dops) > keepBytes {
+			dops = nil
+		}
+		*e = entity{ops: e.ops[:0], val: val[:0], snaps: e.snaps[:0], replays: e.replays[:0], arena: arena[:0], d: delta{ops: dops[:0]}}
+		entityPool.Put(e)
+	}
+}
+
 // snap is one event's snapshot on one entity.
 type snap struct {
 	idh uint64
@@ -417,10 +454,12 @@ func (s *Store) ApplyValues(ctx context.Context, events []*event.Envelope) ([]*V
 	}
 	byID := make(map[entityID]*entity, len(events)*2)
 	var ents []*entity
+	// Every return below is the end of the batch's entities.
+	defer func() { releaseEntities(ents) }()
 	use := func(kind byte, id event.UUID, ev int, mode byte) {
 		e := byID[entityID{kind, id}]
 		if e == nil {
-			e = &entity{kind: kind, key: s.key(kind, id)}
+			e = getEntity(kind, s.key(kind, id))
 			byID[entityID{kind, id}] = e
 			ents = append(ents, e)
 		}
@@ -941,58 +980,107 @@ type scriptArg []byte
 
 func (a *scriptArg) MarshalBinary() ([]byte, error) { return *a, nil }
 
+// writeCall is one writeLua call of write: its entities, its arguments
+// (EVALSHA, its hash, the number of keys, keys, ARGV) and its command.
+type writeCall struct {
+	ents []*entity
+	args []any
+	cmd  *redis.Cmd
+}
+
+// writeBufs are write's arrays, kept from batch to batch (writePool): the
+// arguments of every call point into them, and allocating them afresh each
+// batch was about a tenth of the bytes a batch allocated.
+type writeBufs struct {
+	changed []*entity
+	calls   []writeCall
+	args    []any
+	strs    []string
+	ints    []int64
+	raws    []scriptArg
+	blob    []byte
+}
+
+var writePool = sync.Pool{New: func() any { return new(writeBufs) }}
+
+// release clears what points into the batch (entities, values, keys: they
+// must not stay alive in the pool) and returns w to writePool.
+func (w *writeBufs) release() {
+	clear(w.changed)
+	clear(w.calls)
+	clear(w.args)
+	clear(w.strs)
+	clear(w.raws)
+	if cap(w.blob) > 1<<20 {
+		w.blob = nil // one batch's many snapshots: not kept for every batch
+	}
+	w.changed, w.calls, w.args, w.strs, w.ints, w.raws, w.blob = w.changed[:0], w.calls[:0], w.args[:0], w.strs[:0], w.ints[:0], w.raws[:0], w.blob[:0]
+	writePool.Put(w)
+}
+
+// reuse returns b emptied, with room for n (a new array when it has not).
+func reuse[T any](b []T, n int) []T {
+	if cap(b) < n {
+		return make([]T, 0, n)
+	}
+	return b[:0]
+}
+
 // write stores every changed entity and its snapshots in one pipeline of
 // script calls, each entity only if nobody wrote it since it was read, and
 // returns those somebody did.
 func (s *Store) write(ctx context.Context, ents []*entity) ([]*entity, error) {
-	type call struct {
-		ents []*entity
-		args []any // EVALSHA, its hash, the number of keys, keys, ARGV
-		cmd  *redis.Cmd
-	}
 	if _, ok := s.client.(*redis.Client); !ok {
 		return s.writeEach(ctx, ents)
 	}
-	var changed []*entity
+	wb := writePool.Get().(*writeBufs)
+	defer wb.release()
+	changed := wb.changed[:0]
+	nSnaps := 0
 	for _, e := range ents {
 		if e.changed {
 			changed = append(changed, e)
+			for _, sn := range e.snaps {
+				nSnaps += 8 + binary.MaxVarintLen64 + len(sn.b)
+			}
 		}
 	}
+	wb.changed = changed
 	if len(changed) == 0 {
 		return nil, nil
 	}
 	ttlArg := int64(keyTTL / time.Second)
 	sha := writeScript.Hash()
-	calls := make([]call, 0, (len(changed)+perCall-1)/perCall)
+	nCalls := (len(changed) + perCall - 1) / perCall
+	// Sized for the whole batch before the first argument points into
+	// them: an array that grew would move under the arguments.
+	nArgs := 4*nCalls + 8*len(changed)
+	calls := reuse(wb.calls, nCalls)
+	args := reuse(wb.args, nArgs)
+	strs := reuse(wb.strs, len(changed))
+	ints := reuse(wb.ints, 2*nCalls+len(changed))
+	raws := reuse(wb.raws, 2*len(changed))
+	blob := reuse(wb.blob, nSnaps)
+	// Kept (and cleared) by release whatever happens below.
+	wb.calls, wb.args, wb.strs, wb.ints, wb.raws, wb.blob = calls, args, strs, ints, raws, blob
+	capStrs, capInts, capRaws, capBlob := cap(strs), cap(ints), cap(raws), cap(blob)
+	str := func(v string) *string { strs = append(strs, v); return &strs[len(strs)-1] }
+	num := func(v int64) *int64 { ints = append(ints, v); return &ints[len(ints)-1] }
+	raw := func(v []byte) *scriptArg { raws = append(raws, v); return &raws[len(raws)-1] }
 	for len(changed) > 0 {
-		c := call{ents: changed[:min(perCall, len(changed))]}
+		c := writeCall{ents: changed[:min(perCall, len(changed))]}
 		changed = changed[len(c.ents):]
-		// Exactly sized backing arrays: the arguments point into them.
-		nArgs, nSnaps := 3+2*len(c.ents)+1+6*len(c.ents), 0
-		for _, e := range c.ents {
-			for _, sn := range e.snaps {
-				nSnaps += 8 + binary.MaxVarintLen64 + len(sn.b)
-			}
-		}
-		strs := make([]string, 0, len(c.ents))
-		ints := make([]int64, 0, 2+len(c.ents))
-		raws := make([]scriptArg, 0, 3*len(c.ents))
-		blob := make([]byte, 0, nSnaps)
-		str := func(v string) *string { strs = append(strs, v); return &strs[len(strs)-1] }
-		num := func(v int64) *int64 { ints = append(ints, v); return &ints[len(ints)-1] }
-		raw := func(v []byte) *scriptArg { raws = append(raws, v); return &raws[len(raws)-1] }
-		c.args = make([]any, 0, nArgs)
-		c.args = append(c.args, "evalsha", sha, num(int64(2*len(c.ents))))
+		start := len(args)
+		args = append(args, "evalsha", sha, num(int64(2*len(c.ents))))
 		for _, e := range c.ents {
 			if len(e.snaps) == 0 {
 				// Untouched, but a key of the entity's slot all the same.
-				c.args = append(c.args, &e.key, &e.key)
+				args = append(args, &e.key, &e.key)
 			} else {
-				c.args = append(c.args, &e.key, &e.skey)
+				args = append(args, &e.key, &e.skey)
 			}
 		}
-		c.args = append(c.args, num(ttlArg))
+		args = append(args, num(ttlArg))
 		for _, e := range c.ents {
 			mode, gen, off := "n", "", "0"
 			if e.exists {
@@ -1009,13 +1097,15 @@ func (s *Store) write(ctx context.Context, ents []*entity) ([]*entity, error) {
 			}
 			start := len(blob)
 			blob = appendSnaps(blob, e.snaps)
-			c.args = append(c.args, mode, str(gen), off, raw(e.val), raw(blob[start:len(blob):len(blob)]), num(e.skeyAt))
+			args = append(args, mode, str(gen), off, raw(e.val), raw(blob[start:len(blob):len(blob)]), num(e.skeyAt))
 		}
-		if len(strs) > len(c.ents) || len(ints) > 2+len(c.ents) || len(raws) > 3*len(c.ents) || len(blob) > nSnaps {
-			// An array outgrown moved: earlier arguments would point into the old one.
-			return nil, fmt.Errorf("features: writing %d entities: script arguments miscounted", len(c.ents))
-		}
+		c.args = args[start:len(args):len(args)]
 		calls = append(calls, c)
+	}
+	wb.calls, wb.args, wb.strs, wb.ints, wb.raws, wb.blob = calls, args, strs, ints, raws, blob
+	if len(args) > nArgs || len(strs) > capStrs || len(ints) > capInts || len(raws) > capRaws || len(blob) > capBlob {
+		// An array outgrown moved: earlier arguments would point into the old one.
+		return nil, fmt.Errorf("features: writing %d entities: script arguments miscounted", len(wb.changed))
 	}
 	pipe := s.client.Pipeline()
 	for i := range calls {
