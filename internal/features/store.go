@@ -990,7 +990,8 @@ type writeCall struct {
 
 // writeBufs are write's arrays, kept from batch to batch (writePool): the
 // arguments of every call point into them, and allocating them afresh each
-// batch was about a tenth of the bytes a batch allocated.
+// batch was about 6 % of the bytes a batch allocated (406 B an entity
+// written; BenchmarkApplyLoadgen 6,425 -> 6,030 B an event without them).
 type writeBufs struct {
 	changed []*entity
 	calls   []writeCall
