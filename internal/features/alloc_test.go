@@ -28,9 +28,6 @@ func allocated(runs int, fn func()) float64 {
 // batch of writes allocates per script call (go-redis' command and reply),
 // not per entity.
 func TestWriteArgumentsAreReused(t *testing.T) {
-	if raceEnabled {
-		t.Skip("allocation guard: the race detector drops pooled arrays on purpose (run without -race)")
-	}
 	c, prefix, _ := open(t, targets[0])
 	s := New(c, Options{KeyPrefix: prefix})
 	ctx := context.Background()
@@ -67,8 +64,14 @@ func TestWriteArgumentsAreReused(t *testing.T) {
 		t.Fatal(failed)
 	}
 	// Built afresh every batch, the arguments were 406 B an entity (cc1eb66).
-	if per > 128 {
-		t.Errorf("write allocated %.0f B an entity, want at most 128 (its arguments reused)", per)
+	// Under the race detector sync.Pool drops a quarter of what is put
+	// back on purpose, so the bound is looser there, still well under 406.
+	bound := 128.0
+	if raceEnabled {
+		bound = 300
+	}
+	if per > bound {
+		t.Errorf("write allocated %.0f B an entity, want at most %.0f (its arguments reused)", per, bound)
 	}
 	t.Logf("write: %.1f B allocated an entity", per)
 }
@@ -78,9 +81,6 @@ func TestWriteArgumentsAreReused(t *testing.T) {
 // write, their snapshots and their delta records, are kept from batch to
 // batch, as are write's arguments.
 func TestApplyAllocationsPerEvent(t *testing.T) {
-	if raceEnabled {
-		t.Skip("allocation guard: the race detector drops pooled arrays on purpose (run without -race)")
-	}
 	c, prefix, _ := open(t, targets[0])
 	s := New(c, Options{KeyPrefix: prefix})
 	ctx := context.Background()
@@ -102,11 +102,20 @@ func TestApplyAllocationsPerEvent(t *testing.T) {
 	if failed != nil {
 		t.Fatal(failed)
 	}
-	if per > applyBytesPerEvent {
-		t.Errorf("Apply allocated %.0f B an event, want at most %d", per, applyBytesPerEvent)
+	bound := applyBytesPerEvent
+	if raceEnabled {
+		bound = applyBytesPerEventRace
+	}
+	if per > bound {
+		t.Errorf("Apply allocated %.0f B an event, want at most %.0f", per, bound)
 	}
 	t.Logf("Apply: %.1f B allocated an event", per)
 }
 
-// applyBytesPerEvent bounds TestApplyAllocationsPerEvent.
-const applyBytesPerEvent = 5000
+// applyBytesPerEvent bounds TestApplyAllocationsPerEvent: 6,483 B an event
+// before the entities were kept (cc1eb66), about 4,360 after; under the race
+// detector, whose sync.Pool drops a quarter of what is put back, about 5,100.
+const (
+	applyBytesPerEvent     = 5000.0
+	applyBytesPerEventRace = 5800.0
+)

@@ -3,5 +3,5 @@
 package features
 
 // raceEnabled: the race detector is on; sync.Pool then drops a share of
-// what is put back on purpose, so allocation guards do not hold.
+// what is put back on purpose, so allocation guards take a looser bound.
 const raceEnabled = true
