@@ -238,18 +238,42 @@ func TestAllocationsPerRecordAreBounded(t *testing.T) {
 }
 
 func TestKnownPartiesStartOverWhenFull(t *testing.T) {
+	ws := event.UUID{9}
+	named := func(exts ...string) []namedParty {
+		var ps []namedParty
+		for _, ext := range exts {
+			ps = append(ps, namedParty{partyCustomer, ws, ext, event.CustomerID(ws, ext)})
+		}
+		return ps
+	}
+	known := func(k *knownParties, ext string) bool {
+		id, ok := k.id(partyCustomer, ws, ext)
+		if id != event.CustomerID(ws, ext) {
+			t.Fatalf("customer %q: ID %s, want %s", ext, id, event.CustomerID(ws, ext))
+		}
+		return ok
+	}
 	var none *knownParties
-	none.add([]event.UUID{{1}})
-	if none.has(event.UUID{1}) {
+	none.add(named("c1"))
+	if known(none, "c1") {
 		t.Fatal("a nil set knows something")
 	}
 	k := newKnownParties(3)
-	k.add([]event.UUID{{1}, {2}})
-	if !k.has(event.UUID{1}) || k.has(event.UUID{3}) {
-		t.Fatal("has disagrees with add")
+	k.add(named("c1", "c2"))
+	if !known(k, "c1") || known(k, "c3") {
+		t.Fatal("id disagrees with add")
 	}
-	k.add([]event.UUID{{3}, {4}}) // 4 > max: starts over
-	if k.has(event.UUID{1}) || !k.has(event.UUID{4}) || len(k.ids) != 2 {
-		t.Fatalf("after overflowing: %d ids", len(k.ids))
+	// The same name of another kind is another party.
+	if id, ok := k.id(partyAccount, ws, "c1"); ok || id != event.AccountID(ws, "c1") {
+		t.Fatalf("account c1: %s known %v, want %s unknown", id, ok, event.AccountID(ws, "c1"))
+	}
+	k.add(named("c3", "c4")) // 4 > max: starts over
+	if known(k, "c1") || !known(k, "c4") || len(k.names) != 2 {
+		t.Fatalf("after overflowing: %d names", len(k.names))
+	}
+	// A known party's ID is a lookup that allocates nothing (three a row:
+	// its customer, account and counterparty).
+	if allocs := testing.AllocsPerRun(100, func() { k.id(partyCustomer, ws, "c4") }); allocs != 0 {
+		t.Errorf("looking up a known party allocated %.1f times, want 0", allocs)
 	}
 }
