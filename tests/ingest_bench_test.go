@@ -284,7 +284,7 @@ func benchIngestPeer(b *testing.B, k *testKafka, topic string, bodies [][]byte, 
 	addr := testenv.FreeAddr(b)
 	url := "http://" + addr + "/post"
 	p := newBinProcess(b).named("the peer (http_server → kafka_franz)")
-	p.start(b, map[string]string{"SP_PEER_ADDR": addr, "SP_PEER_TOPIC": topic, "SP_KAFKA_BROKERS": strings.Join(k.brokers, ",")},
+	p.start(b, map[string]string{"SP_TEST_PEER_ADDR": addr, "SP_TEST_PEER_TOPIC": topic, "SP_KAFKA_BROKERS": strings.Join(k.brokers, ",")},
 		"run", "--set", "http.address="+p.httpAddr, "--set", "http.debug_endpoints=true", ingestPeerConfig)
 	if !poll(waitBound, 200*time.Millisecond, func() bool {
 		if !p.running() {
