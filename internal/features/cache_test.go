@@ -29,8 +29,13 @@ func checkCache(t *testing.T, c *cache) {
 	if c.bytes > c.max {
 		t.Fatalf("cache holds %d bytes, budget %d", c.bytes, c.max)
 	}
-	if len(c.held) != 0 {
-		t.Fatalf("%d entities still held after Apply", len(c.held))
+	if c.held != 0 {
+		t.Fatalf("%d entities still held after Apply", c.held)
+	}
+	for k, x := range c.m {
+		if !x.inRing || x.holder != -1 || x.st == nil {
+			t.Fatalf("%s stays in the map after Apply without a state in the ring (in ring %v, holder %d)", k, x.inRing, x.holder)
+		}
 	}
 }
 
