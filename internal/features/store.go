@@ -307,11 +307,10 @@ type entity struct {
 	// hit: the value came from the cache instead of Redis; the write's
 	// CAS checks it is still current.
 	hit bool
-	// holding: this batch holds the entity in the cache (cache.go), by
-	// its entry cx; ro: the batch only reads it.
-	holding bool
-	ro      bool
+	// cx: the cache's entry this batch holds the entity by (cache.go),
+	// nil when it holds none; ro: the batch only reads it.
 	cx      *cached
+	ro      bool
 	corrupt error // the value as read did not decode: counted from empty
 	st      *state
 	changed bool
