@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
-	"strings"
+	"sync"
+	"unique"
+	"unsafe"
 
 	"github.com/speculapro/speculapro/internal/event"
 )
@@ -341,7 +343,9 @@ func decodeBase(v string) (*state, int, error) {
 		return nil, 0, fmt.Errorf("%w: unknown format version %d", errCorrupt, v[genLen])
 	}
 	r := &reader{s: v, off: genLen + 1}
-	st, err := r.base()
+	bufs := decodePool.Get().(*decodeBufs)
+	defer decodePool.Put(bufs)
+	st, err := r.base(bufs)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -352,6 +356,12 @@ func decodeBase(v string) (*state, int, error) {
 		return nil, 0, r.err
 	}
 	base := r.off
+	extra := 0
+	if ver == formatVersion {
+		// Every event a delta record counts is remembered: room for them.
+		extra = recordedEvents(r.s, r.off)
+	}
+	bufs.build(st, extra)
 	if ver == formatV1 && r.off != len(r.s) {
 		r.fail("trailing bytes")
 	}
@@ -367,14 +377,36 @@ func decodeBase(v string) (*state, int, error) {
 	return st, base, nil
 }
 
-// base reads the state as written whole.
-func (r *reader) base() (*state, error) {
+// recordedEvents is how many events the format 3 delta records of v from
+// off count (at most: the count stops at a damaged record, on which
+// record() then fails).
+func recordedEvents(v string, off int) int {
+	n := 0
+	for off < len(v) {
+		r := reader{s: v, off: off}
+		end := r.off + r.count(1)
+		r.uvarint() // the write's wall-clock time
+		r.uvarint() // its replay TTL
+		ops := r.count(11)
+		if r.err != nil || end+genLen > len(v) {
+			break
+		}
+		n += ops
+		off = end + genLen
+	}
+	return n
+}
+
+// base reads the state as written whole into bufs; build then gives the
+// state its arrays.
+func (r *reader) base(b *decodeBufs) (*state, error) {
 	st := newState()
 	st.mx, st.lt, st.ls[0], st.ls[1] = r.time(), r.time(), r.time(), r.time()
 	strs := make([]string, r.count(1))
 	for i := range strs {
-		// A copy: a state may outlive the value (the cache keeps states).
-		strs[i] = strings.Clone(r.bytes(int(min(r.uvarint(), 1<<16))))
+		// The canonical copy: a state may outlive the value (the cache keeps
+		// states), and every state naming EUR shares one string.
+		strs[i] = unique.Make(r.bytes(int(min(r.uvarint(), 1<<16)))).Value()
 	}
 	st.strs = strs
 	str := func(i uint64) uint32 {
@@ -387,21 +419,16 @@ func (r *reader) base() (*state, error) {
 	for l := range levels {
 		h := st.head(l)
 		n := r.count(2)
-		if n == 0 {
-			continue
-		}
-		// Room for the bucket or two a batch adds (bucketAt).
-		bs := make([]bucket, n, n+2)
-		sums := make([]cell, 0, n+2)
-		var evs []cell
+		bs := sized(b.lv[l], n)
+		sums, evs := b.sums[l][:0], b.evs[l][:0]
 		for i := range bs {
-			b := &bs[i]
-			b.n = h - int64(min(r.uvarint(), 1<<40))
+			bk := &bs[i]
+			*bk = bucket{n: h - int64(min(r.uvarint(), 1<<40))}
 			f := r.bytes(1)
 			if r.err != nil {
 				return nil, r.err
 			}
-			for bit, p := range [4]*int64{&b.oc, &b.ic, &b.dp, &b.ds} {
+			for bit, p := range [4]*int64{&bk.oc, &bk.ic, &bk.dp, &bk.ds} {
 				if f[0]&(1<<bit) != 0 {
 					*p = r.varint()
 				}
@@ -409,7 +436,7 @@ func (r *reader) base() (*state, error) {
 			if f[0]&fSums != 0 {
 				for range r.count(2) {
 					k := r.uvarint()
-					c := cell{n: b.n, k: str(k>>1)<<1 | uint32(k&1)}
+					c := cell{n: bk.n, k: str(k>>1)<<1 | uint32(k&1)}
 					a := r.amt()
 					sums = append(sums, c)
 					st.setSum(l, &sums[len(sums)-1], a)
@@ -418,46 +445,143 @@ func (r *reader) base() (*state, error) {
 			if f[0]&fEvs != 0 {
 				for range r.count(2) {
 					k := str(r.uvarint())
-					evs = append(evs, cell{n: b.n, k: k, v: r.varint()})
+					evs = append(evs, cell{n: bk.n, k: k, v: r.varint()})
 				}
 			}
 			if r.err != nil {
 				return nil, r.err
 			}
-			if i > 0 && b.n <= bs[i-1].n {
+			if i > 0 && bk.n <= bs[i-1].n {
 				r.fail("buckets out of order")
 				return nil, r.err
 			}
 		}
-		st.lv[l], st.sums[l], st.evs[l] = bs, sums, evs
+		b.lv[l], b.sums[l], b.evs[l] = bs, sums, evs
 	}
 	for d := range st.members {
 		n := r.count(17)
-		if n == 0 {
-			continue
-		}
-		m := &st.members[d]
-		m.reset(make([]event.UUID, n, n+4), make([]int64, n, n+4))
+		keys, vals := sized(b.mk[d], n), sized(b.mv[d], n)
 		for i := range n {
-			copy(m.keys[i][:], r.bytes(16))
-			m.vals[i] = st.mx - int64(min(r.uvarint(), 1<<40))
+			copy(keys[i][:], r.bytes(16))
+			vals[i] = st.mx - int64(min(r.uvarint(), 1<<40))
 		}
+		b.mk[d], b.mv[d] = keys, vals
 	}
+	b.sk, b.sv = b.sk[:0], b.sv[:0]
 	if n := r.count(9); n > 0 {
 		base := int64(min(r.uvarint(), 1<<62))
-		seen := &st.seen
-		seen.reset(make([]uint64, n, n+4), make([]int64, n, n+4))
+		keys, vals := sized(b.sk, n), sized(b.sv, n)
 		for i := range n {
 			h := r.bytes(8)
 			if r.err != nil {
 				break
 			}
-			seen.keys[i] = binary.LittleEndian.Uint64([]byte(h))
-			seen.vals[i] = base + int64(min(r.uvarint(), 1<<40))
+			keys[i] = binary.LittleEndian.Uint64([]byte(h))
+			vals[i] = base + int64(min(r.uvarint(), 1<<40))
 		}
+		b.sk, b.sv = keys, vals
 	}
 	if r.err != nil {
 		return nil, r.err
 	}
 	return st, nil
+}
+
+// decodeBufs hold a base's arrays as base reads them, until build copies
+// them into the state's arena; reused across decodes (decodePool).
+type decodeBufs struct {
+	lv        [levels][]bucket
+	sums, evs [levels][]cell
+	mk        [2][]event.UUID
+	mv        [2][]int64
+	sk        []uint64
+	sv        []int64
+}
+
+// sized is b with length n, reallocated only when too small.
+func sized[T any](b []T, n int) []T {
+	if cap(b) < n {
+		return make([]T, n)
+	}
+	return b[:n]
+}
+
+var decodePool = sync.Pool{New: func() any { return new(decodeBufs) }}
+
+// build gives st the arrays base read into b, all carved from one
+// allocation, its arena (state.arena), each with room for what a batch
+// typically adds: two buckets and cells a level, four other sides, and
+// seenExtra + 4 events remembered (the delta records' events, applied
+// next). Decoded one by one, a state was about 18 objects, most of the
+// stream's live objects; the collector's marking costs by the object, so
+// one arena instead of about ten makes each collection cheaper. None of the
+// arrays' element types holds a pointer, so the arena is a []uint64.
+func (b *decodeBufs) build(st *state, seenExtra int) {
+	words := 0
+	room := func(c int, size uintptr) int {
+		if c == 0 {
+			return 0
+		}
+		return (c*int(size) + 7) / 8
+	}
+	lvCap := func(n int) int {
+		if n == 0 {
+			return 0
+		}
+		return n + 2
+	}
+	for l := range levels {
+		words += room(lvCap(len(b.lv[l])), unsafe.Sizeof(bucket{})) +
+			room(lvCap(len(b.sums[l])), unsafe.Sizeof(cell{})) + room(lvCap(len(b.evs[l])), unsafe.Sizeof(cell{}))
+	}
+	memberCap := func(d int) int {
+		if len(b.mk[d]) == 0 {
+			return 0
+		}
+		return len(b.mk[d]) + 4
+	}
+	seenCap := 0
+	if len(b.sk)+seenExtra > 0 {
+		seenCap = len(b.sk) + seenExtra + 4
+	}
+	for d := range b.mk {
+		words += room(memberCap(d), unsafe.Sizeof(event.UUID{})) + room(memberCap(d), 8)
+	}
+	words += 2 * room(seenCap, 8)
+	if words == 0 {
+		return
+	}
+	arena := make([]uint64, words)
+	st.arenaLo = uintptr(unsafe.Pointer(&arena[0]))
+	st.arenaHi = st.arenaLo + uintptr(words)*8
+	off := 0
+	for l := range levels {
+		st.lv[l] = append(carve[bucket](arena, &off, lvCap(len(b.lv[l]))), b.lv[l]...)
+		st.sums[l] = append(carve[cell](arena, &off, lvCap(len(b.sums[l]))), b.sums[l]...)
+		st.evs[l] = append(carve[cell](arena, &off, lvCap(len(b.evs[l]))), b.evs[l]...)
+	}
+	for d := range st.members {
+		if c := memberCap(d); c > 0 {
+			st.members[d].reset(append(carve[event.UUID](arena, &off, c), b.mk[d]...),
+				append(carve[int64](arena, &off, c), b.mv[d]...))
+		}
+	}
+	if seenCap > 0 {
+		st.seen.reset(append(carve[uint64](arena, &off, seenCap), b.sk...),
+			append(carve[int64](arena, &off, seenCap), b.sv...))
+	}
+}
+
+// carve returns an empty slice of capacity c over the arena's words from
+// *off, and moves *off past it; nil when c is 0. An append beyond c
+// allocates elsewhere, as for any slice, so neighbours are never
+// overwritten.
+func carve[T any](arena []uint64, off *int, c int) []T {
+	if c == 0 {
+		return nil
+	}
+	var z T
+	p := unsafe.Pointer(&arena[*off])
+	*off += (c*int(unsafe.Sizeof(z)) + 7) / 8
+	return unsafe.Slice((*T)(p), c)[:0]
 }

@@ -3,7 +3,7 @@ package features
 import (
 	"encoding/json"
 	"math/big"
-	"strings"
+	"unique"
 	"unsafe"
 
 	"github.com/speculapro/speculapro/internal/event"
@@ -155,6 +155,12 @@ type state struct {
 	// strs are the currencies and event types the cells name by index
 	// (intern).
 	strs []string
+	// arenaLo, arenaHi bound the allocation a decoded state's arrays were
+	// carved from (decodeBufs.build; 0: none), as addresses only, so that
+	// size counts the arena whole while any array is still in it (one that
+	// outgrew its room lives elsewhere and leaves a gap) without keeping it
+	// alive once none is.
+	arenaLo, arenaHi uintptr
 }
 
 // intern returns s's index in st.strs, adding a copy of s (s may be a
@@ -166,7 +172,7 @@ func (st *state) intern(s string) uint32 {
 			return uint32(i)
 		}
 	}
-	st.strs = append(st.strs, strings.Clone(s))
+	st.strs = append(st.strs, unique.Make(s).Value())
 	return uint32(len(st.strs) - 1)
 }
 
@@ -723,13 +729,30 @@ func pruneCells(cs []cell, lim int64) []cell {
 // buckets, other sides and replay memory with their indexes.
 func (st *state) size() int64 {
 	n := int64(unsafe.Sizeof(*st))
+	inArena := false
+	// arr is an array's bytes, unless it lies in the arena, which counts
+	// once below.
+	arr := func(p unsafe.Pointer, c int, elem uintptr) int64 {
+		if a := uintptr(p); c > 0 && a >= st.arenaLo && a < st.arenaHi {
+			inArena = true
+			return 0
+		}
+		return int64(c) * int64(elem)
+	}
 	for l := range levels {
-		n += int64(cap(st.lv[l]))*int64(unsafe.Sizeof(bucket{})) +
-			int64(cap(st.sums[l])+cap(st.evs[l]))*int64(unsafe.Sizeof(cell{}))
+		n += arr(unsafe.Pointer(unsafe.SliceData(st.lv[l])), cap(st.lv[l]), unsafe.Sizeof(bucket{})) +
+			arr(unsafe.Pointer(unsafe.SliceData(st.sums[l])), cap(st.sums[l]), unsafe.Sizeof(cell{})) +
+			arr(unsafe.Pointer(unsafe.SliceData(st.evs[l])), cap(st.evs[l]), unsafe.Sizeof(cell{}))
 	}
 	n += int64(len(st.bigs)) * 96
-	for d := range st.members {
-		n += st.members[d].size(int64(unsafe.Sizeof(event.UUID{})))
+	for _, t := range []*table[event.UUID]{&st.members[0], &st.members[1]} {
+		n += arr(unsafe.Pointer(unsafe.SliceData(t.keys)), cap(t.keys), unsafe.Sizeof(event.UUID{})) +
+			arr(unsafe.Pointer(unsafe.SliceData(t.vals)), cap(t.vals), 8) + int64(cap(t.idx))*4
 	}
-	return n + st.seen.size(8) + int64(cap(st.strs))*16
+	n += arr(unsafe.Pointer(unsafe.SliceData(st.seen.keys)), cap(st.seen.keys), 8) +
+		arr(unsafe.Pointer(unsafe.SliceData(st.seen.vals)), cap(st.seen.vals), 8) + int64(cap(st.seen.idx))*4
+	if inArena {
+		n += int64(st.arenaHi - st.arenaLo)
+	}
+	return n + int64(cap(st.strs))*16
 }
