@@ -218,17 +218,19 @@ func BenchmarkStreamThroughput(b *testing.B) {
 	// (at 300k events its rate came out in steps 11 % apart). The offsets
 	// are still waited for, so that every event is known consumed.
 	within := time.Duration(n/1000)*time.Second + 3*time.Minute
-	var streamTime time.Duration
-	if poll(within, 200*time.Millisecond, func() bool {
+	var sent float64
+	if !poll(within, 200*time.Millisecond, func() bool {
+		if !p.running() {
+			b.Fatalf("%s exited (code %d) before writing %d events:\n%s", p.name, p.cmd.ProcessState.ExitCode(), n, p.tail(4000))
+		}
 		sc, err := p.scrape()
-		return err == nil && metricSum(sc, "output_sent") >= float64(n)
+		sent = metricSum(sc, "output_sent")
+		return err == nil && sent >= float64(n)
 	}) {
-		streamTime = time.Since(start)
+		b.Fatalf("after %s the stream's output_sent is %.0f of %d", within, sent, n)
 	}
+	streamTime := time.Since(start)
 	s.waitDrained(b, p, s.group, topic, n, within)
-	if streamTime == 0 {
-		b.Fatalf("the stream's group drained %s but its output_sent never reached %d", topic, n)
-	}
 	b.StopTimer()
 	rss := p.peakRSS(b)
 	streamCPU := processCPU(b, p)

@@ -517,51 +517,32 @@ var decodePool = sync.Pool{New: func() any { return new(decodeBufs) }}
 // one arena instead of about ten makes each collection cheaper. None of the
 // arrays' element types holds a pointer, so the arena is a []uint64.
 func (b *decodeBufs) build(st *state, seenExtra int) {
-	words := 0
-	room := func(c int, size uintptr) int {
-		if c == 0 {
-			return 0
-		}
-		return (c*int(size) + 7) / 8
-	}
-	lvCap := func(n int) int {
-		if n == 0 {
-			return 0
-		}
-		return n + 2
-	}
+	var lvCap, sumsCap, evsCap [levels]int
+	n := 0
 	for l := range levels {
-		words += room(lvCap(len(b.lv[l])), unsafe.Sizeof(bucket{})) +
-			room(lvCap(len(b.sums[l])), unsafe.Sizeof(cell{})) + room(lvCap(len(b.evs[l])), unsafe.Sizeof(cell{}))
+		lvCap[l], sumsCap[l], evsCap[l] = withRoom(len(b.lv[l]), 0, 2), withRoom(len(b.sums[l]), 0, 2), withRoom(len(b.evs[l]), 0, 2)
+		n += words[bucket](lvCap[l]) + words[cell](sumsCap[l]) + words[cell](evsCap[l])
 	}
-	memberCap := func(d int) int {
-		if len(b.mk[d]) == 0 {
-			return 0
-		}
-		return len(b.mk[d]) + 4
+	memberCap := [2]int{withRoom(len(b.mk[0]), 0, 4), withRoom(len(b.mk[1]), 0, 4)}
+	seenCap := withRoom(len(b.sk), seenExtra, 4)
+	for _, c := range memberCap {
+		n += words[event.UUID](c) + words[int64](c)
 	}
-	seenCap := 0
-	if len(b.sk)+seenExtra > 0 {
-		seenCap = len(b.sk) + seenExtra + 4
-	}
-	for d := range b.mk {
-		words += room(memberCap(d), unsafe.Sizeof(event.UUID{})) + room(memberCap(d), 8)
-	}
-	words += 2 * room(seenCap, 8)
-	if words == 0 {
+	n += words[uint64](seenCap) + words[int64](seenCap)
+	if n == 0 {
 		return
 	}
-	arena := make([]uint64, words)
+	arena := make([]uint64, n)
 	st.arenaLo = uintptr(unsafe.Pointer(&arena[0]))
-	st.arenaHi = st.arenaLo + uintptr(words)*8
+	st.arenaHi = st.arenaLo + uintptr(n)*8
 	off := 0
 	for l := range levels {
-		st.lv[l] = append(carve[bucket](arena, &off, lvCap(len(b.lv[l]))), b.lv[l]...)
-		st.sums[l] = append(carve[cell](arena, &off, lvCap(len(b.sums[l]))), b.sums[l]...)
-		st.evs[l] = append(carve[cell](arena, &off, lvCap(len(b.evs[l]))), b.evs[l]...)
+		st.lv[l] = append(carve[bucket](arena, &off, lvCap[l]), b.lv[l]...)
+		st.sums[l] = append(carve[cell](arena, &off, sumsCap[l]), b.sums[l]...)
+		st.evs[l] = append(carve[cell](arena, &off, evsCap[l]), b.evs[l]...)
 	}
-	for d := range st.members {
-		if c := memberCap(d); c > 0 {
+	for d, c := range memberCap {
+		if c > 0 {
 			st.members[d].reset(append(carve[event.UUID](arena, &off, c), b.mk[d]...),
 				append(carve[int64](arena, &off, c), b.mv[d]...))
 		}
@@ -572,6 +553,21 @@ func (b *decodeBufs) build(st *state, seenExtra int) {
 	}
 }
 
+// withRoom is the capacity of an array of n elements that more will join
+// (extra known, room guessed); 0 for an array with none of either.
+func withRoom(n, extra, room int) int {
+	if n+extra == 0 {
+		return 0
+	}
+	return n + extra + room
+}
+
+// words is how many of the arena's 8-byte words c elements of T take.
+func words[T any](c int) int {
+	var z T
+	return (c*int(unsafe.Sizeof(z)) + 7) / 8
+}
+
 // carve returns an empty slice of capacity c over the arena's words from
 // *off, and moves *off past it; nil when c is 0. An append beyond c
 // allocates elsewhere, as for any slice, so neighbours are never
@@ -580,8 +576,7 @@ func carve[T any](arena []uint64, off *int, c int) []T {
 	if c == 0 {
 		return nil
 	}
-	var z T
 	p := unsafe.Pointer(&arena[*off])
-	*off += (c*int(unsafe.Sizeof(z)) + 7) / 8
+	*off += words[T](c)
 	return unsafe.Slice((*T)(p), c)[:0]
 }

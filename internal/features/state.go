@@ -745,12 +745,10 @@ func (st *state) size() int64 {
 			arr(unsafe.Pointer(unsafe.SliceData(st.evs[l])), cap(st.evs[l]), unsafe.Sizeof(cell{}))
 	}
 	n += int64(len(st.bigs)) * 96
-	for _, t := range []*table[event.UUID]{&st.members[0], &st.members[1]} {
-		n += arr(unsafe.Pointer(unsafe.SliceData(t.keys)), cap(t.keys), unsafe.Sizeof(event.UUID{})) +
-			arr(unsafe.Pointer(unsafe.SliceData(t.vals)), cap(t.vals), 8) + int64(cap(t.idx))*4
+	for d := range st.members {
+		n += st.members[d].size(unsafe.Sizeof(event.UUID{}), arr)
 	}
-	n += arr(unsafe.Pointer(unsafe.SliceData(st.seen.keys)), cap(st.seen.keys), 8) +
-		arr(unsafe.Pointer(unsafe.SliceData(st.seen.vals)), cap(st.seen.vals), 8) + int64(cap(st.seen.idx))*4
+	n += st.seen.size(8, arr)
 	if inArena {
 		n += int64(st.arenaHi - st.arenaLo)
 	}

@@ -42,9 +42,12 @@ const (
 
 func (t *table[K]) len() int { return len(t.keys) }
 
-// size estimates the memory t holds, its keys keyBytes each.
-func (t *table[K]) size(keyBytes int64) int64 {
-	return int64(cap(t.keys))*keyBytes + int64(cap(t.vals))*8 + int64(cap(t.idx))*4
+// size estimates the memory t holds, its keys keyBytes each, with arr
+// counting its keys' and values' arrays (state.size: nothing for one in the
+// state's arena).
+func (t *table[K]) size(keyBytes uintptr, arr func(p unsafe.Pointer, c int, elem uintptr) int64) int64 {
+	return arr(unsafe.Pointer(unsafe.SliceData(t.keys)), cap(t.keys), keyBytes) +
+		arr(unsafe.Pointer(unsafe.SliceData(t.vals)), cap(t.vals), 8) + int64(cap(t.idx))*4
 }
 
 // slot is k's first slot in an index of 2^b slots. Keys are event-id
