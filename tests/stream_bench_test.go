@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -494,10 +495,15 @@ func redisStats(b *testing.B, s *proofStack) redisCounters {
 			}
 		}
 	}
+	// ForEachMaster calls read on every master at once: the sums are
+	// added up one reply at a time.
+	var mu sync.Mutex
 	read := func(ctx context.Context, c redis.UniversalClient) error {
 		info, err := c.Info(ctx, "cpu", "stats", "commandstats").Result()
 		if err == nil {
+			mu.Lock()
 			parse(info)
+			mu.Unlock()
 		}
 		return err
 	}
