@@ -91,6 +91,15 @@ func (c *cache) unring(x *cached) {
 	}
 }
 
+// drop takes x's state out of the ring for good: nobody reads that state
+// again (it belongs to the cache until taken), so its arena goes to the
+// next decode. take, which hands the state to a batch, unrings instead.
+func (c *cache) drop(x *cached) {
+	st := x.st
+	c.unring(x)
+	st.recycle()
+}
+
 func (c *cache) pushFront(x *cached) {
 	x.prev, x.next = &c.lru, c.lru.next
 	c.lru.next.prev = x
@@ -201,7 +210,7 @@ func (c *cache) publish(ents []*entity) uint64 {
 	// Least recently published first; a batch larger than the budget
 	// evicts its own states too.
 	for c.bytes > c.max && c.lru.prev != &c.lru {
-		c.unring(c.lru.prev)
+		c.drop(c.lru.prev)
 	}
 	turn := c.next
 	c.next++
@@ -238,9 +247,12 @@ func (c *cache) put(e *entity) {
 	case !keep:
 		c.release(x) // no key in Redis, or nothing readable
 		return
-	case x.inRing:
+	case x.inRing && x.st != e.st:
 		// Held on a retry, which leaves the entry's old state in the
-		// ring (take without fromCache): the new one replaces it.
+		// ring (take without fromCache): the new one, decoded again,
+		// replaces it.
+		c.drop(x)
+	case x.inRing:
 		c.unring(x)
 	}
 	x.gen, x.st, x.size, x.vlen, x.blen, x.goff, x.v3, x.ttlAt = gen, e.st, e.size, vlen, blen, goff, v3, e.ttlAt
@@ -278,7 +290,7 @@ func (c *cache) invalidate(ents []*entity) {
 			continue
 		}
 		if x, ok := c.m[e.key]; ok && x.inRing && x.gen == e.newGen() {
-			c.unring(x)
+			c.drop(x)
 		}
 	}
 }

@@ -33,17 +33,21 @@ func second(t *testing.T, tg target) redis.UniversalClient {
 //
 // The same with one Store and two goroutines (two pipeline threads of one
 // process): its batches hold their entities and write in turn (cache.go).
+// And with one Store whose cache of 4 KiB evicts the busy customer's and
+// counterparty's states as soon as they are published, so every batch
+// decodes them again into an arena an evicted state left (arena.go) while
+// the other goroutine's batch computes and writes.
 func TestConcurrentWritersKeepExactTotals(t *testing.T) {
 	for _, tg := range targets {
-		for _, shared := range []bool{false, true} {
-			name := tg.name
-			if shared {
-				name += "/one_store"
-			}
-			t.Run(name, func(t *testing.T) {
+		for _, mode := range []string{"", "/one_store", "/one_store_tiny_cache"} {
+			t.Run(tg.name+mode, func(t *testing.T) {
 				c, prefix, _ := open(t, tg)
 				stores := []*Store{New(c, Options{KeyPrefix: prefix}), New(second(t, tg), Options{KeyPrefix: prefix})}
-				if shared {
+				switch mode {
+				case "/one_store":
+					stores[1] = stores[0]
+				case "/one_store_tiny_cache":
+					stores[0] = New(c, Options{KeyPrefix: prefix, CacheBytes: 4 << 10})
 					stores[1] = stores[0]
 				}
 				const perWriter, batch = 300, 10

@@ -523,7 +523,8 @@ var decodePool = sync.Pool{New: func() any { return new(decodeBufs) }}
 // next). Decoded one by one, a state was about 18 objects, most of the
 // stream's live objects; the collector's marking costs by the object, so
 // one arena instead of about ten makes each collection cheaper. None of the
-// arrays' element types holds a pointer, so the arena is a []uint64.
+// arrays' element types holds a pointer, so the arena is a []uint64, and
+// one the cache let go of is reused (arena.go).
 func (b *decodeBufs) build(st *state, seenExtra int) {
 	var lvCap, sumsCap, evsCap [levels]int
 	n := 0
@@ -540,9 +541,8 @@ func (b *decodeBufs) build(st *state, seenExtra int) {
 	if n == 0 {
 		return
 	}
-	arena := make([]uint64, n)
-	st.arenaLo = uintptr(unsafe.Pointer(&arena[0]))
-	st.arenaHi = st.arenaLo + uintptr(n)*8
+	arena := getArena(n)
+	st.arena = arena
 	off := 0
 	for l := range levels {
 		st.lv[l] = append(carve[bucket](arena, &off, lvCap[l]), b.lv[l]...)

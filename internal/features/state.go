@@ -155,12 +155,11 @@ type state struct {
 	// strs are the currencies and event types the cells name by index
 	// (intern).
 	strs []string
-	// arenaLo, arenaHi bound the allocation a decoded state's arrays were
-	// carved from (decodeBufs.build; 0: none), as addresses only, so that
-	// size counts the arena whole while any array is still in it (one that
-	// outgrew its room lives elsewhere and leaves a gap) without keeping it
-	// alive once none is.
-	arenaLo, arenaHi uintptr
+	// arena is the allocation a decoded state's arrays were carved from
+	// (decodeBufs.build; nil: none), kept so that the cache can hand it to
+	// the next decode once it lets the state go (arena.go). An array that
+	// outgrew its room lives elsewhere and leaves a gap in it.
+	arena []uint64
 }
 
 // intern returns s's index in st.strs, adding a copy of s (s may be a
@@ -727,13 +726,18 @@ func pruneCells(cs []cell, lim int64) []cell {
 
 // size estimates the memory st holds (the cache's budget, cache.go): its
 // buckets, other sides and replay memory with their indexes.
+//
+// The arena counts whole, once, while any array lies in it; one that every
+// array has outgrown is handed to the next decode (arena.go) instead of
+// kept.
 func (st *state) size() int64 {
 	n := int64(unsafe.Sizeof(*st))
+	lo := uintptr(unsafe.Pointer(unsafe.SliceData(st.arena)))
+	hi := lo + uintptr(len(st.arena))*8
 	inArena := false
-	// arr is an array's bytes, unless it lies in the arena, which counts
-	// once below.
+	// arr is an array's bytes, unless it lies in the arena.
 	arr := func(p unsafe.Pointer, c int, elem uintptr) int64 {
-		if a := uintptr(p); c > 0 && a >= st.arenaLo && a < st.arenaHi {
+		if a := uintptr(p); c > 0 && a >= lo && a < hi {
 			inArena = true
 			return 0
 		}
@@ -750,7 +754,9 @@ func (st *state) size() int64 {
 	}
 	n += st.seen.size(8, arr)
 	if inArena {
-		n += int64(st.arenaHi - st.arenaLo)
+		n += int64(len(st.arena)) * 8
+	} else {
+		st.recycle()
 	}
 	return n + int64(cap(st.strs))*16
 }
