@@ -108,7 +108,9 @@
 // arena, decodeBufs.build) and its currency and type names are shared
 // (unique.Make): the collector's marking costs by the object, and a
 // state decoded array by array was about 18 of them, most of the stream's
-// live objects at 1M events.
+// live objects at 1M events. A state the cache evicts, drops or replaces
+// hands its arena to the next decode of about its size (arena.go), so the
+// states decoded on cache misses are not each a new allocation.
 //
 // # Apply
 //
