@@ -45,3 +45,67 @@ func pointerIn(t reflect.Type) string {
 		return t.Kind().String()
 	}
 }
+
+// An arena's class holds at least what was asked and at most an eighth
+// more (beyond the smallest class); the classes are in order of size, and
+// the largest arenas are left out.
+func TestArenaClasses(t *testing.T) {
+	for _, tc := range []struct {
+		n, idx, words int
+		ok            bool
+	}{
+		{1, 0, 64, true},
+		{64, 0, 64, true},
+		{65, 1, 72, true},
+		{72, 1, 72, true},
+		{73, 2, 80, true},
+		{128, 8, 128, true},
+		{129, 9, 144, true},
+		{1 << 20, len(arenaPools) - 1, 1 << 20, true},
+		{1<<20 + 1, 0, 0, false},
+	} {
+		idx, words, ok := arenaClass(tc.n)
+		if idx != tc.idx || words != tc.words || ok != tc.ok {
+			t.Errorf("arenaClass(%d) = %d, %d, %v; want %d, %d, %v", tc.n, idx, words, ok, tc.idx, tc.words, tc.ok)
+		}
+	}
+	lastIdx, lastWords := -1, 0
+	for n := 1; n <= 1<<20; n += 1 + n/97 {
+		idx, words, ok := arenaClass(n)
+		if !ok || words < n || (n > arenaMinWords && words-n > n/arenaSteps) || idx >= len(arenaPools) {
+			t.Fatalf("arenaClass(%d) = %d, %d, %v: not a class of about n words", n, idx, words, ok)
+		}
+		if idx < lastIdx || (idx == lastIdx) != (words == lastWords) {
+			t.Fatalf("arenaClass(%d) = %d, %d after %d, %d: classes out of order", n, idx, words, lastIdx, lastWords)
+		}
+		lastIdx, lastWords = idx, words
+	}
+}
+
+// An arena put back is what the next decode of about its size gets (the
+// race detector's sync.Pool drops some of what is put back, so a few
+// tries), and an arena of no class is never pooled.
+func TestArenaIsReused(t *testing.T) {
+	reused := false
+	for range 20 {
+		a := getArena(100)
+		if len(a) != 104 {
+			t.Fatalf("getArena(100) has %d words, want its class's 104", len(a))
+		}
+		putArena(a)
+		if b := getArena(97); &b[0] == &a[0] {
+			reused = true
+			break
+		}
+	}
+	if !reused {
+		t.Error("an arena put back was never handed out again")
+	}
+	odd := make([]uint64, 100) // not a class's size: not pooled
+	putArena(odd)
+	for range 5 {
+		if b := getArena(100); &b[0] == &odd[0] {
+			t.Fatal("an arena of no class's size was handed out")
+		}
+	}
+}
