@@ -253,6 +253,9 @@ func (c *cache) put(e *entity) {
 		// replaces it.
 		c.drop(x)
 	case x.inRing:
+		// The very state being published: take unrings what it hands
+		// out, so this does not happen, but if it did the state lives on
+		// and its arena must not be recycled.
 		c.unring(x)
 	}
 	x.gen, x.st, x.size, x.vlen, x.blen, x.goff, x.v3, x.ttlAt = gen, e.st, e.size, vlen, blen, goff, v3, e.ttlAt
