@@ -405,6 +405,7 @@ func (o *pgCopyUpsert) WriteBatch(ctx context.Context, batch service.MessageBatc
 		if waiting == nil && len(res.rejected) == 0 {
 			// Committed: its placeholders exist now.
 			o.known.add(res.stats.named)
+			o.known.addCounterparties(res.stats.counterparties)
 		}
 		for _, rj := range res.rejected {
 			dead = append(dead, rj.deadLetter(rowIndex))

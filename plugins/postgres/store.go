@@ -88,8 +88,8 @@ ON CONFLICT DO NOTHING`
 	insertCounterparties = `
 INSERT INTO speculapro.counterparties
        (id, workspace_id, fingerprint, identifier_kind, identifier_encrypted, identifier_masked, name,
-        account_id, first_seen_at, last_seen_at)
-SELECT t.id, t.ws, t.fp, t.kind, t.enc, t.masked, t.name,
+        identifier_fingerprint, account_id, first_seen_at, last_seen_at)
+SELECT t.id, t.ws, t.fp, t.kind, t.enc, t.masked, t.name, t.ifp,
        (SELECT a.id FROM speculapro.accounts a
          WHERE a.workspace_id = t.ws AND a.number_fingerprint = t.ifp
          ORDER BY a.placeholder, a.id LIMIT 1),
@@ -101,27 +101,57 @@ SELECT t.id, t.ws, t.fp, t.kind, t.enc, t.masked, t.name,
  ORDER BY t.id
 ON CONFLICT (workspace_id, fingerprint) DO NOTHING`
 
-	// An existing counterparty is only rewritten when it can now be linked
-	// to a monitored account, or its last_seen_at is more than a day
-	// behind: a recipient paid 500 times a day is not rewritten (nor
-	// locked) 500 times. The rows to rewrite are locked in id order, the
-	// order every writer takes, so two writers cannot deadlock on them.
+	// lockCounterpartyLinks takes, shared and in key order, the advisory
+	// lock of every identifier fingerprint the statements after it store or
+	// look an account up by (migration 00010): an account registered at the
+	// same time then either commits before they look (they find it) or
+	// waits for this transaction and links the stored counterparty itself.
+	lockCounterpartyLinks = `
+SELECT count(pg_advisory_xact_lock_shared(k))
+  FROM (SELECT DISTINCT speculapro.counterparty_link_key(t.ws, t.ifp) AS k
+          FROM unnest($1::uuid[], $2::bytea[]) AS t(ws, ifp)
+         ORDER BY 1) AS l`
+
+	// updateCounterparties rewrites the counterparties a batch names that
+	// this process does not know to be up to date (counterpartyStates): one
+	// that can now be linked to a monitored account (found by the same
+	// probe as the insert's), one whose last_seen_at is more than a day
+	// behind (a recipient paid 500 times a day is not rewritten, nor
+	// locked, 500 times), one whose stored identifier fingerprint is not
+	// the payment's (stored before migration 00010, or made under an
+	// earlier key). Later links are the accounts' trigger's. The rows to
+	// rewrite are locked in id order, the order every writer takes, so two
+	// writers cannot deadlock on them. It returns each named counterparty's
+	// last_seen_at and identifier fingerprint as they are after it, which
+	// the process remembers once the batch commits.
 	updateCounterparties = `
-UPDATE speculapro.counterparties AS c
-   SET account_id = COALESCE(c.account_id, u.acc),
-       last_seen_at = GREATEST(c.last_seen_at, u.last_seen)
-  FROM (SELECT e.id, t.last_seen, l.acc
-          FROM unnest($1::uuid[], $2::bytea[], $3::bytea[], $4::timestamptz[]) AS t(ws, fp, ifp, last_seen)
-          JOIN speculapro.counterparties e ON e.workspace_id = t.ws AND e.fingerprint = t.fp
-          LEFT JOIN LATERAL (SELECT a.id AS acc FROM speculapro.accounts a
-                              WHERE e.account_id IS NULL AND t.ifp IS NOT NULL
-                                AND a.workspace_id = t.ws AND a.number_fingerprint = t.ifp
-                              ORDER BY a.placeholder, a.id LIMIT 1) AS l ON true
-         WHERE (e.account_id IS NULL AND l.acc IS NOT NULL)
-            OR e.last_seen_at < t.last_seen - interval '1 day'
-         ORDER BY e.id
-           FOR UPDATE OF e) AS u
- WHERE c.id = u.id`
+WITH t AS (
+    SELECT * FROM unnest($1::uuid[], $2::bytea[], $3::bytea[], $4::timestamptz[]) AS t(ws, fp, ifp, last_seen)
+), u AS (
+    UPDATE speculapro.counterparties AS c
+       SET account_id = COALESCE(c.account_id, u.acc),
+           last_seen_at = GREATEST(c.last_seen_at, u.last_seen),
+           identifier_fingerprint = COALESCE(u.ifp, c.identifier_fingerprint)
+      FROM (SELECT e.id, t.last_seen, t.ifp, l.acc
+              FROM t
+              JOIN speculapro.counterparties e ON e.workspace_id = t.ws AND e.fingerprint = t.fp
+              LEFT JOIN LATERAL (SELECT a.id AS acc FROM speculapro.accounts a
+                                  WHERE e.account_id IS NULL AND t.ifp IS NOT NULL
+                                    AND a.workspace_id = t.ws AND a.number_fingerprint = t.ifp
+                                  ORDER BY a.placeholder, a.id LIMIT 1) AS l ON true
+             WHERE (e.account_id IS NULL AND l.acc IS NOT NULL)
+                OR e.last_seen_at < t.last_seen - interval '24 hours'
+                OR e.identifier_fingerprint IS DISTINCT FROM COALESCE(t.ifp, e.identifier_fingerprint)
+             ORDER BY e.id
+               FOR UPDATE OF e) AS u
+     WHERE c.id = u.id
+    RETURNING c.id, c.last_seen_at, c.identifier_fingerprint
+)
+SELECT e.id, COALESCE(u.last_seen_at, e.last_seen_at),
+       CASE WHEN u.id IS NULL THEN e.identifier_fingerprint ELSE u.identifier_fingerprint END
+  FROM t
+  JOIN speculapro.counterparties e ON e.workspace_id = t.ws AND e.fingerprint = t.fp
+  LEFT JOIN u ON u.id = e.id`
 
 	lookupAccountCustomers = `SELECT id, customer_id FROM speculapro.accounts WHERE id = ANY($1::uuid[])`
 
@@ -157,6 +187,9 @@ type writeStats struct {
 	// named, known to exist once it commits; add leaves them out, so a
 	// write put together from several (isolating) names none.
 	named []namedParty
+	// The counterparties the update named, as they stand once the write
+	// commits (knownParties.addCounterparties); none from an isolating write.
+	counterparties []counterpartyState
 }
 
 func (s *writeStats) add(o writeStats) {
@@ -264,7 +297,42 @@ func appendPartyName(dst []byte, kind partyKind, ws event.UUID, key string) []by
 type knownParties struct {
 	mu    sync.RWMutex
 	names map[string]event.UUID // appendPartyName -> ID
-	max   int
+	// cps are the counterparties a committed update returned: what the
+	// next batch's update could change about them is decided here instead
+	// of by PostgreSQL probing every counterparty of every batch.
+	cps map[event.UUID]counterpartyState
+	max int
+}
+
+// counterpartyState is a stored counterparty as a committed batch's update
+// returned it: last_seen_at (the column only grows, so a lower bound after
+// that) and identifier_fingerprint's bytes ("" for NULL).
+type counterpartyState struct {
+	id       event.UUID
+	lastSeen time.Time
+	ifp      string
+}
+
+// counterpartySeenStep is how far behind a payment a counterparty's
+// last_seen_at must be for the update to move it (updateCounterparties).
+const counterpartySeenStep = 24 * time.Hour
+
+// needsUpdate reports whether updateCounterparties could change cp, a
+// counterparty of the batch, given st, what a committed update returned for
+// it (ok false: nothing known). A link needs no update once the stored
+// identifier fingerprint is the payment's: the account's registration links
+// it then (migration 00010), and the statement that stored it linked the
+// accounts registered before.
+func (cp *counterpartyRow) needsUpdate(st counterpartyState, ok bool) bool {
+	switch {
+	case !ok:
+		return true
+	case cp.lastSeen.After(st.lastSeen.Add(counterpartySeenStep)):
+		return true
+	case cp.identityFP != nil && string(cp.identityFP) != st.ifp:
+		return true
+	}
+	return false
 }
 
 // knownPartiesMax bounds the set: about 12 MB of heap at most (a name's
@@ -272,7 +340,34 @@ type knownParties struct {
 const knownPartiesMax = 1 << 17
 
 func newKnownParties(max int) *knownParties {
-	return &knownParties{names: make(map[string]event.UUID), max: max}
+	return &knownParties{names: make(map[string]event.UUID), cps: make(map[event.UUID]counterpartyState), max: max}
+}
+
+// counterparty is what a committed update returned for counterparty id.
+func (k *knownParties) counterparty(id event.UUID) (counterpartyState, bool) {
+	if k == nil {
+		return counterpartyState{}, false
+	}
+	k.mu.RLock()
+	st, ok := k.cps[id]
+	k.mu.RUnlock()
+	return st, ok
+}
+
+// addCounterparties records what a batch's update returned; call it only
+// after the batch committed. It starts over when full, as add does.
+func (k *knownParties) addCounterparties(states []counterpartyState) {
+	if k == nil || len(states) == 0 {
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if len(k.cps)+len(states) > k.max {
+		clear(k.cps)
+	}
+	for _, st := range states {
+		k.cps[st.id] = st
+	}
 }
 
 // id is the ID of the party kind names in workspace ws by key, and whether
@@ -602,19 +697,29 @@ func writeTransactions(ctx context.Context, tx pgx.Tx, rows []*event.Envelope, m
 		}
 		sc.order = order
 		slices.SortFunc(order, func(x, y int32) int { return bytes.Compare(cpRows[x].id[:], cpRows[y].id[:]) })
-		// Every counterparty goes to the update; only those this process
-		// has not seen committed go to the insert (one stored is skipped
-		// by it anyway, at an index probe each), and none at all when all
-		// are known.
-		n := len(cpRows)
-		wss, fps, ifps, lasts := make([]event.UUID, n), make([][]byte, n), make([][]byte, n), make([]time.Time, n)
+		// Only those this process has not seen committed go to the insert
+		// (one stored is skipped by it anyway, at an index probe each), and
+		// to the update only those it could change (needsUpdate): a batch
+		// naming only known, up-to-date counterparties sends neither. The
+		// advisory locks of the identifier fingerprints either stores or
+		// probes by come first (lockCounterpartyLinks).
+		var wss, lwss []event.UUID
+		var fps, ifps, lifps [][]byte
+		var lasts []time.Time
 		var ids, nwss []event.UUID
 		var nfps, encs, nifps [][]byte
 		var kinds, maskeds, names []string
 		var firsts, nlasts []time.Time
-		for i, k := range order {
+		for _, k := range order {
 			cp := &cpRows[k]
-			wss[i], fps[i], ifps[i], lasts[i] = cp.ws, cp.fingerprint, cp.identityFP, cp.lastSeen
+			if cp.needsUpdate(known.counterparty(cp.id)) {
+				wss, fps, ifps, lasts = append(wss, cp.ws), append(fps, cp.fingerprint), append(ifps, cp.identityFP), append(lasts, cp.lastSeen)
+				if cp.identityFP != nil {
+					lwss, lifps = append(lwss, cp.ws), append(lifps, cp.identityFP)
+				}
+			} else if cp.identityFP != nil && !cp.known {
+				lwss, lifps = append(lwss, cp.ws), append(lifps, cp.identityFP)
+			}
 			if cp.known {
 				continue
 			}
@@ -622,6 +727,9 @@ func writeTransactions(ctx context.Context, tx pgx.Tx, rows []*event.Envelope, m
 			ids, nwss, nfps, encs, nifps = append(ids, cp.id), append(nwss, cp.ws), append(nfps, cp.fingerprint), append(encs, cp.encrypted), append(nifps, cp.identityFP)
 			kinds, maskeds, names = append(kinds, cp.kind), append(maskeds, cp.masked), append(names, cp.name)
 			firsts, nlasts = append(firsts, cp.firstSeen), append(nlasts, cp.lastSeen)
+		}
+		if len(lwss) > 0 {
+			b.Queue(lockCounterpartyLinks, uuidArray(lwss), byteaArray(lifps))
 		}
 		if len(ids) > 0 {
 			b.Queue(insertCounterparties, uuidArray(ids), uuidArray(nwss), byteaArray(nfps), optionalTextArray(kinds), byteaArray(encs),
@@ -631,7 +739,19 @@ func writeTransactions(ctx context.Context, tx pgx.Tx, rows []*event.Envelope, m
 					return nil
 				})
 		}
-		b.Queue(updateCounterparties, uuidArray(wss), byteaArray(fps), byteaArray(ifps), timeArray(lasts))
+		if len(wss) > 0 {
+			b.Queue(updateCounterparties, uuidArray(wss), byteaArray(fps), byteaArray(ifps), timeArray(lasts)).
+				Query(func(r pgx.Rows) error {
+					var st counterpartyState
+					var ifp []byte
+					_, err := pgx.ForEachRow(r, []any{&st.id, &st.lastSeen, &ifp}, func() error {
+						st.ifp = string(ifp)
+						stats.counterparties = append(stats.counterparties, st)
+						return nil
+					})
+					return err
+				})
+		}
 	}
 	// Decided transactions: their decisions rows and decision.created
 	// webhooks, in this same transaction (store_decisions.go).

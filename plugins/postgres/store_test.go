@@ -2,10 +2,15 @@ package postgres
 
 import (
 	"bytes"
+	"context"
 	"encoding/hex"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/speculapro/speculapro/internal/event"
 )
@@ -110,5 +115,198 @@ func TestAppendFingerprintIsFingerprintBytes(t *testing.T) {
 		if want := fingerprintBytes(in); !bytes.Equal(got[i], want) {
 			t.Errorf("appendFingerprint(%q) = %x, fingerprintBytes %x", in, got[i], want)
 		}
+	}
+}
+
+func TestCounterpartyNeedsUpdate(t *testing.T) {
+	seen := baseTime
+	stored := counterpartyState{lastSeen: seen, ifp: "\x01iban"}
+	for _, tc := range []struct {
+		name     string
+		lastSeen time.Time
+		ifp      []byte
+		st       counterpartyState
+		ok       bool
+		want     bool
+	}{
+		{"nothing known: the update finds out", seen, []byte("\x01iban"), counterpartyState{}, false, true},
+		{"known, seen again within the day", seen.Add(23 * time.Hour), []byte("\x01iban"), stored, true, false},
+		{"known, seen again exactly a day on", seen.Add(counterpartySeenStep), []byte("\x01iban"), stored, true, false},
+		{"known, seen again over a day on", seen.Add(counterpartySeenStep + time.Second), []byte("\x01iban"), stored, true, true},
+		{"known, an older payment", seen.Add(-48 * time.Hour), []byte("\x01iban"), stored, true, false},
+		{"identifier fingerprint under another key", seen, []byte("\x02iban"), stored, true, true},
+		{"identifier fingerprint not stored yet (before migration 00010)", seen, []byte("\x01iban"), counterpartyState{lastSeen: seen}, true, true},
+		{"payment without an identifier fingerprint", seen, nil, stored, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cp := counterpartyRow{lastSeen: tc.lastSeen, identityFP: tc.ifp}
+			if got := cp.needsUpdate(tc.st, tc.ok); got != tc.want {
+				t.Errorf("needsUpdate = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// linkHarness is a transactions harness with helpers for counterparties
+// and the monitored accounts they link to.
+type linkHarness struct {
+	*harness
+	app *pgx.Conn // speculapro_app: row-level security applies, as for the ingest API
+}
+
+func newLinkHarness(t *testing.T) *linkHarness {
+	h := newHarness(t, tableTransactions)
+	h.exec(`INSERT INTO speculapro.customers (id, workspace_id, external_id) VALUES ($1, $2, 'c-own')`,
+		event.CustomerID(h.ws, "c-own"), h.ws)
+	return &linkHarness{harness: h, app: h.db.Connect(t, h.db.AppURL)}
+}
+
+// linkFP is a 32-byte fingerprint's hex, distinct per name.
+func linkFP(name string) string {
+	return hex.EncodeToString([]byte(name + strings.Repeat("0", 32-len(name))))
+}
+
+// pay writes one transaction to the counterparty dedupe, whose identifier
+// has the fingerprint identity, with the output out.
+func (h *linkHarness) pay(out *pgCopyUpsert, n int, dedupe, identity string) {
+	h.t.Helper()
+	b := txnBatch(h.t, h.ws, n, n+1, func(e *event.Envelope) {
+		e.Counterparty = &event.Counterparty{Name: "Recipient " + dedupe, IdentifierKind: "iban",
+			IdentifierEnc: "k1:AAAA", IdentifierMasked: "DE89 **** 3000", IdentifierFP: linkFP(identity), Fingerprint: linkFP(dedupe)}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := out.WriteBatch(ctx, b); err != nil {
+		h.t.Fatalf("WriteBatch: %v", err)
+	}
+}
+
+// register writes a monitored account whose number has the fingerprint
+// identity the way the ingest API does: as speculapro_app, in the
+// workspace.
+func (h *linkHarness) register(ext, identity string) {
+	h.t.Helper()
+	if err := h.registerErr(ext, identity); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// registerErr is register for another goroutine than the test's.
+func (h *linkHarness) registerErr(ext, identity string) error {
+	ctx := context.Background()
+	tx, err := h.app.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT set_config('speculapro.workspace_id', $1, true)`, h.ws.String()); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO speculapro.accounts (id, workspace_id, external_id, customer_id, number_fingerprint)
+		VALUES ($1, $2, $3, $4, decode($5, 'hex'))`,
+		event.AccountID(h.ws, ext), h.ws, ext, event.CustomerID(h.ws, "c-own"), linkFP(identity)); err != nil {
+		return fmt.Errorf("registering account %s: %w", ext, err)
+	}
+	return tx.Commit(ctx)
+}
+
+// linkedTo is the external ID of the account the counterparty dedupe is
+// linked to, "" for none.
+func (h *linkHarness) linkedTo(dedupe string) string {
+	h.t.Helper()
+	var ext *string
+	if err := h.conn.QueryRow(context.Background(), `SELECT a.external_id FROM speculapro.counterparties c
+		LEFT JOIN speculapro.accounts a ON a.id = c.account_id WHERE c.workspace_id = $1 AND c.fingerprint = decode($2, 'hex')`,
+		h.ws, linkFP(dedupe)).Scan(&ext); err != nil {
+		h.t.Fatalf("counterparty %s: %v", dedupe, err)
+	}
+	if ext == nil {
+		return ""
+	}
+	return *ext
+}
+
+func TestAccountRegisteredLaterLinksItsCounterpartiesAtOnce(t *testing.T) {
+	h := newLinkHarness(t)
+	h.pay(h.out, 0, "landlord", "landlord-iban")
+	h.pay(h.out, 1, "corner-shop", "shop-iban")
+	if got := h.linkedTo("landlord"); got != "" {
+		t.Fatalf("linked to %q before any account has its number", got)
+	}
+	// No payment after the registration: the account's own write links.
+	h.register("a-landlord", "landlord-iban")
+	if got := h.linkedTo("landlord"); got != "a-landlord" {
+		t.Errorf("after its account was registered: linked to %q, want a-landlord", got)
+	}
+	if got := h.linkedTo("corner-shop"); got != "" {
+		t.Errorf("another counterparty linked to %q", got)
+	}
+	// A second account with the same number does not take the link over.
+	h.register("a-landlord-2", "landlord-iban")
+	if got := h.linkedTo("landlord"); got != "a-landlord" {
+		t.Errorf("after a second account with its number: linked to %q, want still a-landlord", got)
+	}
+	// Nor does a payment after it: the link stays the first.
+	h.pay(h.out, 2, "landlord", "landlord-iban")
+	if got := h.linkedTo("landlord"); got != "a-landlord" {
+		t.Errorf("after another payment: linked to %q, want still a-landlord", got)
+	}
+}
+
+func TestCounterpartyStoredBeforeLinkingByAccountCatchesUp(t *testing.T) {
+	h := newLinkHarness(t)
+	h.pay(h.out, 0, "landlord", "landlord-iban")
+	// As a row stored before migration 00010: no identifier fingerprint,
+	// so the account registered now cannot find it.
+	h.exec(`UPDATE speculapro.counterparties SET identifier_fingerprint = NULL`)
+	h.register("a-landlord", "landlord-iban")
+	if got := h.linkedTo("landlord"); got != "" {
+		t.Fatalf("linked to %q without a stored identifier fingerprint", got)
+	}
+	// The next payment, written by a process that has not updated it (one
+	// started after the upgrade), stores the fingerprint and links it.
+	fresh := h.newOutput(tableTransactions, h.db.SystemURL)
+	h.pay(fresh, 1, "landlord", "landlord-iban")
+	if got := h.linkedTo("landlord"); got != "a-landlord" {
+		t.Errorf("after its next payment: linked to %q, want a-landlord", got)
+	}
+	if n := h.count(`SELECT count(*) FROM speculapro.counterparties WHERE identifier_fingerprint = decode($1, 'hex')`, linkFP("landlord-iban")); n != 1 {
+		t.Errorf("%d counterparties store the identifier fingerprint, want 1", n)
+	}
+}
+
+func TestCounterpartyFollowsItsIdentifierFingerprint(t *testing.T) {
+	h := newLinkHarness(t)
+	// Paid under the fingerprint key's version 1, then (the key rotated)
+	// under version 2: the stored fingerprint follows the payments, so an
+	// account fingerprinted under version 2 links it.
+	h.pay(h.out, 0, "landlord", "v1-landlord-iban")
+	h.pay(h.out, 1, "landlord", "v2-landlord-iban")
+	h.register("a-landlord", "v2-landlord-iban")
+	if got := h.linkedTo("landlord"); got != "a-landlord" {
+		t.Errorf("linked to %q, want a-landlord (registered under the payment's newer fingerprint)", got)
+	}
+}
+
+// TestAccountRegisteredWhileItsCounterpartyIsStoredLinks races an account's
+// registration against the first payment to its number, in rounds: neither
+// may miss the other (the advisory lock of migration 00010). Without the
+// lock some rounds leave the counterparty unlinked.
+func TestAccountRegisteredWhileItsCounterpartyIsStoredLinks(t *testing.T) {
+	h := newLinkHarness(t)
+	const rounds = 30
+	for i := range rounds {
+		dedupe, identity := fmt.Sprintf("race-%d", i), fmt.Sprintf("race-iban-%d", i)
+		var wg sync.WaitGroup
+		var regErr error
+		wg.Go(func() { regErr = h.registerErr("a-"+dedupe, identity) })
+		h.pay(h.out, i, dedupe, identity)
+		wg.Wait()
+		if regErr != nil {
+			t.Fatal(regErr)
+		}
+	}
+	if n := h.count(`SELECT count(*) FROM speculapro.counterparties WHERE account_id IS NULL`); n != 0 {
+		t.Errorf("%d of %d counterparties unlinked after racing their account's registration", n, rounds)
 	}
 }

@@ -128,11 +128,11 @@ func realisticRecords(t testing.TB, ws event.UUID, from, n int) service.MessageB
 }
 
 // The per-batch budget of a first write: BEGIN, the rows' COPY, one pipelined
-// batch (customer and account placeholders, counterparties created and
-// updated), COMMIT.
+// batch (customer and account placeholders, the counterparties' link locks,
+// counterparties created and updated), COMMIT.
 const (
 	maxRoundTripsPerBatch = 4
-	maxStatementsPerBatch = 8 // BEGIN, COPY, 4 batched statements, COMMIT, and one spare
+	maxStatementsPerBatch = 9 // BEGIN, COPY, 5 batched statements, COMMIT, and one spare
 )
 
 func TestWorkPerBatchIsBounded(t *testing.T) {
@@ -141,17 +141,19 @@ func TestWorkPerBatchIsBounded(t *testing.T) {
 	h.write(realisticBatch(t, h.ws, 100000, 10)) // the connection opened (its staging tables created)
 	w.reset()
 	// A cold batch (every party new) and a warm one (every party known):
-	// nothing per row, nothing per party; the warm one leaves the
-	// placeholder and counterparty inserts out (the customers, accounts and
-	// counterparties were seen committed).
+	// nothing per row, nothing per party; the warm one leaves out the
+	// placeholder inserts and every counterparty statement (the customers,
+	// accounts and counterparties were seen committed, the counterparties'
+	// last_seen_at is less than a day behind and their identifier
+	// fingerprints are stored).
 	coldStatements := 0
 	for i, from := range []int{0, rows} {
 		h.write(realisticBatch(t, h.ws, from, rows))
 		trips, stmts, copies, sql := w.reset()
 		if i == 0 {
 			coldStatements = stmts
-		} else if stmts != coldStatements-3 {
-			t.Errorf("warm batch: %d statements, want the cold batch's %d without the 2 placeholder inserts and the counterparty insert (%s)", stmts, coldStatements, strings.Join(sql, "; "))
+		} else if stmts != coldStatements-5 {
+			t.Errorf("warm batch: %d statements, want the cold batch's %d without the 2 placeholder inserts and the counterparties' lock, insert and update (%s)", stmts, coldStatements, strings.Join(sql, "; "))
 		}
 		t.Logf("batch %d of %d rows: %d round trips, %d statements: %s", i, rows, trips, stmts, strings.Join(sql, "; "))
 		if trips > maxRoundTripsPerBatch {
