@@ -65,7 +65,9 @@ Per batch, in ONE database transaction:
 2. placeholder customers and accounts for those the batch names that are not stored yet (`+"`placeholder = true`"+`,
    `+"`ON CONFLICT DO NOTHING`"+`; the real record, when it arrives, replaces the placeholder);
 3. for transactions, counterparties found or created by their de-duplication fingerprint (once per batch), linked
-   to a monitored account whose number has the same keyed fingerprint.
+   to a monitored account whose number has the same keyed fingerprint: when stored if that account exists, else
+   when the account is written (a trigger on `+"`accounts`"+`); a counterparty this process knows to be up to date
+   (seen less than a day before, its identifier fingerprint stored) is left out of the batch's statements.
 
 The parties come last, each set in key order, because a row another writer has just created is waited for until
 that writer commits: taken last, such locks are held for a round trip, not for the whole batch.

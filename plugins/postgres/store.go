@@ -113,7 +113,7 @@ SELECT count(pg_advisory_xact_lock_shared(k))
          ORDER BY 1) AS l`
 
 	// updateCounterparties rewrites the counterparties a batch names that
-	// this process does not know to be up to date (counterpartyStates): one
+	// this process does not know to be up to date (knownParties.cps): one
 	// that can now be linked to a monitored account (found by the same
 	// probe as the insert's), one whose last_seen_at is more than a day
 	// behind (a recipient paid 500 times a day is not rewritten, nor
