@@ -26,7 +26,10 @@ type SeedStats struct {
 
 // Statements of SeedKnown. The customer and account upserts are what a real
 // customer or account record does on arrival: insert, or turn the
-// placeholder the persister made into the real record.
+// placeholder the persister made into the real record. The accounts go in
+// the order of their numbers' link locks (migration 00010), the order in
+// which a persister's batch takes them, so a seed beside running persisters
+// cannot deadlock with them.
 const (
 	seedWorkspaces = `
 INSERT INTO speculapro.workspaces (id, name)
@@ -50,7 +53,7 @@ SELECT t.id, t.ws, t.ext, t.cust, false, 'current', 'EUR', 'active', t.enc, t.ma
        now() - interval '2 years'
   FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::uuid[], $5::bytea[], $6::text[], $7::bytea[])
        AS t(id, ws, ext, cust, enc, masked, fp)
- ORDER BY t.id
+ ORDER BY speculapro.counterparty_link_key(t.ws, t.fp), t.id
 ON CONFLICT (workspace_id, external_id) DO UPDATE
    SET placeholder = false, customer_id = EXCLUDED.customer_id, kind = EXCLUDED.kind,
        currency = EXCLUDED.currency, status = EXCLUDED.status,
