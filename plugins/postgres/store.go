@@ -712,12 +712,11 @@ func writeTransactions(ctx context.Context, tx pgx.Tx, rows []*event.Envelope, m
 		var firsts, nlasts []time.Time
 		for _, k := range order {
 			cp := &cpRows[k]
-			if cp.needsUpdate(known.counterparty(cp.id)) {
+			update := cp.needsUpdate(known.counterparty(cp.id))
+			if update {
 				wss, fps, ifps, lasts = append(wss, cp.ws), append(fps, cp.fingerprint), append(ifps, cp.identityFP), append(lasts, cp.lastSeen)
-				if cp.identityFP != nil {
-					lwss, lifps = append(lwss, cp.ws), append(lifps, cp.identityFP)
-				}
-			} else if cp.identityFP != nil && !cp.known {
+			}
+			if cp.identityFP != nil && (update || !cp.known) {
 				lwss, lifps = append(lwss, cp.ws), append(lifps, cp.identityFP)
 			}
 			if cp.known {
