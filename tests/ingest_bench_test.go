@@ -430,10 +430,10 @@ func benchBaselineRecords(b *testing.B, ws event.UUID, n int, at time.Time, topi
 }
 
 // benchProduceBaseline produces recs with franz-go (acks=all, idempotent:
-// its defaults), as fast as the client pipelines them, and returns
-// records per second.
+// its defaults; uncompressed, as the ingest API's output writes them), as
+// fast as the client pipelines them, and returns records per second.
 func benchProduceBaseline(b *testing.B, brokers []string, recs []*kgo.Record) float64 {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RequiredAcks(kgo.AllISRAcks()))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProducerBatchCompression(kgo.NoCompression()))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -41,6 +41,11 @@ func ProducerOpts(conn kafkaconf.Config, linger time.Duration) ([]kgo.Opt, error
 		// Enough in flight to keep every partition's pipe full at full speed;
 		// Produce blocks beyond it, which is the back-pressure we want.
 		kgo.MaxBufferedRecords(50000),
+		// Uncompressed, as the ingest API's output writes them (the
+		// kafka_franz output's compression defaults to none): franz-go's
+		// own default is snappy, which made every consumer of a pre-filled
+		// topic pay a decompression a topic filled by ingest never asks.
+		kgo.ProducerBatchCompression(kgo.NoCompression()),
 	), nil
 }
 
