@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"unsafe"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/redpanda-data/benthos/v4/public/service"
@@ -277,5 +278,47 @@ func TestKnownPartiesStartOverWhenFull(t *testing.T) {
 	// its customer, account and counterparty).
 	if allocs := testing.AllocsPerRun(100, func() { k.id(partyCustomer, ws, "c4") }); allocs != 0 {
 		t.Errorf("looking up a known party allocated %.1f times, want 0", allocs)
+	}
+}
+
+// A party is known under its own kind, workspace and key only (the set
+// files a digest of all three), and the set keeps nothing of the key it was
+// given: the records' bytes the key points into are reused once a batch is
+// acked.
+func TestKnownPartiesFileKindWorkspaceAndKey(t *testing.T) {
+	ws1, ws2 := event.UUID{1}, event.UUID{2}
+	buf := []byte("acc-7")
+	key := unsafe.String(unsafe.SliceData(buf), len(buf)) // as the decoder hands it: into the record
+	k := newKnownParties(knownPartiesMax)
+	k.add([]namedParty{{partyAccount, ws1, key, event.AccountID(ws1, "acc-7")}})
+	copy(buf, "xxx-x") // the record's bytes, reused
+	for _, c := range []struct {
+		name string
+		kind partyKind
+		ws   event.UUID
+		key  string
+		want bool
+	}{
+		{"the party itself", partyAccount, ws1, "acc-7", true},
+		{"another workspace", partyAccount, ws2, "acc-7", false},
+		{"another kind", partyCustomer, ws1, "acc-7", false},
+		{"a longer key", partyAccount, ws1, "acc-70", false},
+		{"a shorter key", partyAccount, ws1, "acc-", false},
+		{"the reused bytes", partyAccount, ws1, "xxx-x", false},
+	} {
+		id, ok := k.id(c.kind, c.ws, c.key)
+		if ok != c.want {
+			t.Errorf("%s: known %v, want %v", c.name, ok, c.want)
+		}
+		var want event.UUID
+		switch c.kind {
+		case partyAccount:
+			want = event.AccountID(c.ws, c.key)
+		case partyCustomer:
+			want = event.CustomerID(c.ws, c.key)
+		}
+		if id != want {
+			t.Errorf("%s: ID %s, want %s", c.name, id, want)
+		}
 	}
 }
