@@ -37,7 +37,8 @@ func fakeKafka(t *testing.T, topic string) (*kfake.Cluster, *kgo.Client) {
 }
 
 // Every selected transaction reaches the topic once, as the generator's
-// record, and one account's transactions share a partition.
+// record, in an uncompressed batch, and one account's transactions share a
+// partition.
 func TestProduceSendsEveryTransactionOnce(t *testing.T) {
 	c, cl := fakeKafka(t, "lg.txn.ingested")
 	cfg := testConfig()
@@ -88,6 +89,11 @@ func TestProduceSendsEveryTransactionOnce(t *testing.T) {
 				t.Fatalf("key %q on partitions %d and %d", r.Key, p, r.Partition)
 			}
 			partitionOf[string(r.Key)] = r.Partition
+			// As the ingest API's output writes them, so a pre-filled topic
+			// costs its consumers what one filled by ingest does.
+			if c := r.Attrs.CompressionType(); c != 0 {
+				t.Fatalf("record at %d/%d in a batch compressed with codec %d, want none", r.Partition, r.Offset, c)
+			}
 		})
 	}
 	if len(want) != 0 {
