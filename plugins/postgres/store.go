@@ -272,18 +272,9 @@ type namedParty struct {
 	id   event.UUID
 }
 
-// partyNameBytes is the room on the stack for a party's name
-// (appendPartyName); a longer one costs an allocation to look up.
+// partyNameBytes is the room on the stack for a party's name (partyOf);
+// a longer one costs an allocation to look up.
 const partyNameBytes = 96
-
-// appendPartyName appends the map key knownParties files a party under:
-// its kind, workspace and key in one string. A struct of the three as the
-// key hashed and compared field by field, twice as slow as one string.
-func appendPartyName(dst []byte, kind partyKind, ws event.UUID, key string) []byte {
-	dst = append(dst, byte(kind))
-	dst = append(dst, ws[:]...)
-	return append(dst, key...)
-}
 
 // knownParties are the customers, accounts and counterparties this output
 // has seen exist: named by a batch that committed (created, or found
@@ -297,7 +288,7 @@ func appendPartyName(dst []byte, kind partyKind, ws event.UUID, key string) []by
 // stored anyway. nil knows nothing.
 type knownParties struct {
 	mu    sync.RWMutex
-	names map[partyDigest]event.UUID // digestOf(appendPartyName) -> ID
+	names map[partyDigest]event.UUID // partyOf -> ID
 	// cps are the counterparties a committed update returned: what the
 	// next batch's update could change about them is decided here instead
 	// of by PostgreSQL probing every counterparty of every batch.
@@ -340,8 +331,10 @@ func (cp *counterpartyRow) needsUpdate(st counterpartyState, ok bool) bool {
 // digest and ID, and the maps' overhead).
 const knownPartiesMax = 1 << 17
 
-// partyDigest files a party's name (appendPartyName) in knownParties: two
-// 64-bit hashes of it under this process's two random seeds. Filed by the
+// partyDigest files a party in knownParties: two 64-bit hashes of its name
+// (its kind, workspace and key in one byte string; a struct of the three
+// hashed field by field was twice as slow) under this process's two random
+// seeds. Filed by the
 // name itself, a lookup read the name's bytes from wherever the string
 // lived, a second cache miss after the map's slot: with three lookups a row
 // into some 30,000 names the map was 15 % of the persister's CPU (session
@@ -354,7 +347,11 @@ type partyDigest [2]uint64
 
 var partySeeds = [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}
 
-func digestOf(name []byte) partyDigest {
+// partyOf is the digest knownParties files the party kind names in
+// workspace ws by key under; the name is built on the stack.
+func partyOf(kind partyKind, ws event.UUID, key string) partyDigest {
+	var stack [partyNameBytes]byte
+	name := append(append(append(stack[:0], byte(kind)), ws[:]...), key...)
 	return partyDigest{maphash.Bytes(partySeeds[0], name), maphash.Bytes(partySeeds[1], name)}
 }
 
@@ -393,8 +390,7 @@ func (k *knownParties) addCounterparties(states []counterpartyState) {
 // it is known to exist.
 func (k *knownParties) id(kind partyKind, ws event.UUID, key string) (event.UUID, bool) {
 	if k != nil {
-		var stack [partyNameBytes]byte
-		d := digestOf(appendPartyName(stack[:0], kind, ws, key))
+		d := partyOf(kind, ws, key) // outside the lock
 		k.mu.RLock()
 		id, ok := k.names[d]
 		k.mu.RUnlock()
@@ -425,9 +421,8 @@ func (k *knownParties) add(parties []namedParty) {
 	if len(k.names)+len(parties) > k.max {
 		clear(k.names)
 	}
-	var stack [partyNameBytes]byte
 	for _, p := range parties {
-		d := digestOf(appendPartyName(stack[:0], p.kind, p.ws, p.key))
+		d := partyOf(p.kind, p.ws, p.key)
 		if _, ok := k.names[d]; !ok {
 			k.names[d] = p.id
 		}
