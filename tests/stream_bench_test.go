@@ -259,6 +259,11 @@ func BenchmarkStreamThroughput(b *testing.B) {
 	evalSeconds := metricSum(scrape, "speculapro_stream_stage_duration_seconds_sum", `stage="evaluate"`)
 	updateSeconds := metricSum(scrape, "speculapro_stream_feature_update_seconds_sum")
 	hits := metricSum(scrape, "speculapro_stream_rule_hits_total")
+	cacheHits := metricSum(scrape, "speculapro_stream_feature_cache_hits_total")
+	cacheMisses := metricSum(scrape, "speculapro_stream_feature_cache_misses_total")
+	if cacheHits+cacheMisses == 0 {
+		b.Errorf("the stream counted no entity in %s or %s", "speculapro_stream_feature_cache_hits_total", "speculapro_stream_feature_cache_misses_total")
+	}
 	memAfter := redisUsedMemory(b, s)
 	rstats := redisStats(b, s).minus(statsBefore)
 	b.Logf("Redis during the stream's run: %s", rstats.describe(n))
@@ -298,6 +303,7 @@ func BenchmarkStreamThroughput(b *testing.B) {
 		{"stream bytes allocated per event", float64(allocated) / float64(n), "B", "", 0, "falls"},
 		{fmt.Sprintf("rule evaluation per event (%d rules, in the stream)", rules), evalSeconds / max(evaluated, 1) * 1e6, "µs", "", 0, "-"},
 		{"feature update per event (Redis round trips included)", updateSeconds / float64(n) * 1e6, "µs", "", 0, "-"},
+		{"entities taken from the feature cache", 100 * cacheHits / max(cacheHits+cacheMisses, 1), "%", fmt.Sprintf("%.0f read from Redis", cacheMisses), 0, "-"},
 		{"Redis CPU per event (user+sys)", rstats.cpu / float64(n) * 1e6, "µs", "", 0, "-"},
 		{"Redis bytes in+out per event", float64(rstats.netIn+rstats.netOut) / float64(n), "B", "", 0, "-"},
 		{"Redis bytes per account (MEMORY USAGE)", perAccount, "B", fmt.Sprintf("%d keys", keys), 0, "-"},

@@ -32,6 +32,11 @@ const (
 const (
 	metricRoundtrip     = "speculapro_stream_redis_roundtrip_seconds"
 	metricFeatureUpdate = "speculapro_stream_feature_update_seconds"
+	// The entities a batch took from the process's cache of decoded
+	// states and those it read from Redis: the ratio says whether
+	// cache_bytes holds the entities the stream keeps coming back to.
+	metricCacheHits   = "speculapro_stream_feature_cache_hits_total"
+	metricCacheMisses = "speculapro_stream_feature_cache_misses_total"
 )
 
 // Log lines.
@@ -75,7 +80,7 @@ succeeds or the pipeline stops, when the error is returned so that nothing is ac
 `+"`"+fuFieldBestEffort+": true`"+` (ingest) the batch passes through without features, a WARN is logged at most once
 a minute, and Redis is left alone for 5 s (the stream applies those events later anyway).
 
-Metrics: `+"`"+metricRoundtrip+"`"+` (per pipeline to a node) and `+"`"+metricFeatureUpdate+"`"+` (per batch).`).
+Metrics: `+"`"+metricRoundtrip+"`"+` (per pipeline to a node), `+"`"+metricFeatureUpdate+"`"+` (per batch), `+"`"+metricCacheHits+"`"+` and `+"`"+metricCacheMisses+"`"+` (entities taken from the cache, read from Redis).`).
 		Fields(
 			service.NewStringField(fuFieldURL).
 				Description("SP_REDIS_URL: `redis://[user:pass@]host:port/db` for one Redis; several comma-separated URLs, or one with `?cluster=true`, for a Redis Cluster's seed nodes.").
@@ -115,6 +120,10 @@ type timer interface {
 	Timing(delta int64, labelValues ...string)
 }
 
+type counter interface {
+	Incr(count int64, labelValues ...string)
+}
+
 type featureUpdate struct {
 	url        string
 	opts       features.Options
@@ -124,6 +133,9 @@ type featureUpdate struct {
 	log        *service.Logger
 	roundtrip  timer
 	duration   timer
+	// cacheHits and cacheMisses follow the Store's totals (CacheStats),
+	// counted up to hitsSeen and missesSeen.
+	cacheHits, cacheMisses counter
 
 	mu        sync.Mutex
 	client    goredis.UniversalClient
@@ -131,6 +143,24 @@ type featureUpdate struct {
 	lastWarn  time.Time
 	skipUntil time.Time
 	skipped   int // batches passed through since the last WARN
+
+	statsMu              sync.Mutex
+	hitsSeen, missesSeen int64
+}
+
+// countCache adds what the Store took from its cache and read from Redis
+// since the last call to the counters.
+func (p *featureUpdate) countCache(store *features.Store) {
+	p.statsMu.Lock()
+	defer p.statsMu.Unlock()
+	hits, misses := store.CacheStats()
+	if d := hits - p.hitsSeen; d > 0 {
+		p.cacheHits.Incr(d)
+	}
+	if d := misses - p.missesSeen; d > 0 {
+		p.cacheMisses.Incr(d)
+	}
+	p.hitsSeen, p.missesSeen = hits, misses
 }
 
 func newFeatureUpdate(conf *service.ParsedConfig, mgr *service.Resources) (*featureUpdate, error) {
@@ -193,6 +223,8 @@ func newFeatureUpdate(conf *service.ParsedConfig, mgr *service.Resources) (*feat
 	_ = c.Close()
 	p.roundtrip = mgr.Metrics().NewTimer(metricRoundtrip)
 	p.duration = mgr.Metrics().NewTimer(metricFeatureUpdate)
+	p.cacheHits = mgr.Metrics().NewCounter(metricCacheHits)
+	p.cacheMisses = mgr.Metrics().NewCounter(metricCacheMisses)
 	return p, nil
 }
 
@@ -282,6 +314,7 @@ func (p *featureUpdate) ProcessBatch(ctx context.Context, batch service.MessageB
 			applog.With(p.log, "err", err.Error()).Warn(logUnreadable)
 			err = nil
 		}
+		p.countCache(store)
 		if err != nil {
 			return err
 		}
