@@ -1,8 +1,13 @@
 package features
 
 import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
 	"reflect"
 	"testing"
+	"time"
+	"unsafe"
 
 	"github.com/speculapro/speculapro/internal/event"
 )
@@ -107,5 +112,82 @@ func TestArenaIsReused(t *testing.T) {
 		if b := getArena(100); &b[0] == &odd[0] {
 			t.Fatal("an arena of no class's size was handed out")
 		}
+	}
+}
+
+// A value's delta records are applied before the arena is sized: the
+// decoded state holds every array in its arena, however much the records
+// added (other sides, buckets, sums, event types, remembered events), and
+// is the state a writer that applied the same events in memory holds.
+func TestDecodedRecordsLiveInTheArena(t *testing.T) {
+	now := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	nowMs, ttlMs := now.UnixMilli(), (30 * time.Minute).Milliseconds()
+	want := newState()
+	var id uint64
+	apply := func(d *delta, i int) {
+		id++
+		at := now.Add(-time.Duration(i*37) * time.Minute).Unix()
+		want.seen.set(id, nowMs+ttlMs)
+		if i%5 == 4 {
+			typ := []string{"otp_failed", "login_new_device", "sim_swap"}[i%3]
+			want.applyEvent(at, typ)
+			d.event(id, at, typ)
+			return
+		}
+		cur := []string{"EUR", "USD"}[i%2]
+		var other event.UUID
+		other[0], other[1] = byte(i), byte(i>>8)
+		in := i%3 == 0
+		want.applyTxn(at, in, cur, int64(i)*10_000, true, &other)
+		d.txn(id, at, in, cur, int64(i)*10_000, true, &other)
+	}
+	var d delta
+	for i := range 3 {
+		apply(&d, i)
+	}
+	want.prune(nowMs)
+	v := encode(nil, 1, want)
+	for rec := range 6 {
+		d.reset()
+		for i := range 8 {
+			apply(&d, 3+rec*8+i)
+		}
+		want.prune(nowMs)
+		v = d.appendRecord(v, nowMs, ttlMs)
+		v = binary.BigEndian.AppendUint64(v, uint64(rec+2))
+	}
+	got, base, err := decodeBase(string(v))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if base >= len(v) {
+		t.Fatalf("the value has no delta records (base %d of %d bytes)", base, len(v))
+	}
+	if g, w := encode(nil, 9, got), encode(nil, 9, want); !bytes.Equal(g, w) {
+		t.Errorf("the decoded state differs from the writer's:\n got %x\nwant %x", g, w)
+	}
+	lo := uintptr(unsafe.Pointer(unsafe.SliceData(got.arena)))
+	hi := lo + uintptr(len(got.arena))*8
+	inArena := func(name string, p unsafe.Pointer, n int) {
+		if n == 0 {
+			return
+		}
+		if a := uintptr(p); a < lo || a >= hi {
+			t.Errorf("%s (%d elements) lives outside the state's arena", name, n)
+		}
+	}
+	for l := range levels {
+		inArena(fmt.Sprintf("level %d buckets", l), unsafe.Pointer(unsafe.SliceData(got.lv[l])), len(got.lv[l]))
+		inArena(fmt.Sprintf("level %d sums", l), unsafe.Pointer(unsafe.SliceData(got.sums[l])), len(got.sums[l]))
+		inArena(fmt.Sprintf("level %d event types", l), unsafe.Pointer(unsafe.SliceData(got.evs[l])), len(got.evs[l]))
+	}
+	for dir := range got.members {
+		inArena(fmt.Sprintf("other sides %d", dir), unsafe.Pointer(unsafe.SliceData(got.members[dir].keys)), got.members[dir].len())
+		inArena(fmt.Sprintf("other sides' times %d", dir), unsafe.Pointer(unsafe.SliceData(got.members[dir].vals)), got.members[dir].len())
+	}
+	inArena("replay memory", unsafe.Pointer(unsafe.SliceData(got.seen.keys)), got.seen.len())
+	inArena("replay memory's expiries", unsafe.Pointer(unsafe.SliceData(got.seen.vals)), got.seen.len())
+	if got.seen.len() != int(id) {
+		t.Errorf("the state remembers %d events, want %d", got.seen.len(), id)
 	}
 }

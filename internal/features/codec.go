@@ -364,45 +364,30 @@ func decodeBase(v string) (*state, int, error) {
 		return nil, 0, r.err
 	}
 	base := r.off
-	extra := 0
-	if ver == formatVersion {
-		// Every event a delta record counts is remembered: room for them.
-		extra = recordedEvents(r.s, r.off)
-	}
-	bufs.build(st, extra)
 	if ver == formatV1 && r.off != len(r.s) {
 		r.fail("trailing bytes")
 	}
-	for r.err == nil && r.off < len(r.s) {
-		r.record(st)
-		if ver == formatVersion {
-			r.bytes(genLen) // the generation of the write that appended it
+	if r.err == nil && r.off < len(r.s) {
+		// The delta records are applied to the arrays still in bufs, which
+		// grow there (their capacity kept for the next decode), so that
+		// build sizes the arena for the state as it ends: applied to the
+		// arena's arrays, every record that added a bucket, a cell or an
+		// other side beyond their room copied that array elsewhere, about
+		// a tenth of everything the stream allocated.
+		bufs.lend(st)
+		for r.err == nil && r.off < len(r.s) {
+			r.record(st)
+			if ver == formatVersion {
+				r.bytes(genLen) // the generation of the write that appended it
+			}
 		}
+		bufs.reclaim(st)
 	}
 	if r.err != nil {
 		return nil, 0, r.err
 	}
+	bufs.build(st)
 	return st, base, nil
-}
-
-// recordedEvents is how many events the format 3 delta records of v from
-// off count (at most: the count stops at a damaged record, on which
-// record() then fails).
-func recordedEvents(v string, off int) int {
-	n := 0
-	for off < len(v) {
-		r := reader{s: v, off: off}
-		end := r.off + r.count(1)
-		r.uvarint() // the write's wall-clock time
-		r.uvarint() // its replay TTL
-		ops := r.count(11)
-		if r.err != nil || end+genLen > len(v) {
-			break
-		}
-		n += ops
-		off = end + genLen
-	}
-	return n
 }
 
 // base reads the state as written whole into bufs; build then gives the
@@ -516,32 +501,50 @@ func sized[T any](b []T, n int) []T {
 
 var decodePool = sync.Pool{New: func() any { return new(decodeBufs) }}
 
-// build gives st the arrays base read into b, all carved from one
-// allocation, its arena (state.arena), each with room for what a batch
-// typically adds: two buckets and cells a level, four other sides, and
-// seenExtra + 4 events remembered (the delta records' events, applied
-// next). Decoded one by one, a state was about 18 objects, most of the
-// stream's live objects; the collector's marking costs by the object, so
-// one arena instead of about ten makes each collection cheaper. None of the
-// arrays' element types holds a pointer, so the arena is a []uint64, and
-// one the cache let go of is reused (arena.go).
-func (b *decodeBufs) build(st *state, seenExtra int) {
+// lend points st's arrays at b's (as base read them), which the delta
+// records then grow; reclaim takes them back, grown or not, for build.
+func (b *decodeBufs) lend(st *state) {
+	st.lv, st.sums, st.evs = b.lv, b.sums, b.evs
+	for d := range st.members {
+		st.members[d].reset(b.mk[d], b.mv[d])
+	}
+	st.seen.reset(b.sk, b.sv)
+}
+
+func (b *decodeBufs) reclaim(st *state) {
+	b.lv, b.sums, b.evs = st.lv, st.sums, st.evs
+	for d := range st.members {
+		b.mk[d], b.mv[d] = st.members[d].keys, st.members[d].vals
+	}
+	b.sk, b.sv = st.seen.keys, st.seen.vals
+}
+
+// build gives st the arrays in b, all carved from one allocation, its
+// arena (state.arena), each with room for what a batch typically adds: two
+// buckets and cells a level, four other sides and four events remembered.
+// Nothing of st points into b afterwards. Decoded one by one, a state was
+// about 18 objects, most of the stream's live objects; the collector's
+// marking costs by the object, so one arena instead of about ten makes each
+// collection cheaper. None of the arrays' element types holds a pointer, so
+// the arena is a []uint64, and one the cache let go of is reused
+// (arena.go).
+func (b *decodeBufs) build(st *state) {
 	var lvCap, sumsCap, evsCap [levels]int
 	n := 0
 	for l := range levels {
-		lvCap[l], sumsCap[l], evsCap[l] = withRoom(len(b.lv[l]), 0, 2), withRoom(len(b.sums[l]), 0, 2), withRoom(len(b.evs[l]), 0, 2)
+		lvCap[l], sumsCap[l], evsCap[l] = withRoom(len(b.lv[l]), 2), withRoom(len(b.sums[l]), 2), withRoom(len(b.evs[l]), 2)
 		n += words[bucket](lvCap[l]) + words[cell](sumsCap[l]) + words[cell](evsCap[l])
 	}
-	memberCap := [2]int{withRoom(len(b.mk[0]), 0, 4), withRoom(len(b.mk[1]), 0, 4)}
-	seenCap := withRoom(len(b.sk), seenExtra, 4)
+	memberCap := [2]int{withRoom(len(b.mk[0]), 4), withRoom(len(b.mk[1]), 4)}
+	seenCap := withRoom(len(b.sk), 4)
 	for _, c := range memberCap {
 		n += words[event.UUID](c) + words[int64](c)
 	}
 	n += words[uint64](seenCap) + words[int64](seenCap)
-	if n == 0 {
-		return
+	var arena []uint64
+	if n > 0 {
+		arena = getArena(n)
 	}
-	arena := getArena(n)
 	st.arena = arena
 	off := 0
 	for l := range levels {
@@ -550,24 +553,20 @@ func (b *decodeBufs) build(st *state, seenExtra int) {
 		st.evs[l] = append(carve[cell](arena, &off, evsCap[l]), b.evs[l]...)
 	}
 	for d, c := range memberCap {
-		if c > 0 {
-			st.members[d].reset(append(carve[event.UUID](arena, &off, c), b.mk[d]...),
-				append(carve[int64](arena, &off, c), b.mv[d]...))
-		}
+		st.members[d].reset(append(carve[event.UUID](arena, &off, c), b.mk[d]...),
+			append(carve[int64](arena, &off, c), b.mv[d]...))
 	}
-	if seenCap > 0 {
-		st.seen.reset(append(carve[uint64](arena, &off, seenCap), b.sk...),
-			append(carve[int64](arena, &off, seenCap), b.sv...))
-	}
+	st.seen.reset(append(carve[uint64](arena, &off, seenCap), b.sk...),
+		append(carve[int64](arena, &off, seenCap), b.sv...))
 }
 
 // withRoom is the capacity of an array of n elements that more will join
-// (extra known, room guessed); 0 for an array with none of either.
-func withRoom(n, extra, room int) int {
-	if n+extra == 0 {
+// (room guessed); 0 for an empty one.
+func withRoom(n, room int) int {
+	if n == 0 {
 		return 0
 	}
-	return n + extra + room
+	return n + room
 }
 
 // words is how many of the arena's 8-byte words c elements of T take.

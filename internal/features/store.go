@@ -468,8 +468,10 @@ func (s *Store) ApplyValues(ctx context.Context, events []*event.Envelope) ([]*V
 		e.ops = append(e.ops, op{ev: ev, mode: mode})
 	}
 	out := make([]*Values, len(events))
+	vals := make([]Values, len(events))
 	for i, e := range events {
-		out[i] = newValues(e.Kind)
+		out[i] = &vals[i]
+		vals[i].txn = e.Kind == event.KindTransaction
 		p := &preps[i]
 		p.at = e.OccurredAt.Unix()
 		p.idh = idHash(e.ID)
@@ -717,8 +719,8 @@ func (s *Store) compute(e *entity, r *run) {
 		ev, p := r.events[o.ev], &r.preps[o.ev]
 		switch o.mode {
 		case modeRead:
-			sv := cpSec(st.windows(ev.Currency))
-			r.out[o.ev].cp = sv
+			sv := r.out[o.ev].setSec(slotCP, secCP)
+			sv.tf.w = st.windows(ev.Currency)
 			r.reads[o.ev] = appendCPSnap(r.reads[o.ev][:0], &sv.tf.w)
 		case modeEvent:
 			exp, seen := st.replay(p.idh, nowMs, ttlMs)
@@ -728,9 +730,8 @@ func (s *Store) compute(e *entity, r *run) {
 				e.changed = true
 			}
 			r.replayed[o.ev] = seen
-			sv := &secVals{secs: secEvents}
+			sv := r.out[o.ev].setSec(slotCustomer, secEvents)
 			st.evFeat(&sv.ef, p.at)
-			r.out[o.ev].customer = sv
 			if seen {
 				e.replays = append(e.replays, counted{o.ev, exp})
 			} else {
@@ -757,23 +758,21 @@ func (s *Store) compute(e *entity, r *run) {
 			switch e.kind {
 			case entityAccount:
 				r.replayed[o.ev] = seen
-				sv := &secVals{secs: secTxn}
+				sv := r.out[o.ev].setSec(slotAccount, secTxn)
 				st.txnFeat(&sv.tf, ev.Currency, newcp, ssp)
-				r.out[o.ev].account = sv
 				if !seen {
 					e.arena = appendTxnSnap(append(e.arena, secTxn), &sv.tf)
 				}
 			case entityCustomer:
-				sv := &secVals{secs: secTxn | secEvents}
+				sv := r.out[o.ev].setSec(slotCustomer, secTxn|secEvents)
 				st.txnFeat(&sv.tf, ev.Currency, newcp, ssp)
 				st.evFeat(&sv.ef, p.at)
-				r.out[o.ev].customer = sv
 				if !seen {
 					e.arena = appendEvSnap(appendTxnSnap(append(e.arena, secTxn|secEvents), &sv.tf), &sv.ef)
 				}
 			case entityCounterparty:
-				sv := cpSec(st.windows(ev.Currency))
-				r.out[o.ev].cp = sv
+				sv := r.out[o.ev].setSec(slotCP, secCP)
+				sv.tf.w = st.windows(ev.Currency)
 				if !seen {
 					e.arena = appendCPSnap(append(e.arena, secCP), &sv.tf.w)
 				}

@@ -1,7 +1,5 @@
 package features
 
-import "github.com/speculapro/speculapro/internal/event"
-
 // Values is one event's features as computed: each section's figures, kept
 // as numbers, built into the maps of doc.go only on demand. The stream's
 // rules read a handful of the ~55 features; building every map for every
@@ -14,12 +12,16 @@ type Values struct {
 	// an account event (section customer).
 	txn                   bool
 	account, customer, cp *secVals // nil: no such section (null)
+	// secs holds the sections computed for the event (section's order:
+	// account, customer, counterparty), so that a batch's features are one
+	// allocation (ApplyValues), not one per section and event: those were
+	// four of the stream's objects an event.
+	secs [3]secVals
 }
 
 // secVals is one section: the figures its map is built from. A section is
 // a transaction's or an account event's (tf, ef) or a counterparty's, whose
-// window totals are tf.w (one allocation of this size per section and
-// event: a quarter of what the stream allocated for the features).
+// window totals are tf.w.
 type secVals struct {
 	secs byte // secTxn, secEvents, secCP (snapshot.go): the parts present
 	tf   txnFeat
@@ -29,7 +31,28 @@ type secVals struct {
 // cpSec is a counterparty's section with window totals w.
 func cpSec(w [4]totals) *secVals { return &secVals{secs: secCP, tf: txnFeat{w: w}} }
 
-func newValues(k event.Kind) *Values { return &Values{txn: k == event.KindTransaction} }
+// Indexes of Values.secs.
+const (
+	slotAccount = iota
+	slotCustomer
+	slotCP
+)
+
+// setSec makes section slot of v the one in v.secs, secs its parts present,
+// and returns it to be filled in.
+func (v *Values) setSec(slot int, secs byte) *secVals {
+	sv := &v.secs[slot]
+	*sv = secVals{secs: secs}
+	switch slot {
+	case slotAccount:
+		v.account = sv
+	case slotCustomer:
+		v.customer = sv
+	default:
+		v.cp = sv
+	}
+	return sv
+}
 
 // section returns the section named name, and whether the event kind has
 // such a section at all.
