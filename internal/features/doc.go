@@ -105,7 +105,8 @@
 // index 8-16 bytes an entry; none of it holds a pointer the collector would
 // follow), which is why the cache keeps the busy entities rather than
 // every one. A decoded state's arrays are carved from one allocation (its
-// arena, decodeBufs.build) and its currency and type names are shared
+// arena, decodeBufs.build, sized after the delta records are applied, so
+// that none of its arrays outgrows it while decoding) and its currency and type names are shared
 // (unique.Make): the collector's marking costs by the object, and a
 // state decoded array by array was about 18 of them, most of the stream's
 // live objects at 1M events. A state the cache evicts, drops or replaces
