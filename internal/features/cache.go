@@ -42,7 +42,7 @@ type cache struct {
 	// so a batch costs one map lookup an entity, not the seven a map of
 	// states and a map of holds took (take and publish were 6.6 % of
 	// BenchmarkApplyLoadgen's CPU samples).
-	m     map[string]*cached
+	m     map[entityID]*cached
 	held  int // entries held by a batch now
 	bytes int64
 	// lru is the ring of cached states, most recently published first
@@ -54,7 +54,13 @@ type cache struct {
 }
 
 type cached struct {
-	key string
+	eid entityID
+	// key is the entity's Redis key (Store.key), built once for as long
+	// as the entry lives ("" until its first publish); skey its snapshot
+	// string of slot skeyN (snapKey), which changes every snapSlot.
+	key   string
+	skey  string
+	skeyN int64
 	// holder is the value length of the batch holding the entity, -1
 	// when none does.
 	holder     int
@@ -74,7 +80,7 @@ type cached struct {
 const waitBytes = 16 << 10
 
 func newCache(max int64) *cache {
-	c := &cache{max: max, m: map[string]*cached{}}
+	c := &cache{max: max, m: map[entityID]*cached{}}
 	c.lru.prev, c.lru.next = &c.lru, &c.lru
 	c.free = sync.NewCond(&c.mu)
 	return c
@@ -87,7 +93,7 @@ func (c *cache) unring(x *cached) {
 	x.inRing, x.st = false, nil
 	c.bytes -= x.size
 	if x.holder < 0 {
-		delete(c.m, x.key)
+		delete(c.m, x.eid)
 	}
 }
 
@@ -114,7 +120,7 @@ func (c *cache) release(x *cached) {
 	x.holder = -1
 	c.held--
 	if !x.inRing {
-		delete(c.m, x.key)
+		delete(c.m, x.eid)
 	}
 }
 
@@ -133,7 +139,7 @@ func (c *cache) take(ents []*entity, fromCache bool) {
 	for busy := c.held > 0; busy; {
 		busy = false
 		for _, e := range ents {
-			if x, ok := c.m[e.key]; ok && x.holder >= 0 && (!fromCache || x.holder >= waitBytes) && !e.ro {
+			if x, ok := c.m[e.eid]; ok && x.holder >= 0 && (!fromCache || x.holder >= waitBytes) && !e.ro {
 				busy = true
 				c.free.Wait()
 				break
@@ -141,13 +147,16 @@ func (c *cache) take(ents []*entity, fromCache bool) {
 		}
 	}
 	for _, e := range ents {
+		x, ok := c.m[e.eid]
+		if ok && e.key == "" {
+			e.key = x.key
+		}
 		if e.ro {
 			continue
 		}
-		x, ok := c.m[e.key]
 		if !ok {
-			x = &cached{key: e.key}
-			c.m[e.key] = x
+			x = &cached{eid: e.eid}
+			c.m[e.eid] = x
 		} else if x.holder >= 0 {
 			continue // small, held by another batch: read
 		}
@@ -239,11 +248,11 @@ func (c *cache) put(e *entity) {
 	case x == nil:
 		// Not held (only read, or read while another batch held it):
 		// another batch may have published a newer value, or hold one.
-		if _, ok := c.m[e.key]; ok || !keep {
+		if _, ok := c.m[e.eid]; ok || !keep {
 			return
 		}
-		x = &cached{key: e.key, holder: -1}
-		c.m[e.key] = x
+		x = &cached{eid: e.eid, key: e.key, holder: -1}
+		c.m[e.eid] = x
 	case !keep:
 		c.release(x) // no key in Redis, or nothing readable
 		return
@@ -257,6 +266,9 @@ func (c *cache) put(e *entity) {
 		// out, so this does not happen, but if it did the state lives on
 		// and its arena must not be recycled.
 		c.unring(x)
+	}
+	if x.key == "" {
+		x.key = e.key
 	}
 	x.gen, x.st, x.size, x.vlen, x.blen, x.goff, x.v3, x.ttlAt = gen, e.st, e.size, vlen, blen, goff, v3, e.ttlAt
 	c.pushFront(x)
@@ -292,7 +304,7 @@ func (c *cache) invalidate(ents []*entity) {
 		if !e.changed {
 			continue
 		}
-		if x, ok := c.m[e.key]; ok && x.inRing && x.gen == e.newGen() {
+		if x, ok := c.m[e.eid]; ok && x.inRing && x.gen == e.newGen() {
 			c.drop(x)
 		}
 	}

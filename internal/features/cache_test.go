@@ -17,8 +17,11 @@ func checkCache(t *testing.T, c *cache) {
 	var sum int64
 	n := 0
 	for x := c.lru.next; x != &c.lru; x = x.next {
-		if c.m[x.key] != x {
+		if c.m[x.eid] != x {
 			t.Fatalf("%s is in the ring but not the map", x.key)
+		}
+		if x.key == "" {
+			t.Fatalf("a cached state of %c:%s without its key", x.eid.kind, x.eid.id)
 		}
 		sum += x.size
 		n++
@@ -32,9 +35,9 @@ func checkCache(t *testing.T, c *cache) {
 	if c.held != 0 {
 		t.Fatalf("%d entities still held after Apply", c.held)
 	}
-	for k, x := range c.m {
+	for _, x := range c.m {
 		if !x.inRing || x.holder != -1 || x.st == nil {
-			t.Fatalf("%s stays in the map after Apply without a state in the ring (in ring %v, holder %d)", k, x.inRing, x.holder)
+			t.Fatalf("%s stays in the map after Apply without a state in the ring (in ring %v, holder %d)", x.key, x.inRing, x.holder)
 		}
 	}
 }
@@ -65,7 +68,7 @@ func TestCacheStaysWithinItsBudget(t *testing.T) {
 	s := New(c, Options{KeyPrefix: prefix, CacheBytes: 256 << 10})
 	ref := New(c, Options{KeyPrefix: prefix + "ref:", CacheBytes: -1})
 	at := time.Date(2026, 9, 1, 10, 0, 0, 0, time.UTC)
-	busy := s.key(entityCounterparty, event.CounterpartyID(testWorkspace, "busy"))
+	busy := entityID{entityCounterparty, event.CounterpartyID(testWorkspace, "busy")}
 	for b := range 20 {
 		var batch []*event.Envelope
 		for i := range 50 {
@@ -101,7 +104,8 @@ func TestLargeCachedEntityEqualsAFreshDecode(t *testing.T) {
 			clock := time.Date(2026, 9, 1, 0, 0, 0, 0, time.UTC)
 			s.now, ref.now = func() time.Time { return clock }, func() time.Time { return clock }
 			ctx := context.Background()
-			key := s.key(entityCounterparty, event.CounterpartyID(testWorkspace, "mule"))
+			eid := entityID{entityCounterparty, event.CounterpartyID(testWorkspace, "mule")}
+			key := s.key(eid.kind, eid.id)
 			k := 0
 			for b := range 30 {
 				var batch []*event.Envelope
@@ -116,9 +120,12 @@ func TestLargeCachedEntityEqualsAFreshDecode(t *testing.T) {
 					batch = append(batch, batch[:10]...)
 				}
 				applyLikeRef(t, s, ref, batch, b)
-				x, ok := s.cache.m[key]
+				x, ok := s.cache.m[eid]
 				if !ok {
 					t.Fatalf("batch %d: the counterparty is not cached", b)
+				}
+				if x.key != key {
+					t.Fatalf("batch %d: the cache names the entity's key %q, want %q", b, x.key, key)
 				}
 				v, err := c.Get(ctx, key).Result()
 				if err != nil {
@@ -136,7 +143,7 @@ func TestLargeCachedEntityEqualsAFreshDecode(t *testing.T) {
 				}
 				clock = clock.Add(3 * time.Minute) // the replay memory expires too
 			}
-			if n := s.cache.m[key].st.seen.len(); n < 1000 {
+			if n := s.cache.m[eid].st.seen.len(); n < 1000 {
 				t.Errorf("replay memory of %d events: not a large entity", n)
 			}
 		})

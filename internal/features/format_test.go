@@ -62,7 +62,8 @@ func TestFormat2ValuesAreReadAndRewritten(t *testing.T) {
 				clock = clock.Add(3 * time.Minute)
 			}
 			converted, withRecords := map[string]string{}, 0
-			for k := range old.cache.m {
+			for _, x := range old.cache.m {
+				k := x.key
 				v, err := c.Get(ctx, k).Result()
 				if err != nil {
 					t.Fatalf("%s: %v", k, err)
@@ -112,7 +113,8 @@ func TestFormat2ValuesAreReadAndRewritten(t *testing.T) {
 				clock = clock.Add(3 * time.Minute)
 			}
 			rewritten := 0
-			for k := range s.cache.m {
+			for _, x := range s.cache.m {
+				k := x.key
 				v, err := c.Get(ctx, k).Result()
 				if err != nil {
 					t.Fatalf("%s: %v", k, err)

@@ -288,7 +288,10 @@ type op struct {
 // value as read, its state after them.
 type entity struct {
 	kind byte
-	key  string
+	eid  entityID
+	// key is the entity's Redis key, from its cache entry or built once
+	// per batch (Store.key).
+	key string
 	// skey is the snapshot string this batch's snapshots go to (snapKey
 	// of their expiry's slot), skeyAt when it expires (unix ms).
 	skey   string
@@ -335,6 +338,12 @@ type entity struct {
 	size int64
 }
 
+// entityID names an entity: its kind (entityAccount, …) and id.
+type entityID struct {
+	kind byte
+	id   event.UUID
+}
+
 // entityPool keeps entities, with the arrays their batch built (the value
 // written, the snapshots, the delta record, the events), from batch to
 // batch: every batch builds them for thousands of entities.
@@ -344,9 +353,9 @@ var entityPool = sync.Pool{New: func() any { return new(entity) }}
 // busy entity's whole value is not kept for every small one).
 const keepBytes = 4 << 10
 
-func getEntity(kind byte, key string) *entity {
+func getEntity(eid entityID) *entity {
 	e := entityPool.Get().(*entity)
-	*e = entity{kind: kind, key: key, ops: e.ops[:0], val: e.val[:0], snaps: e.snaps[:0], replays: e.replays[:0],
+	*e = entity{kind: eid.kind, eid: eid, ops: e.ops[:0], val: e.val[:0], snaps: e.snaps[:0], replays: e.replays[:0],
 		arena: e.arena[:0], d: delta{ops: e.d.ops[:0]}}
 	return e
 }
@@ -450,10 +459,6 @@ func (s *Store) ApplyValues(ctx context.Context, events []*event.Envelope) ([]*V
 	preps := make([]prep, len(events))
 	reads := false // a counterparty is only read (computeAll)
 	// By kind and id: an entity's key string is built once, not per event.
-	type entityID struct {
-		kind byte
-		id   event.UUID
-	}
 	byID := make(map[entityID]*entity, len(events)*2)
 	var ents []*entity
 	// Every return below is the end of the batch's entities.
@@ -461,7 +466,7 @@ func (s *Store) ApplyValues(ctx context.Context, events []*event.Envelope) ([]*V
 	use := func(kind byte, id event.UUID, ev int, mode byte) {
 		e := byID[entityID{kind, id}]
 		if e == nil {
-			e = getEntity(kind, s.key(kind, id))
+			e = getEntity(entityID{kind, id})
 			byID[entityID{kind, id}] = e
 			ents = append(ents, e)
 		}
@@ -521,6 +526,11 @@ func (s *Store) ApplyValues(ctx context.Context, events []*event.Envelope) ([]*V
 	pending := ents
 	for attempt := 1; ; attempt++ {
 		s.cache.take(pending, attempt == 1)
+		for _, e := range pending {
+			if e.key == "" { // not in the cache
+				e.key = s.key(e.kind, e.eid.id)
+			}
+		}
 		if err := s.load(ctx, pending); err != nil {
 			s.cache.abort(pending)
 			return nil, nil, err
@@ -789,7 +799,7 @@ func (s *Store) compute(e *entity, r *run) {
 		if len(e.snaps) > 0 {
 			// Every event counted now is remembered until nowMs + ttlMs:
 			// its snapshot goes to that slot's string.
-			e.skey, e.skeyAt = s.snapKey(e.key, nowMs+ttlMs)
+			e.skey, e.skeyAt = s.snapKeyOf(e, nowMs+ttlMs)
 		}
 		// Every write takes a random generation, never the one read plus
 		// one: two writers that read the same value (a batch of this
@@ -972,6 +982,22 @@ func (s *Store) snapKey(key string, exp int64) (string, int64) {
 }
 
 const snapSuffix = ":r:"
+
+// snapKeyOf is snapKey for e, the string built once per slot for as long
+// as e's cache entry lives: only the batch holding the entry uses it.
+func (s *Store) snapKeyOf(e *entity, exp int64) (string, int64) {
+	x := e.cx
+	if x == nil {
+		return s.snapKey(e.key, exp)
+	}
+	w := s.snapSlot.Milliseconds()
+	n := exp / w
+	if x.skey == "" || x.skeyN != n {
+		x.skey, _ = s.snapKey(e.key, exp)
+		x.skeyN = n
+	}
+	return x.skey, (n+1)*w + s.snapMargin.Milliseconds()
+}
 
 // scriptArg is a script argument go-redis sends as its bytes
 // (encoding.BinaryMarshaler). Arguments go as pointers (*scriptArg,

@@ -758,7 +758,8 @@ func TestDeltaRecordsDecodeToTheWritersState(t *testing.T) {
 				clock = clock.Add(7 * time.Minute) // the replay memory expires too
 			}
 			appended := 0
-			for k, x := range s.cache.m {
+			for _, x := range s.cache.m {
+				k := x.key
 				v, err := c.Get(ctx, k).Result()
 				if err != nil {
 					t.Fatalf("%s: %v", k, err)
