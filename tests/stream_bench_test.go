@@ -261,6 +261,7 @@ func BenchmarkStreamThroughput(b *testing.B) {
 	hits := metricSum(scrape, "speculapro_stream_rule_hits_total")
 	cacheHits := metricSum(scrape, "speculapro_stream_feature_cache_hits_total")
 	cacheMisses := metricSum(scrape, "speculapro_stream_feature_cache_misses_total")
+	conflicts := metricSum(scrape, "speculapro_stream_feature_conflicts_total")
 	if cacheHits+cacheMisses == 0 {
 		b.Errorf("the stream counted no entity in %s or %s", "speculapro_stream_feature_cache_hits_total", "speculapro_stream_feature_cache_misses_total")
 	}
@@ -304,6 +305,7 @@ func BenchmarkStreamThroughput(b *testing.B) {
 		{fmt.Sprintf("rule evaluation per event (%d rules, in the stream)", rules), evalSeconds / max(evaluated, 1) * 1e6, "µs", "", 0, "-"},
 		{"feature update per event (Redis round trips included)", updateSeconds / float64(n) * 1e6, "µs", "", 0, "-"},
 		{"entities taken from the feature cache", 100 * cacheHits / max(cacheHits+cacheMisses, 1), "%", fmt.Sprintf("%.0f read from Redis", cacheMisses), 0, "-"},
+		{"entity writes lost to another writer and redone", conflicts, "", "", 0, "-"},
 		{"Redis CPU per event (user+sys)", rstats.cpu / float64(n) * 1e6, "µs", "", 0, "-"},
 		{"Redis bytes in+out per event", float64(rstats.netIn+rstats.netOut) / float64(n), "B", "", 0, "-"},
 		{"Redis bytes per account (MEMORY USAGE)", perAccount, "B", fmt.Sprintf("%d keys", keys), 0, "-"},

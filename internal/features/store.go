@@ -206,6 +206,11 @@ func (s *Store) CacheStats() (hits, reads int64) {
 	return s.hits.Load(), s.reads.Load()
 }
 
+// Conflicts reports how many entity writes were lost to another writer
+// (another stream process, or another batch of this one that wrote the
+// entity first) and redone.
+func (s *Store) Conflicts() int64 { return s.conflicts.Load() }
+
 // Snapshots reports how many replayed entity sections got their first
 // application's features back from a snapshot (restored) and how many had
 // none (missing: written by an older version or evicted; those got the

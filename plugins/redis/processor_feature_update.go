@@ -37,6 +37,9 @@ const (
 	// cache_bytes holds the entities the stream keeps coming back to.
 	metricCacheHits   = "speculapro_stream_feature_cache_hits_total"
 	metricCacheMisses = "speculapro_stream_feature_cache_misses_total"
+	// Entity writes lost to another writer (the compare-and-set failed)
+	// and redone after reading the entity again.
+	metricConflicts = "speculapro_stream_feature_conflicts_total"
 )
 
 // Log lines.
@@ -80,7 +83,7 @@ succeeds or the pipeline stops, when the error is returned so that nothing is ac
 `+"`"+fuFieldBestEffort+": true`"+` (ingest) the batch passes through without features, a WARN is logged at most once
 a minute, and Redis is left alone for 5 s (the stream applies those events later anyway).
 
-Metrics: `+"`"+metricRoundtrip+"`"+` (per pipeline to a node), `+"`"+metricFeatureUpdate+"`"+` (per batch), `+"`"+metricCacheHits+"`"+` and `+"`"+metricCacheMisses+"`"+` (entities taken from the cache, read from Redis).`).
+Metrics: `+"`"+metricRoundtrip+"`"+` (per pipeline to a node), `+"`"+metricFeatureUpdate+"`"+` (per batch), `+"`"+metricCacheHits+"`"+` and `+"`"+metricCacheMisses+"`"+` (entities taken from the cache, read from Redis), `+"`"+metricConflicts+"`"+` (entity writes lost to another writer and redone).`).
 		Fields(
 			service.NewStringField(fuFieldURL).
 				Description("SP_REDIS_URL: `redis://[user:pass@]host:port/db` for one Redis; several comma-separated URLs, or one with `?cluster=true`, for a Redis Cluster's seed nodes.").
@@ -135,7 +138,7 @@ type featureUpdate struct {
 	duration   timer
 	// cacheHits and cacheMisses follow the Store's totals (CacheStats),
 	// counted up to hitsSeen and missesSeen.
-	cacheHits, cacheMisses counter
+	cacheHits, cacheMisses, conflicts counter
 
 	mu        sync.Mutex
 	client    goredis.UniversalClient
@@ -145,11 +148,12 @@ type featureUpdate struct {
 	skipped   int // batches passed through since the last WARN
 
 	statsMu              sync.Mutex
-	hitsSeen, missesSeen int64
+	hitsSeen, missesSeen, conflictsSeen int64
 }
 
-// countCache adds what the Store took from its cache and read from Redis
-// since the last call to the counters.
+// countCache adds what the Store took from its cache, read from Redis and
+// wrote again after a lost compare-and-set since the last call to the
+// counters.
 func (p *featureUpdate) countCache(store *features.Store) {
 	p.statsMu.Lock()
 	defer p.statsMu.Unlock()
@@ -159,6 +163,10 @@ func (p *featureUpdate) countCache(store *features.Store) {
 	}
 	if d := misses - p.missesSeen; d > 0 {
 		p.cacheMisses.Incr(d)
+	}
+	if n := store.Conflicts(); n > p.conflictsSeen {
+		p.conflicts.Incr(n - p.conflictsSeen)
+		p.conflictsSeen = n
 	}
 	p.hitsSeen, p.missesSeen = hits, misses
 }
@@ -225,6 +233,7 @@ func newFeatureUpdate(conf *service.ParsedConfig, mgr *service.Resources) (*feat
 	p.duration = mgr.Metrics().NewTimer(metricFeatureUpdate)
 	p.cacheHits = mgr.Metrics().NewCounter(metricCacheHits)
 	p.cacheMisses = mgr.Metrics().NewCounter(metricCacheMisses)
+	p.conflicts = mgr.Metrics().NewCounter(metricConflicts)
 	return p, nil
 }
 
