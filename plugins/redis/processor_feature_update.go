@@ -147,7 +147,7 @@ type featureUpdate struct {
 	skipUntil time.Time
 	skipped   int // batches passed through since the last WARN
 
-	statsMu              sync.Mutex
+	statsMu                             sync.Mutex
 	hitsSeen, missesSeen, conflictsSeen int64
 }
 
