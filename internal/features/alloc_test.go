@@ -36,7 +36,7 @@ func TestWriteArgumentsAreReused(t *testing.T) {
 	binary.BigEndian.PutUint64(gen, 42)
 	ents := make([]*entity, n)
 	for i := range ents {
-		e := &entity{kind: entityAccount, key: fmt.Sprintf("%s{a:%d}", prefix, i), changed: true, refreshTTL: true}
+		e := &entity{eid: entityID{kind: entityAccount}, key: fmt.Sprintf("%s{a:%d}", prefix, i), changed: true, refreshTTL: true}
 		e.skey, e.skeyAt = s.snapKey(e.key, time.Now().Add(time.Hour).UnixMilli())
 		// The value ends with its generation: each write passes the CAS of
 		// the next (the same generation every time).

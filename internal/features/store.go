@@ -292,8 +292,7 @@ type op struct {
 // entity is the work of a batch on one entity: its events in order, its
 // value as read, its state after them.
 type entity struct {
-	kind byte
-	eid  entityID
+	eid entityID
 	// key is the entity's Redis key, from its cache entry or built once
 	// per batch (Store.key).
 	key string
@@ -360,7 +359,7 @@ const keepBytes = 4 << 10
 
 func getEntity(eid entityID) *entity {
 	e := entityPool.Get().(*entity)
-	*e = entity{kind: eid.kind, eid: eid, ops: e.ops[:0], val: e.val[:0], snaps: e.snaps[:0], replays: e.replays[:0],
+	*e = entity{eid: eid, ops: e.ops[:0], val: e.val[:0], snaps: e.snaps[:0], replays: e.replays[:0],
 		arena: e.arena[:0], d: delta{ops: e.d.ops[:0]}}
 	return e
 }
@@ -533,7 +532,7 @@ func (s *Store) ApplyValues(ctx context.Context, events []*event.Envelope) ([]*V
 		s.cache.take(pending, attempt == 1)
 		for _, e := range pending {
 			if e.key == "" { // not in the cache
-				e.key = s.key(e.kind, e.eid.id)
+				e.key = s.key(e.eid.kind, e.eid.id)
 			}
 		}
 		if err := s.load(ctx, pending); err != nil {
@@ -546,7 +545,7 @@ func (s *Store) ApplyValues(ctx context.Context, events []*event.Envelope) ([]*V
 		// account's snapshot (computed in any order above).
 		if r.reads != nil {
 			for _, e := range pending {
-				if e.kind != entityAccount {
+				if e.eid.kind != entityAccount {
 					continue
 				}
 				for k := range e.snaps {
@@ -601,7 +600,7 @@ func (s *Store) ApplyValues(ctx context.Context, events []*event.Envelope) ([]*V
 			if ce == nil {
 				ce = &CorruptError{Entities: map[string]int{}, Err: e.corrupt}
 			}
-			ce.Entities[kindName(e.kind)]++
+			ce.Entities[kindName(e.eid.kind)]++
 		}
 	}
 	if ce != nil {
@@ -664,7 +663,7 @@ func (s *Store) load(ctx context.Context, ents []*entity) error {
 		case errors.Is(err, redis.Nil):
 			e.base, e.exists, e.gen, e.goff, e.v3, e.vlen = "", false, "", 0, false, 0
 		case err != nil:
-			return fmt.Errorf("features: redis: reading a %s: %w", kindName(e.kind), err)
+			return fmt.Errorf("features: redis: reading a %s: %w", kindName(e.eid.kind), err)
 		default:
 			e.base, e.exists, e.vlen = v, true, len(v)
 			e.gen, e.goff = genAt(v)
@@ -760,7 +759,7 @@ func (s *Store) compute(e *entity, r *run) {
 			if !seen {
 				var member *event.UUID
 				switch {
-				case e.kind == entityCounterparty:
+				case e.eid.kind == entityCounterparty:
 					member = &p.acct
 				case p.hasCP:
 					member = &p.cp
@@ -770,7 +769,7 @@ func (s *Store) compute(e *entity, r *run) {
 				e.changed = true
 			}
 			start := len(e.arena)
-			switch e.kind {
+			switch e.eid.kind {
 			case entityAccount:
 				r.replayed[o.ev] = seen
 				sv := r.out[o.ev].setSec(slotAccount, secTxn)
@@ -893,7 +892,7 @@ func (s *Store) restore(ctx context.Context, ents []*entity, r *run) error {
 	for _, f := range fetches {
 		v, err := f.cmd.Result()
 		if err != nil && !errors.Is(err, redis.Nil) {
-			return fmt.Errorf("features: redis: reading the snapshots of a %s: %w", kindName(f.e.kind), err)
+			return fmt.Errorf("features: redis: reading the snapshots of a %s: %w", kindName(f.e.eid.kind), err)
 		}
 		for _, ev := range f.evs {
 			sn, ok := findSnap(v, r.preps[ev].idh)
@@ -962,7 +961,7 @@ func (s *Store) put(e *entity, ev int, v string, r *run) {
 		return
 	}
 	s.restored.Add(1)
-	switch v := r.out[ev]; e.kind {
+	switch v := r.out[ev]; e.eid.kind {
 	case entityAccount:
 		v.account = sec.own
 	case entityCustomer:
@@ -981,9 +980,20 @@ func (s *Store) put(e *entity, ev int, v string, r *run) {
 // that string expires (unix ms): its slot's end and snapMargin, after
 // every event in it is forgotten.
 func (s *Store) snapKey(key string, exp int64) (string, int64) {
+	n, until := s.snapSlotOf(exp)
+	return snapKeyIn(key, n), until
+}
+
+// snapSlotOf is the slot of the snapshots of events remembered until exp,
+// and when its string expires (snapKey).
+func (s *Store) snapSlotOf(exp int64) (n, until int64) {
 	w := s.snapSlot.Milliseconds()
-	n := exp / w
-	return key + snapSuffix + strconv.FormatInt(n, 10), (n+1)*w + s.snapMargin.Milliseconds()
+	n = exp / w
+	return n, (n+1)*w + s.snapMargin.Milliseconds()
+}
+
+func snapKeyIn(key string, slot int64) string {
+	return key + snapSuffix + strconv.FormatInt(slot, 10)
 }
 
 const snapSuffix = ":r:"
@@ -995,13 +1005,11 @@ func (s *Store) snapKeyOf(e *entity, exp int64) (string, int64) {
 	if x == nil {
 		return s.snapKey(e.key, exp)
 	}
-	w := s.snapSlot.Milliseconds()
-	n := exp / w
+	n, until := s.snapSlotOf(exp)
 	if x.skey == "" || x.skeyN != n {
-		x.skey, _ = s.snapKey(e.key, exp)
-		x.skeyN = n
+		x.skey, x.skeyN = snapKeyIn(e.key, n), n
 	}
-	return x.skey, (n+1)*w + s.snapMargin.Milliseconds()
+	return x.skey, until
 }
 
 // scriptArg is a script argument go-redis sends as its bytes
@@ -1240,7 +1248,7 @@ func (s *Store) writeEach(ctx context.Context, ents []*entity) ([]*entity, error
 				continue
 			}
 			if !redis.HasErrorPrefix(cerr, "NOSCRIPT") {
-				return nil, fmt.Errorf("features: redis: writing a %s: %w", kindName(x.e.kind), cerr)
+				return nil, fmt.Errorf("features: redis: writing a %s: %w", kindName(x.e.eid.kind), cerr)
 			}
 			again = append(again, i)
 		}
@@ -1258,7 +1266,7 @@ func (s *Store) writeEach(ctx context.Context, ents []*entity) ([]*entity, error
 	for _, x := range ws {
 		n, err := x.cas.Int64()
 		if err != nil {
-			return nil, fmt.Errorf("features: redis: writing a %s: %w", kindName(x.e.kind), err)
+			return nil, fmt.Errorf("features: redis: writing a %s: %w", kindName(x.e.eid.kind), err)
 		}
 		if n != 1 {
 			lost = append(lost, x.e)
