@@ -127,6 +127,20 @@ type counter interface {
 	Incr(count int64, labelValues ...string)
 }
 
+// runningTotal counts into a metric a total the Store keeps itself: each
+// follow adds what it grew by since the last.
+type runningTotal struct {
+	c    counter
+	seen int64
+}
+
+func (t *runningTotal) follow(total int64) {
+	if total > t.seen {
+		t.c.Incr(total - t.seen)
+		t.seen = total
+	}
+}
+
 type featureUpdate struct {
 	url        string
 	opts       features.Options
@@ -136,9 +150,10 @@ type featureUpdate struct {
 	log        *service.Logger
 	roundtrip  timer
 	duration   timer
-	// cacheHits and cacheMisses follow the Store's totals (CacheStats),
-	// counted up to hitsSeen and missesSeen.
-	cacheHits, cacheMisses, conflicts counter
+	// The Store's totals (CacheStats, Conflicts), under statsMu: batches
+	// run on several threads.
+	statsMu                           sync.Mutex
+	cacheHits, cacheMisses, conflicts runningTotal
 
 	mu        sync.Mutex
 	client    goredis.UniversalClient
@@ -146,9 +161,6 @@ type featureUpdate struct {
 	lastWarn  time.Time
 	skipUntil time.Time
 	skipped   int // batches passed through since the last WARN
-
-	statsMu                             sync.Mutex
-	hitsSeen, missesSeen, conflictsSeen int64
 }
 
 // countCache adds what the Store took from its cache, read from Redis and
@@ -158,17 +170,9 @@ func (p *featureUpdate) countCache(store *features.Store) {
 	p.statsMu.Lock()
 	defer p.statsMu.Unlock()
 	hits, misses := store.CacheStats()
-	if d := hits - p.hitsSeen; d > 0 {
-		p.cacheHits.Incr(d)
-	}
-	if d := misses - p.missesSeen; d > 0 {
-		p.cacheMisses.Incr(d)
-	}
-	if n := store.Conflicts(); n > p.conflictsSeen {
-		p.conflicts.Incr(n - p.conflictsSeen)
-		p.conflictsSeen = n
-	}
-	p.hitsSeen, p.missesSeen = hits, misses
+	p.cacheHits.follow(hits)
+	p.cacheMisses.follow(misses)
+	p.conflicts.follow(store.Conflicts())
 }
 
 func newFeatureUpdate(conf *service.ParsedConfig, mgr *service.Resources) (*featureUpdate, error) {
@@ -231,9 +235,9 @@ func newFeatureUpdate(conf *service.ParsedConfig, mgr *service.Resources) (*feat
 	_ = c.Close()
 	p.roundtrip = mgr.Metrics().NewTimer(metricRoundtrip)
 	p.duration = mgr.Metrics().NewTimer(metricFeatureUpdate)
-	p.cacheHits = mgr.Metrics().NewCounter(metricCacheHits)
-	p.cacheMisses = mgr.Metrics().NewCounter(metricCacheMisses)
-	p.conflicts = mgr.Metrics().NewCounter(metricConflicts)
+	p.cacheHits.c = mgr.Metrics().NewCounter(metricCacheHits)
+	p.cacheMisses.c = mgr.Metrics().NewCounter(metricCacheMisses)
+	p.conflicts.c = mgr.Metrics().NewCounter(metricConflicts)
 	return p, nil
 }
 

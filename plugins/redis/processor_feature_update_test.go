@@ -204,3 +204,22 @@ func TestFeatureUpdateRedisDown(t *testing.T) {
 		}
 	})
 }
+
+type countedIncrs struct{ n int64 }
+
+func (c *countedIncrs) Incr(n int64, _ ...string) { c.n += n }
+
+// A metric that follows one of the Store's totals counts exactly what the
+// total grew by, never a negative step, whatever the order of the readings.
+func TestRunningTotalCountsWhatTheTotalGrewBy(t *testing.T) {
+	var c countedIncrs
+	rt := runningTotal{c: &c}
+	for _, tc := range []struct{ total, want int64 }{
+		{0, 0}, {5, 5}, {5, 5}, {12, 12}, {9, 12}, {20, 20},
+	} {
+		rt.follow(tc.total)
+		if c.n != tc.want {
+			t.Fatalf("after a reading of %d the metric counts %d, want %d", tc.total, c.n, tc.want)
+		}
+	}
+}
