@@ -63,10 +63,14 @@ type cached struct {
 	skeyN int64
 	// holder is the value length of the batch holding the entity, -1
 	// when none does.
-	holder     int
-	inRing     bool
-	gen        string
+	holder int
+	inRing bool
+	gen    string
+	// st is the decoded state of a large entity (one whose value is at
+	// least decodedFrom bytes); val is the value of any other, exactly as
+	// Redis holds it, decoded by the batch that takes it (decodedKept).
 	st         *state
+	val        []byte
 	size       int64
 	vlen, blen int   // the value's length in Redis, its base's
 	goff       int   // where gen is (genAt)
@@ -79,6 +83,26 @@ type cached struct {
 // size on, rather than read it again.
 const waitBytes = 16 << 10
 
+// decodedFrom is the value length from which the cache keeps an entity's
+// decoded state rather than its value. A decoded state takes about four
+// times its value's bytes (at 500k events of loadgen's traffic, 22,317
+// cached entities: 134 MB of states as estimated, 196 MB of live heap,
+// against 36 MB of values), holds a dozen pointers where a value holds
+// one, and the collector marked the cache's states on every cycle: about
+// a fifth of the stream's CPU. Decoding a small value again costs little;
+// a large one is a busy entity (a counterparty paid by thousands of
+// accounts) that nearly every batch touches, whose decode every batch was
+// what the cache of decoded states was built to save (doc.go "Apply").
+const decodedFrom = 16 << 10
+
+// cachedOverhead estimates a value entry's bytes beyond its value and keys:
+// the entry itself and its share of the map.
+const cachedOverhead = 200
+
+// decodedKept says whether the cache keeps the decoded state of a value of
+// vlen bytes (else the value itself).
+func decodedKept(vlen int) bool { return vlen >= decodedFrom }
+
 func newCache(max int64) *cache {
 	c := &cache{max: max, m: map[entityID]*cached{}}
 	c.lru.prev, c.lru.next = &c.lru, &c.lru
@@ -90,7 +114,7 @@ func newCache(max int64) *cache {
 func (c *cache) unring(x *cached) {
 	x.prev.next, x.next.prev = x.next, x.prev
 	x.prev, x.next = nil, nil
-	x.inRing, x.st = false, nil
+	x.inRing, x.st, x.val = false, nil, nil
 	c.bytes -= x.size
 	if x.holder < 0 {
 		delete(c.m, x.eid)
@@ -166,12 +190,12 @@ func (c *cache) take(ents []*entity, fromCache bool) {
 		if !x.inRing || !fromCache {
 			continue
 		}
-		st := x.st
+		st, val := x.st, x.val
 		c.unring(x)
 		x.holder = x.vlen
 		e.hit, e.gen, e.exists, e.vlen, e.blen, e.ttlAt = true, x.gen, true, x.vlen, x.blen, x.ttlAt
 		e.goff, e.v3 = x.goff, x.v3
-		e.st = st
+		e.st, e.cval = st, val
 	}
 }
 
@@ -243,7 +267,7 @@ func (c *cache) put(e *entity) {
 	case e.changed:
 		gen, vlen, blen, goff, v3 = e.newGen(), len(e.val), len(e.val), -genLen, true
 	}
-	keep := c.max >= 0 && gen != "" && e.st != nil && e.corrupt == nil
+	keep := c.max >= 0 && gen != "" && (e.st != nil || e.cval != nil) && e.corrupt == nil
 	switch {
 	case x == nil:
 		// Not held (only read, or read while another batch held it):
@@ -256,10 +280,9 @@ func (c *cache) put(e *entity) {
 	case !keep:
 		c.release(x) // no key in Redis, or nothing readable
 		return
-	case x.inRing && x.st != e.st:
-		// Held on a retry, which leaves the entry's old state in the
-		// ring (take without fromCache): the new one, decoded again,
-		// replaces it.
+	case x.inRing && (x.st != e.st || x.st == nil):
+		// Held on a retry, which leaves the entry's old state or value in
+		// the ring (take without fromCache): the new one replaces it.
 		c.drop(x)
 	case x.inRing:
 		// The very state being published: take unrings what it hands
@@ -270,7 +293,10 @@ func (c *cache) put(e *entity) {
 	if x.key == "" {
 		x.key = e.key
 	}
-	x.gen, x.st, x.size, x.vlen, x.blen, x.goff, x.v3, x.ttlAt = gen, e.st, e.size, vlen, blen, goff, v3, e.ttlAt
+	x.gen, x.st, x.val, x.size, x.vlen, x.blen, x.goff, x.v3, x.ttlAt = gen, e.st, e.cval, e.size, vlen, blen, goff, v3, e.ttlAt
+	// The value now belongs to the cache (e's pooled arrays must not
+	// reach the next batch's entity).
+	e.cval = nil
 	c.pushFront(x)
 	if x.holder >= 0 {
 		c.release(x)

@@ -3,6 +3,7 @@ package features
 import (
 	"encoding/json"
 	"math/big"
+	"sync"
 	"unique"
 	"unsafe"
 
@@ -254,7 +255,21 @@ func (st *state) setSum(l int, c *cell, a amt) {
 }
 
 func newState() *state {
-	return &state{mx: none, lt: none, ls: [2]int64{none, none}}
+	st := statePool.Get().(*state)
+	*st = state{mx: none, lt: none, ls: [2]int64{none, none}}
+	return st
+}
+
+// statePool keeps the states let go of at once (free): a batch decodes most
+// of the entities it touches (the cache keeps small ones as values), and
+// the struct alone is about half a kilobyte.
+var statePool = sync.Pool{New: func() any { return new(state) }}
+
+// free recycles st's arena and st itself. Nothing may read st again.
+func (st *state) free() {
+	st.recycle()
+	*st = state{}
+	statePool.Put(st)
 }
 
 // head is the head's bucket number in level l (-1 without events).

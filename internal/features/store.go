@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/redis/go-redis/v9"
 
@@ -320,6 +321,10 @@ type entity struct {
 	ro      bool
 	corrupt error // the value as read did not decode: counted from empty
 	st      *state
+	// cval is the value the cache held (cache.go: a small entity's), until
+	// compute decodes it; then the value Redis will hold once this batch
+	// writes, for the cache to keep (Store.keepFor).
+	cval    []byte
 	changed bool
 	// vlen and blen are the value's length in Redis and its base's (the
 	// delta records follow the base); d is this batch's record; appended
@@ -706,10 +711,15 @@ func (s *Store) computeAll(ents []*entity, r *run) {
 // place, or decoded as read) and records their features and, for each
 // event counted, its snapshot.
 func (s *Store) compute(e *entity, r *run) {
-	if !e.hit {
+	if !e.hit || e.st == nil {
+		// Read from Redis, or the cache's value of it (cache.go).
+		v := e.base
+		if e.hit {
+			v = unsafe.String(unsafe.SliceData(e.cval), len(e.cval))
+		}
 		e.corrupt, e.st = nil, nil
 		if e.exists {
-			st, base, err := decodeBase(e.base)
+			st, base, err := decodeBase(v)
 			if err != nil {
 				e.corrupt = err
 			} else {
@@ -719,7 +729,6 @@ func (s *Store) compute(e *entity, r *run) {
 		if e.st == nil {
 			e.st = newState()
 		}
-		e.base = ""
 	}
 	st := e.st
 	nowMs, ttlMs := r.now.UnixMilli(), s.ttl.Milliseconds()
@@ -836,10 +845,55 @@ func (s *Store) compute(e *entity, r *run) {
 		}
 	}
 	if s.cache.max >= 0 && e.corrupt == nil {
-		// The cache's measure of it (cache.go), here on the batch's
-		// goroutines rather than under the cache's lock.
-		e.size = st.size() + int64(len(e.key)) + 160
+		s.keepFor(e)
 	}
+	e.base = ""
+}
+
+// keepFor readies what the cache will keep of e (cache.go), here on the
+// batch's goroutines rather than under the cache's lock: a large entity's
+// decoded state, any other's value as Redis will hold it once written (its
+// state's arena then goes to the next decode at once, so a batch's decoded
+// states are not all alive together), and its measure.
+func (s *Store) keepFor(e *entity) {
+	st := e.st
+	vlen := e.vlen
+	switch {
+	case e.changed && e.appended:
+		vlen += len(e.val)
+	case e.changed:
+		vlen = len(e.val)
+	}
+	var old []byte // the value e was computed from, for a record to follow
+	switch {
+	case e.hit:
+		old = e.cval
+	case e.exists:
+		old = unsafe.Slice(unsafe.StringData(e.base), len(e.base))
+	}
+	if decodedKept(vlen) || (e.appended && old == nil) || (!e.changed && old == nil) {
+		// Large, or a state from the cache whose value is not here.
+		e.cval = nil
+		e.size = st.size() + int64(len(e.key)) + 160
+		return
+	}
+	switch {
+	case e.changed && !e.appended:
+		e.cval = append(reuse(e.cval, len(e.val)), e.val...)
+	case e.hit && e.changed:
+		e.cval = append(e.cval, e.val...)
+	case !e.hit:
+		// old is go-redis' reply string: copied, never written to.
+		n := len(old)
+		if e.changed {
+			n += len(e.val)
+		}
+		c := make([]byte, 0, n+n/8)
+		e.cval = append(append(c, old...), e.val[:n-len(old)]...)
+	}
+	st.free()
+	e.st = nil
+	e.size = int64(cap(e.cval)+len(e.key)+len(e.skey)) + cachedOverhead
 }
 
 // restore gives every replayed event, on each entity that had counted it,

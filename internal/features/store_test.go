@@ -774,7 +774,10 @@ func TestDeltaRecordsDecodeToTheWritersState(t *testing.T) {
 				if base < len(v) {
 					appended++
 				}
-				if got, want := encode(nil, 1, st), encode(nil, 1, x.st); string(got) != string(want) {
+				if x.val != nil && string(x.val) != v {
+					t.Fatalf("%s: the cached value is not Redis' (%d bytes against %d)", k, len(x.val), len(v))
+				}
+				if got, want := encode(nil, 1, st), encode(nil, 1, x.state(t)); string(got) != string(want) {
 					t.Fatalf("%s: the value decodes to another state than the cached one", k)
 				}
 				rv, err := c.Get(ctx, strings.Replace(k, prefix, prefix+"ref:", 1)).Result()
