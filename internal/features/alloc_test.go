@@ -113,9 +113,12 @@ func TestApplyAllocationsPerEvent(t *testing.T) {
 }
 
 // applyBytesPerEvent bounds TestApplyAllocationsPerEvent: 6,483 B an event
-// before the entities were kept (cc1eb66), about 4,360 after; under the race
-// detector, whose sync.Pool drops a quarter of what is put back, about 5,100.
+// before the entities were kept (cc1eb66), about 4,360 after, 3,800 since
+// the cache keeps small entities' values (session 19); under the race
+// detector, whose sync.Pool drops a quarter of what is put back, about
+// 4,700 before that and 6,200 since: every entity a batch touches is now
+// decoded into a pooled state and arena, and a quarter of those are new.
 const (
 	applyBytesPerEvent     = 5000.0
-	applyBytesPerEventRace = 5800.0
+	applyBytesPerEventRace = 7000.0
 )
