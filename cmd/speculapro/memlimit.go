@@ -41,9 +41,9 @@ func setMemoryLimit(args []string) {
 
 // streamMemoryLimit is the soft memory limit of a process that runs the
 // stream role (and `speculapro dev`, which runs it beside the others). The
-// stream's live data, its running-totals cache (128 MiB by default, about
-// 200 MB of heap once decoded states, tables and the batches in flight are
-// counted) and the records in flight, is larger than the other roles'
+// stream's live data, its running-totals cache (128 MiB by default, nearly
+// all of it values since session 19, about 230 MB of heap with the batches
+// in flight) and the records in flight, is larger than the other roles'
 // 150 MiB, and a soft limit below about 1.5 times the live heap makes the
 // collector run nearly all the time: 199 µs of CPU per event against 63
 // under a 150 MiB limit at 100k events, 115 against 68 µs at 1M under

@@ -2,24 +2,27 @@ package features
 
 import "sync"
 
-// cache keeps, between batches, the decoded states of entities as this
-// process last wrote (or read) them, with the generation and lengths of
-// Redis' value, so that a batch neither reads again what the process
-// already has nor decodes it: it computes on the state the batch before it
-// left (doc.go "Apply"). Decoding each touched entity's whole value every
-// batch was a fifth of the stream's CPU, nearly all of it for the few busy
-// entities (a counterparty paid by thousands of accounts) touched by every
-// batch; those stay here, least recently used first out, within max bytes
-// as estimated by (*state).size.
+// cache keeps, between batches, entities as this process last wrote (or
+// read) them, with the generation and lengths of Redis' value, so that a
+// batch does not read again what the process already has: a small
+// entity's value, byte for byte what Redis holds, which the batch decodes
+// again, and a large one's decoded state (decodedFrom), which the batch
+// computes on as the batch before it left it (doc.go "Apply"). Decoding
+// each touched entity's whole value every batch was a fifth of the
+// stream's CPU, nearly all of it for the few busy entities (a counterparty
+// paid by thousands of accounts) touched by every batch; those stay
+// decoded. All stay least recently used first out, within max bytes as
+// estimated by (*state).size or the value's capacity.
 // It is only ever a guess: the write's CAS compares the generation, and an
 // entity somebody else wrote since is read again and recomputed, exactly as
 // after a lost race. An entity only read in a batch (a counterparty paying
 // in) is always read, since nothing would check a cached state of it.
 //
-// A state in the cache belongs to the cache: take moves it out to the one
-// batch that holds the entity, which computes on it in place and publishes
-// it again (nobody else can see it meanwhile); a batch that fails or loses
-// its write drops it.
+// A state or value in the cache belongs to the cache: take moves it out to
+// the one batch that holds the entity, which computes on it in place (a
+// value: appends its record to it, or writes the new value over it) and
+// publishes it again (nobody else can see it meanwhile); a batch that
+// fails or loses its write drops it.
 //
 // A batch holds the entities it writes while it computes them: another
 // batch of the same process that needs a large one (waitBytes or more)

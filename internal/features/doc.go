@@ -103,26 +103,29 @@
 // three times its encoded size (40-byte buckets, 24-byte sums and event
 // counts, 24-byte other sides and 16-byte replay entries, a long table's
 // index 8-16 bytes an entry; none of it holds a pointer the collector would
-// follow), which is why the cache keeps the busy entities rather than
-// every one. A decoded state's arrays are carved from one allocation (its
+// follow), which is why the cache keeps a small entity's value rather
+// than its state (cache.go). A decoded state's arrays are carved from one allocation (its
 // arena, decodeBufs.build, sized after the delta records are applied, so
 // that none of its arrays outgrows it while decoding) and its currency and type names are shared
 // (unique.Make): the collector's marking costs by the object, and a
 // state decoded array by array was about 18 of them, most of the stream's
 // live objects at 1M events. A state the cache evicts, drops or replaces
-// hands its arena to the next decode of about its size (arena.go), so the
-// states decoded on cache misses are not each a new allocation.
+// hands its arena to the next decode of about its size (arena.go), as does
+// a batch the state of every entity it keeps as a value once computed, so
+// the states a batch decodes are not each a new allocation.
 //
 // # Apply
 //
 // A batch's events are grouped by entity in order. Round trip 1: one
 // pipeline of GET for every entity touched that the Store does not hold in
-// its cache (cache.go: the decoded states this process last wrote, kept
-// between batches within Options.CacheBytes as estimated, least recently
-// used out first and a batch's busiest entities kept longest, checked by
-// the write's CAS; an entity only read is always read), on a Cluster one
-// pipeline per node, in parallel. Go decodes each value it read (a state
-// from the cache is computed on in place, by the one batch that holds it),
+// its cache (cache.go: the values this process last wrote, or for large
+// entities their decoded states, kept between batches within
+// Options.CacheBytes as estimated, least recently used out first and a
+// batch's busiest entities kept longest, checked by the write's CAS; an
+// entity only read is always read), on a Cluster one pipeline per node, in
+// parallel. Go decodes each value it read or took from the cache (a large
+// entity's state from the cache is computed on in place, by the one batch
+// that holds it),
 // applies the entity's events in order and records
 // each event's features right after it, as figures (Values: rule_eval
 // builds only the features its rules name; Apply builds the maps), the

@@ -32,8 +32,9 @@ const (
 const (
 	metricRoundtrip     = "speculapro_stream_redis_roundtrip_seconds"
 	metricFeatureUpdate = "speculapro_stream_feature_update_seconds"
-	// The entities a batch took from the process's cache of decoded
-	// states and those it read from Redis: the ratio says whether
+	// The entities a batch took from the process's cache (values, and
+	// large entities' decoded states) and those it read from Redis: the
+	// ratio says whether
 	// cache_bytes holds the entities the stream keeps coming back to.
 	metricCacheHits   = "speculapro_stream_feature_cache_hits_total"
 	metricCacheMisses = "speculapro_stream_feature_cache_misses_total"
@@ -106,7 +107,7 @@ Metrics: `+"`"+metricRoundtrip+"`"+` (per pipeline to a node), `+"`"+metricFeatu
 				Default("5s").
 				Advanced(),
 			service.NewIntField(fuFieldCacheBytes).
-				Description("Memory (bytes, as estimated) for the decoded running totals this process last wrote, kept between batches so they are neither read from Redis nor decoded again (the write's compare-and-set still checks them), least recently used out first; 0 keeps none.").
+				Description("Memory (bytes, as estimated) for the running totals this process last wrote, kept between batches so they are not read from Redis again (the write's compare-and-set still checks them): each entity's value as Redis holds it, or for a large one (16 KiB or more) its decoded state, so it is not decoded again either; least recently used out first; 0 keeps none.").
 				Default(features.DefaultCacheBytes).
 				Advanced(),
 		)
