@@ -876,15 +876,17 @@ func (s *Store) keepFor(e *entity) {
 	case e.changed:
 		vlen = len(e.val)
 	}
-	var old []byte // the value e was computed from, for a record to follow
+	// old is the value e was decoded from, kept as it is when e did not
+	// change (a state the cache held decoded has none).
+	var old []byte
 	switch {
 	case e.hit:
 		old = e.cval
 	case e.exists:
 		old = unsafe.Slice(unsafe.StringData(e.base), len(e.base))
 	}
-	if decodedKept(vlen) || (e.appended && old == nil) || (!e.changed && old == nil) {
-		// Large, or a state from the cache whose value is not here.
+	if decodedKept(vlen) || (!e.changed && old == nil) {
+		// Large, or a state from the cache that did not change.
 		e.cval = nil
 		e.size = st.size() + int64(len(e.key)) + 160
 		return
