@@ -22,7 +22,8 @@ import "sync"
 // the one batch that holds the entity, which computes on it in place (a
 // value: appends its record to it, or writes the new value over it) and
 // publishes it again (nobody else can see it meanwhile); a batch that
-// fails or loses its write drops it.
+// fails or loses its write drops it, and one whose value does not decode
+// (never expected) drops it and reads the entity from Redis instead.
 //
 // A batch holds the entities it writes while it computes them: another
 // batch of the same process that needs a large one (waitBytes or more)

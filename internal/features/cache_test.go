@@ -168,3 +168,55 @@ func (x *cached) state(t testing.TB) *state {
 	}
 	return st
 }
+
+// A cached value that does not decode (the cache holds what this process
+// encoded, so only a bug would do this) is read from Redis again: the
+// entity's totals go on from what Redis holds, not from empty, and its
+// features equal a Store's without a cache.
+func TestUndecodableCachedValueIsReadAgain(t *testing.T) {
+	c, prefix, _ := open(t, targets[0])
+	s := New(c, Options{KeyPrefix: prefix})
+	ref := New(c, Options{KeyPrefix: prefix + "ref:", CacheBytes: -1})
+	at := time.Date(2026, 9, 1, 10, 0, 0, 0, time.UTC)
+	acct := entityID{entityAccount, event.AccountID(testWorkspace, "acc-1")}
+	for b := range 3 {
+		var batch []*event.Envelope
+		for i := range 5 {
+			k := b*5 + i
+			batch = append(batch, txn(fmt.Sprint("t", k), "acc-1", "cust-1", fmt.Sprint("cp-", k), "10.00", "EUR", event.DirectionOut, at.Add(time.Duration(k)*time.Second)))
+		}
+		if b == 2 {
+			x := s.cache.m[acct]
+			if x == nil || x.val == nil {
+				t.Fatal("the account is not cached as a value")
+			}
+			for i := range x.val {
+				x.val[i] = 0xff
+			}
+		}
+		applyLikeRef(t, s, ref, batch, b)
+		checkCache(t, s.cache)
+	}
+	got, err := c.Get(context.Background(), s.key(acct.kind, acct.id)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := c.Get(context.Background(), ref.key(acct.kind, acct.id)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gst, _, err := decodeBase(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wst, _, err := decodeBase(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gst.windows("EUR") != wst.windows("EUR") {
+		t.Fatalf("the account's totals in Redis are %v, want %v (counted from empty?)", gst.windows("EUR"), wst.windows("EUR"))
+	}
+	if n := s.Conflicts(); n != 0 {
+		t.Errorf("%d conflicts counted for a re-read", n)
+	}
+}

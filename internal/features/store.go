@@ -324,7 +324,10 @@ type entity struct {
 	// cval is the value the cache held (cache.go: a small entity's), until
 	// compute decodes it; then the value Redis will hold once this batch
 	// writes, for the cache to keep (Store.keepFor).
-	cval    []byte
+	cval []byte
+	// reread: the cache's value did not decode; the batch reads the
+	// entity from Redis instead of counting it from empty (ApplyValues).
+	reread  bool
 	changed bool
 	// vlen and blen are the value's length in Redis and its base's (the
 	// delta records follow the base); d is this batch's record; appended
@@ -553,6 +556,24 @@ func (s *Store) ApplyValues(ctx context.Context, events []*event.Envelope) ([]*V
 		}
 		r.now = s.now()
 		s.computeAll(pending, r)
+		// An entity whose cached value did not decode is let go of here
+		// and read from Redis in the next round, like a lost write.
+		var reread []*entity
+		for _, e := range pending {
+			if e.reread {
+				reread = append(reread, e)
+			}
+		}
+		if len(reread) > 0 {
+			s.cache.abort(reread)
+			kept := make([]*entity, 0, len(pending)-len(reread))
+			for _, e := range pending {
+				if !e.reread {
+					kept = append(kept, e)
+				}
+			}
+			pending = kept
+		}
 		// A counterparty paying in is only read: its section goes into the
 		// account's snapshot (computed in any order above).
 		if r.reads != nil {
@@ -583,7 +604,7 @@ func (s *Store) ApplyValues(ctx context.Context, events []*event.Envelope) ([]*V
 			s.cache.invalidate(pending)
 			return nil, nil, err
 		}
-		if len(lost) == 0 {
+		if len(lost) == 0 && len(reread) == 0 {
 			break
 		}
 		s.cache.invalidate(lost)
@@ -591,6 +612,10 @@ func (s *Store) ApplyValues(ctx context.Context, events []*event.Envelope) ([]*V
 		if attempt == maxAttempts {
 			return nil, nil, fmt.Errorf("features: %d of %d entities still changed by another writer after %d attempts", len(lost), len(ents), attempt)
 		}
+		for _, e := range reread {
+			e.reread = false
+		}
+		lost = append(lost, reread...)
 		for _, e := range lost {
 			e.hit = false
 		}
@@ -728,6 +753,12 @@ func (s *Store) compute(e *entity, r *run) {
 		if e.exists {
 			st, base, err := decodeBase(v)
 			switch {
+			case err != nil && e.hit:
+				// The cache holds what this process encoded, so this is
+				// never expected; but Redis may hold the entity intact.
+				e.reread, e.cval, e.changed = true, nil, false
+				e.snaps, e.replays = e.snaps[:0], e.replays[:0]
+				return
 			case err != nil:
 				e.corrupt = err
 			case e.hit:
