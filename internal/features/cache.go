@@ -5,8 +5,9 @@ import "sync"
 // cache keeps, between batches, entities as this process last wrote (or
 // read) them, with the generation and lengths of Redis' value, so that a
 // batch does not read again what the process already has: a small
-// entity's value, byte for byte what Redis holds, which the batch decodes
-// again, and a large one's decoded state (decodedFrom), which the batch
+// entity's value (Redis' own, or once the entity was appended to, its state
+// encoded whole at Redis' generation: Store.keepFor), which the batch
+// decodes again, and a large one's decoded state (decodedFrom), which the batch
 // computes on as the batch before it left it (doc.go "Apply"). Decoding
 // each touched entity's whole value every batch was a fifth of the
 // stream's CPU, nearly all of it for the few busy entities (a counterparty
@@ -20,7 +21,7 @@ import "sync"
 //
 // A state or value in the cache belongs to the cache: take moves it out to
 // the one batch that holds the entity, which computes on it in place (a
-// value: appends its record to it, or writes the new value over it) and
+// value: writes the new one over it) and
 // publishes it again (nobody else can see it meanwhile); a batch that
 // fails or loses its write drops it, and one whose value does not decode
 // (never expected) drops it and reads the entity from Redis instead.
@@ -71,8 +72,9 @@ type cached struct {
 	inRing bool
 	gen    string
 	// st is the decoded state of a large entity (one whose value is at
-	// least decodedFrom bytes); val is the value of any other, exactly as
-	// Redis holds it, decoded by the batch that takes it (decodedKept).
+	// least decodedFrom bytes); val is the value of any other (Redis', or
+	// the same state encoded whole: Store.keepFor), decoded by the batch
+	// that takes it (decodedKept).
 	st         *state
 	val        []byte
 	size       int64

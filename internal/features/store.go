@@ -322,8 +322,9 @@ type entity struct {
 	corrupt error // the value as read did not decode: counted from empty
 	st      *state
 	// cval is the value the cache held (cache.go: a small entity's), until
-	// compute decodes it; then the value Redis will hold once this batch
-	// writes, for the cache to keep (Store.keepFor).
+	// compute decodes it; then the value for the cache to keep once this
+	// batch writes (Store.keepFor: Redis' new value, or the state it
+	// decodes to encoded whole).
 	cval []byte
 	// reread: the cache's value did not decode; the batch reads the
 	// entity from Redis instead of counting it from empty (ApplyValues).

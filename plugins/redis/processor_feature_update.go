@@ -107,7 +107,7 @@ Metrics: `+"`"+metricRoundtrip+"`"+` (per pipeline to a node), `+"`"+metricFeatu
 				Default("5s").
 				Advanced(),
 			service.NewIntField(fuFieldCacheBytes).
-				Description("Memory (bytes, as estimated) for the running totals this process last wrote, kept between batches so they are not read from Redis again (the write's compare-and-set still checks them): each entity's value as Redis holds it, or for a large one (16 KiB or more) its decoded state, so it is not decoded again either; least recently used out first; 0 keeps none.").
+				Description("Memory (bytes, as estimated) for the running totals this process last wrote, kept between batches so they are not read from Redis again (the write's compare-and-set still checks them): each entity's value (after an appended write, its state encoded whole, so no delta records need applying), or for a large one (16 KiB or more) its decoded state, so it is not decoded again either; least recently used out first; 0 keeps none.").
 				Default(features.DefaultCacheBytes).
 				Advanced(),
 		)
