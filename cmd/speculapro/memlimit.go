@@ -41,22 +41,20 @@ func setMemoryLimit(args []string) {
 
 // streamMemoryLimit is the soft memory limit of a process that runs the
 // stream role (and `speculapro dev`, which runs it beside the others). The
-// stream's live data, its running-totals cache (128 MiB by default, nearly
-// all of it values since session 19, about 230 MB of heap with the batches
-// in flight) and the records in flight, is larger than the other roles'
-// 150 MiB, and a soft limit below about 1.5 times the live heap makes the
-// collector run nearly all the time: 199 µs of CPU per event against 63
-// under a 150 MiB limit at 100k events, 115 against 68 µs at 1M under
-// 320 MiB (the live heap there 230-265 MB). With Go's default alone the
-// heap grows to twice the live data: peak RSS 682 MB at 1M, against 452 MB
-// under 400 MiB for 74 against 68 µs of CPU per event (one run each in one
-// lock hold, 2026-12-02 06:08-06:20 UTC, a loaded machine). Checked again
-// at 300k (14:30-14:37 UTC, alternating with Go's default): peak RSS
-// 431-440 against 520-560 MB, CPU per event within the runs' noise (52.6
-// against 50.6 µs on average); a smaller running-totals cache to fit under
-// less was dearer (32 MiB under a 200 MiB limit: 236-244 MB, but 21-51 %
-// more CPU per event, the states read from Redis and decoded again).
-const streamMemoryLimit = 400 << 20
+// stream's live data, its running-totals cache (128 MiB by default as
+// estimated, nearly all of it values since session 19) and the records in
+// flight, is larger than the other roles' 150 MiB: about 215 MB of live
+// heap at 1M events, about 85 MB of it the cache. With Go's default alone
+// the heap grows to twice the live data (peak RSS 682 MB at 1M in session
+// 7). Since the cache keeps values, which hold no pointers, the collector's
+// marking is cheap and the limit can sit closer to the live heap: at 1M
+// events, alternating runs of 2026-12-05 (session 20) gave under 300 MiB
+// peak RSS 338-340 MB for 32.1-38.5 µs of CPU per event against 428-429
+// MB and 32.3-36.4 µs under the 400 MiB before it; 275 MiB (1.3 times the
+// live heap) cost 43.5-44.9 µs against 36.0-37.6 (312-317 MB), and 250
+// MiB 46.2 µs. Below about 1.4 times the live heap the collector runs
+// nearly all the time, which streamLiveHeadroom guards.
+const streamMemoryLimit = 300 << 20
 
 // streamLiveHeadroom is how far above the live heap the stream's limit
 // stays whatever streamMemoryLimit says, as a ratio: a process whose live
