@@ -48,12 +48,14 @@ func setMemoryLimit(args []string) {
 // the heap grows to twice the live data (peak RSS 682 MB at 1M in session
 // 7). Since the cache keeps values, which hold no pointers, the collector's
 // marking is cheap and the limit can sit closer to the live heap: at 1M
-// events, alternating runs of 2026-12-05 (session 20) gave under 300 MiB
-// peak RSS 338-340 MB for 32.1-38.5 µs of CPU per event against 428-429
-// MB and 32.3-36.4 µs under the 400 MiB before it; 275 MiB (1.3 times the
-// live heap) cost 43.5-44.9 µs against 36.0-37.6 (312-317 MB), and 250
-// MiB 46.2 µs. Below about 1.4 times the live heap the collector runs
-// nearly all the time, which streamLiveHeadroom guards.
+// events, alternating runs of 2026-12-05 (session 20) gave under a fixed
+// 300 MiB (GOMEMLIMIT) peak RSS 338-340 MB for 32.1-38.5 µs of CPU per
+// event against 428-429 MB and 32.3-36.4 µs under the 400 MiB before it;
+// 275 MiB (1.3 times the live heap) cost 43.5-44.9 µs against 36.0-37.6
+// (312-317 MB), and 250 MiB 46.2 µs. Below about 1.4 times the live heap
+// the collector runs nearly all the time, which streamLiveHeadroom
+// guards: with it following the live heap, this limit's runs peaked at
+// 358 and 399 MB (a live heap of 230-260 MB at times).
 const streamMemoryLimit = 300 << 20
 
 // streamLiveHeadroom is how far above the live heap the stream's limit
