@@ -49,13 +49,13 @@ func setMemoryLimit(args []string) {
 // 7). Since the cache keeps values, which hold no pointers, the collector's
 // marking is cheap and the limit can sit closer to the live heap: at 1M
 // events, alternating runs of 2026-12-05 (session 20) gave under a fixed
-// 300 MiB (GOMEMLIMIT) peak RSS 338-340 MB for 32.1-38.5 µs of CPU per
-// event against 428-429 MB and 32.3-36.4 µs under the 400 MiB before it;
-// 275 MiB (1.3 times the live heap) cost 43.5-44.9 µs against 36.0-37.6
-// (312-317 MB), and 250 MiB 46.2 µs. Below about 1.4 times the live heap
-// the collector runs nearly all the time, which streamLiveHeadroom
-// guards: with it following the live heap, this limit's runs peaked at
-// 358 and 399 MB (a live heap of 230-260 MB at times).
+// 300 MiB (GOMEMLIMIT) peak RSS 338 MB for 32.1 and 37.7 µs of CPU per
+// event against 428-429 MB and 32.3 and 36.4 µs under the 400 MiB before
+// it; 275 MiB (1.3 times the live heap) cost 43.5 and 44.9 µs against 36.0
+// and 37.6 (312-317 MB), and 250 MiB 46.2 µs against 38.5. Below about 1.4
+// times the live heap the collector runs nearly all the time, which
+// streamLiveHeadroom guards: with it following the live heap (which then
+// outgrew 200 MiB at times), this limit's runs peaked at 358 and 399 MB.
 const streamMemoryLimit = 300 << 20
 
 // streamLiveHeadroom is how far above the live heap the stream's limit
