@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -567,13 +568,8 @@ func (s *Store) ApplyValues(ctx context.Context, events []*event.Envelope) ([]*V
 		}
 		if len(reread) > 0 {
 			s.cache.abort(reread)
-			kept := make([]*entity, 0, len(pending)-len(reread))
-			for _, e := range pending {
-				if !e.reread {
-					kept = append(kept, e)
-				}
-			}
-			pending = kept
+			// A copy: pending may be ents, which stays whole.
+			pending = slices.DeleteFunc(slices.Clone(pending), func(e *entity) bool { return e.reread })
 		}
 		// A counterparty paying in is only read: its section goes into the
 		// account's snapshot (computed in any order above).
