@@ -1,0 +1,93 @@
+package docguard
+
+import (
+	"reflect"
+	"sort"
+	"testing"
+)
+
+// Each case is a page and the relative links it must yield: a link the
+// scanner missed would never be checked.
+func TestScanLinks(t *testing.T) {
+	cases := []struct {
+		name, text string
+		want       []Link
+	}{
+		{"page and anchor", "See [kafka](kafka.md#topics).", []Link{{1, "kafka.md#topics", "kafka.md", "topics"}}},
+		{"anchor in the page", "line\n[up](#alerts)", []Link{{2, "#alerts", "", "alerts"}}},
+		{"image and title", `![flow](img/flow.png "the flow")`, []Link{{1, "img/flow.png", "img/flow.png", ""}}},
+		{"angle brackets and escapes", "[x](<my%20page.md>)", []Link{{1, "my%20page.md", "my page.md", ""}}},
+		{"reference definition", "[ops]: operations.md#alerts", []Link{{1, "operations.md#alerts", "operations.md", "alerts"}}},
+		{"html link", `<a href="../plugins/api/openapi.json">spec</a>`, []Link{{1, "../plugins/api/openapi.json", "../plugins/api/openapi.json", ""}}},
+		{"two on a line", "[a](a.md) and [b](b.md#c)", []Link{{1, "a.md", "a.md", ""}, {1, "b.md#c", "b.md", "c"}}},
+		{"absolute urls", "[x](https://example.com/a.md) [m](mailto:a@b.c) <https://x.y>", nil},
+		{"inside a fence", "```sh\n[x](missing.md)\n```\n[y](y.md)", []Link{{4, "y.md", "y.md", ""}}},
+		{"inside a tilde fence", "~~~\n[x](missing.md)\n~~~", nil},
+		{"inside a code span", "write `[x](missing.md)` in the page", nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := ScanLinks(c.text); !reflect.DeepEqual(got, c.want) {
+				t.Errorf("ScanLinks(%q) = %+v, want %+v", c.text, got, c.want)
+			}
+		})
+	}
+}
+
+// Slugs by GitHub's rules: a link built from them resolves on the code host.
+func TestSlug(t *testing.T) {
+	cases := map[string]string{
+		"Alerts":                                "alerts",
+		"SpeculaProDecisionEventsLost":          "speculaprodecisioneventslost",
+		"Rotating the keys":                     "rotating-the-keys",
+		"What `SP_DB_URL` does":                 "what-sp_db_url-does",
+		"Topics, keys and groups":               "topics-keys-and-groups",
+		"When Kafka is down (the decision row)": "when-kafka-is-down-the-decision-row",
+		"Ingest → persist — the flow":           "ingest--persist--the-flow",
+		"See [rules](rules.md) first":           "see-rules-first",
+		"Dead letters: `.dlq` topics":           "dead-letters-dlq-topics",
+		"Größe & Überblick":                     "größe--überblick",
+		"  Trailing spaces  ":                   "trailing-spaces",
+	}
+	for in, want := range cases {
+		if got := Slug(in); got != want {
+			t.Errorf("Slug(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// A page's anchors: every heading (ATX or setext, not inside a fence), the
+// repeated ones numbered, and explicit <a id>/<a name>.
+func TestAnchors(t *testing.T) {
+	text := `# Kafka
+
+## Topics
+text
+## Topics ##
+### Topics
+<a id="custom-id"></a>
+<a name="old-name"></a>
+
+Setext heading
+--------------
+
+` + "```sh\n# not a heading\n```" + `
+
+| a | b |
+| --- | --- |
+
+text
+
+---
+`
+	got := Anchors(text)
+	var keys []string
+	for k := range got {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	want := []string{"custom-id", "kafka", "old-name", "setext-heading", "topics", "topics-1", "topics-2"}
+	if !reflect.DeepEqual(keys, want) {
+		t.Errorf("Anchors = %q, want %q", keys, want)
+	}
+}

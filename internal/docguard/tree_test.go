@@ -1,0 +1,168 @@
+package docguard
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// allowed are the legitimate uses of a forbidden word, by file and rule,
+// each with its reason. Keep it short: a new entry needs a reason a reviewer
+// accepts, and rewording the text is nearly always the better fix.
+var allowed = []struct {
+	file, rule, reason string
+}{
+	{"internal/docguard/words_test.go", "*", "the detector's own cases: each forbidden form must appear once to prove it is caught"},
+	{"internal/docguard/links_test.go", RuleMarkdown, "the link detector's cases name pages that do not exist, to prove a broken link is caught"},
+}
+
+func isAllowed(file, rule string) bool {
+	for _, a := range allowed {
+		if a.file == file && (a.rule == "*" || a.rule == rule) {
+			return true
+		}
+	}
+	return false
+}
+
+// skipped are tracked files that are not text anyone reads: checksums.
+var skipped = map[string]bool{"go.sum": true}
+
+// tree is the repository as a fresh clone has it: the root and every tracked
+// file that is on disk (a file deleted but not yet committed is left out).
+type tree struct {
+	root  string
+	files []string
+	set   map[string]bool
+	dirs  map[string]bool
+}
+
+func loadTree(t *testing.T) *tree {
+	t.Helper()
+	top, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
+	if err != nil {
+		t.Fatalf("the guard reads the tracked files through git, and this is not a git checkout: %v", err)
+	}
+	root := strings.TrimSpace(string(top))
+	cmd := exec.Command("git", "ls-files", "-z")
+	cmd.Dir = root
+	list, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("git ls-files: %v", err)
+	}
+	tr := &tree{root: root, set: map[string]bool{}, dirs: map[string]bool{}}
+	for _, f := range strings.Split(string(list), "\x00") {
+		if f == "" {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(root, filepath.FromSlash(f))); err != nil {
+			continue
+		}
+		tr.files = append(tr.files, f)
+		tr.set[f] = true
+		for d := path.Dir(f); d != "."; d = path.Dir(d) {
+			tr.dirs[d] = true
+		}
+	}
+	sort.Strings(tr.files)
+	if len(tr.files) == 0 {
+		t.Fatal("git ls-files listed no files")
+	}
+	return tr
+}
+
+// read returns a tracked file's text, or ok false for a binary file.
+func (tr *tree) read(t *testing.T, f string) (string, bool) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(tr.root, filepath.FromSlash(f)))
+	if err != nil {
+		t.Fatalf("reading %s: %v", f, err)
+	}
+	head := b
+	if len(head) > 8000 {
+		head = head[:8000]
+	}
+	if bytes.IndexByte(head, 0) >= 0 {
+		return "", false
+	}
+	return string(b), true
+}
+
+// TestTrackedFilesSpeakOfTheProduct refuses development history in any
+// tracked file: a comment, a description or a page gives the reason itself.
+func TestTrackedFilesSpeakOfTheProduct(t *testing.T) {
+	tr := loadTree(t)
+	shipped := func(p string) bool { return tr.set[p] }
+	n := 0
+	for _, f := range tr.files {
+		if skipped[f] {
+			continue
+		}
+		text, ok := tr.read(t, f)
+		if !ok {
+			continue
+		}
+		for _, h := range ScanWords(f, text, shipped) {
+			if isAllowed(f, h.Rule) {
+				continue
+			}
+			n++
+			t.Errorf("%s:%d: %s: %q", f, h.Line, h.Rule, h.Match)
+		}
+	}
+	if n > 0 {
+		t.Logf("%d forbidden uses: say the reason itself (or link to docs/design/performance.md); a legitimate use goes in the allow-list of internal/docguard/tree_test.go with its reason", n)
+	}
+}
+
+// TestMarkdownLinksResolve holds every relative link and #anchor of every
+// tracked Markdown page to a tracked file and a heading that exist.
+func TestMarkdownLinksResolve(t *testing.T) {
+	tr := loadTree(t)
+	anchors := map[string]map[string]bool{}
+	anchorsOf := func(f string) map[string]bool {
+		if a, ok := anchors[f]; ok {
+			return a
+		}
+		text, _ := tr.read(t, f)
+		anchors[f] = Anchors(text)
+		return anchors[f]
+	}
+	for _, f := range tr.files {
+		if !strings.HasSuffix(strings.ToLower(f), ".md") {
+			continue
+		}
+		text, _ := tr.read(t, f)
+		for _, l := range ScanLinks(text) {
+			target := f
+			if l.Path != "" {
+				if strings.HasPrefix(l.Path, "/") {
+					target = path.Clean(strings.TrimPrefix(l.Path, "/"))
+				} else {
+					target = path.Join(path.Dir(f), l.Path)
+				}
+				switch {
+				case target == "." || tr.dirs[target]:
+					if l.Anchor != "" {
+						t.Errorf("%s:%d: %s: an anchor on a folder", f, l.Line, l.Dest)
+					}
+					continue
+				case strings.HasPrefix(target, "../") || !tr.set[target]:
+					t.Errorf("%s:%d: %s: %s is not a tracked file", f, l.Line, l.Dest, target)
+					continue
+				}
+			}
+			if l.Anchor == "" || !strings.HasSuffix(strings.ToLower(target), ".md") {
+				continue
+			}
+			if !anchorsOf(target)[l.Anchor] {
+				t.Errorf("%s:%d: %s: %s has no heading or <a id> with anchor #%s", f, l.Line, l.Dest, target, l.Anchor)
+			}
+		}
+	}
+}
