@@ -157,21 +157,23 @@ func TestClientGuardsRedirectsAndBounds(t *testing.T) {
 	}
 }
 
-// The README's receiver-side shell snippet must work as written: run it
-// (bash, openssl) on a delivery signed here, with the right secret, the old
-// secret of a rotation, a wrong one, and a tampered body.
-func TestREADMEVerificationSnippet(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+// The receiver-side shell snippet on docs/worker-webhooks.md ("Verifying a
+// delivery") must work as written: run it (bash, openssl) on a delivery
+// signed here, with the right secret, the old secret of a rotation, a wrong
+// one, and a tampered body.
+func TestVerificationSnippetOnWebhookPage(t *testing.T) {
+	const page = "../../docs/worker-webhooks.md"
+	doc, err := os.ReadFile(page)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, rest, ok := strings.Cut(string(readme), "<!-- verify-snippet:begin -->\n```sh\n")
+	_, rest, ok := strings.Cut(string(doc), "<!-- verify-snippet:begin -->\n```sh\n")
 	script, _, ok2 := strings.Cut(rest, "```\n<!-- verify-snippet:end -->")
 	if !ok || !ok2 {
-		t.Fatal("README.md lacks the verify-snippet markers around a ```sh block")
+		t.Fatalf("%s lacks the verify-snippet markers around a ```sh block", page)
 	}
 	if _, err := exec.LookPath("openssl"); err != nil {
-		t.Fatalf("openssl is needed to run the README's snippet: %v", err)
+		t.Fatalf("openssl is needed to run the page's snippet: %v", err)
 	}
 	body := []byte(`{"type":"alert.created","id":"0193f5a2-7c00-7abc-8def-0123456789ab","alert":{"title":"Café & <b>"}}`)
 	sig := Sign(time.Now(), body, "whsec_new", "whsec_old")
