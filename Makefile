@@ -15,7 +15,7 @@ E2E_PKGS  = ./tests/...
 # Integration tests must not skip under make: a missing service is a failure here.
 export SP_TEST_REQUIRE_SERVICES = 1
 
-.PHONY: help build go-check run test chaos bench bench-summary fmt vet lint stack-up stack-down clean
+.PHONY: help build go-check run test chaos bench bench-summary docs fmt vet lint stack-up stack-down clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -76,6 +76,11 @@ bench-summary: ## print the summary table of the last make bench and write it to
 	        for (i = 0; i < n; i++) { split(row[order[i]], f, "\t"); printf "| %s | %s | %s | %s | %s |\n", f[1], f[2], f[3], f[4], f[5] } }' \
 	  $(BENCH_ROWS) > $(BENCH_SUMMARY)
 	@cat $(BENCH_SUMMARY)
+
+# make docs: every generated page, each written by the test that checks it in make test.
+docs: ## regenerate the generated pages: docs/components/ and the settings table in docs/configuration.md
+	go test -count=1 ./internal/componentdocs -run '^TestComponentPages$$' -update
+	go test -count=1 ./internal/config -run '^TestDocumentsListEverySetting$$' -update
 
 fmt: ## gofmt every Go file
 	gofmt -w $$(git ls-files '*.go')
