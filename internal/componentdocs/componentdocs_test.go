@@ -277,11 +277,12 @@ func TestPageListsEveryField(t *testing.T) {
 	if err := env.RegisterBatchInput("probe", spec, nil); err != nil {
 		t.Fatal(err)
 	}
-	pages, err := Pages(env, []Component{{Kind: KindInput, Name: "probe", Source: "plugins/x/x.go"}})
+	probe := Component{Kind: KindInput, Name: "probe", Source: "plugins/x/x.go"}
+	pages, err := Pages(env, []Component{probe})
 	if err != nil {
 		t.Fatal(err)
 	}
-	page := string(pages["inputs/probe.md"])
+	page := string(pages[PagePath(probe)])
 	for _, want := range []string{
 		"# probe input",
 		"### `addr`\n\nWhere.\n\n**Type:** `string` · **Default:** none (required)",
@@ -297,7 +298,7 @@ func TestPageListsEveryField(t *testing.T) {
 			t.Errorf("the page lacks %q:\n%s", want, page)
 		}
 	}
-	if !strings.Contains(string(pages[IndexPath]), "| [probe](inputs/probe.md) | input | Test input. |") {
+	if row := "| [probe](" + PagePath(probe) + ") | input | Test input. |"; !strings.Contains(string(pages[IndexPath]), row) {
 		t.Errorf("the index lacks probe's row:\n%s", pages[IndexPath])
 	}
 }
