@@ -56,26 +56,36 @@ chaos: stack-up ## the crash, outage and stream exactness/replay scenarios at fu
 	SP_TEST_SCALE=full go test -count=1 -timeout 60m -run 'Crash|Outage|Poison|Shutdown|NeverCommits|StreamExactness|StreamReplay|WorkerDelivers|IngestInFlightLimit|RevokedBatch|ResumesSeconds|ForeignRecords' -v $(E2E_PKGS)
 
 # make bench: every benchmark (BENCH=<regexp> picks some), then one summary table of the rows they
-# reported with benchSummary (tests/bench_summary_test.go), printed and written to BENCH_SUMMARY.
+# reported with benchSummary (tests/bench_summary_test.go), printed and written into BENCH_DOC between
+# its <!-- bench-summary:begin --> and <!-- bench-summary:end --> lines (the rest of the page is kept).
+# BENCH_WHEN and BENCH_MACHINE say when and on what the table was measured.
 BENCH         ?= .
-BENCH_ROWS    := .cache/bench-summary.tsv
-BENCH_SUMMARY := docs/bench/summary.md
+BENCH_ROWS    ?= .cache/bench-summary.tsv
+BENCH_DOC     ?= docs/benchmarks.md
+BENCH_WHEN    ?= $(shell date -u +'%Y-%m-%d %H:%M UTC')
+BENCH_MACHINE ?= $(shell echo "$$(nproc) cores, $$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | sed -n 1p)")
 
 bench: stack-up ## benchmarks, each reported against a baseline measured in the same run, then the summary table
 	@mkdir -p $(dir $(BENCH_ROWS)) && rm -f $(BENCH_ROWS)
 	status=0; SP_TEST_BENCH_SUMMARY=$(CURDIR)/$(BENCH_ROWS) go test -p 1 -run '^$$' -bench '$(BENCH)' -benchmem -count=1 -timeout 60m ./... || status=$$?; \
 	  $(MAKE) --no-print-directory bench-summary || true; exit $$status
 
-bench-summary: ## print the summary table of the last make bench and write it to docs/bench/summary.md
+bench-summary: ## print the summary table of the last make bench and write it into docs/benchmarks.md
 	@test -s $(BENCH_ROWS) || { echo "no benchmark rows in $(BENCH_ROWS): run make bench"; exit 1; }
-	@mkdir -p $(dir $(BENCH_SUMMARY))
-	@awk -F'\t' -v when="$$(date -u +'%Y-%m-%d %H:%M UTC')" -v cores="$$(nproc)" -v bench='$(BENCH)' ' \
+	@grep -qx '<!-- bench-summary:begin -->' $(BENCH_DOC) && grep -qx '<!-- bench-summary:end -->' $(BENCH_DOC) || \
+	  { echo "$(BENCH_DOC) lacks the <!-- bench-summary:begin --> and <!-- bench-summary:end --> lines"; exit 1; }
+	@awk -F'\t' -v when='$(BENCH_WHEN)' -v machine='$(BENCH_MACHINE)' -v bench='$(BENCH)' ' \
 	  !($$1 in row) { order[n++] = $$1 } { row[$$1] = $$0 } \
-	  END { printf "The last `make bench BENCH=%s`, table written %s, %s cores (PostgreSQL, Kafka and Redis on the same machine).\n\n", bench, when, cores; \
+	  END { printf "Measured with `make bench BENCH=%s`, table written %s on %s (PostgreSQL, Kafka and Redis on the same machine).\n\n", bench, when, machine; \
 	        print "| Metric | Value | Baseline (same run) | Ratio | Aim |"; print "| --- | ---: | --- | ---: | --- |"; \
 	        for (i = 0; i < n; i++) { split(row[order[i]], f, "\t"); printf "| %s | %s | %s | %s | %s |\n", f[1], f[2], f[3], f[4], f[5] } }' \
-	  $(BENCH_ROWS) > $(BENCH_SUMMARY)
-	@cat $(BENCH_SUMMARY)
+	  $(BENCH_ROWS) > $(BENCH_ROWS).md
+	@awk -v table='$(BENCH_ROWS).md' ' \
+	  $$0 == "<!-- bench-summary:end -->" { skip = 0 } \
+	  !skip { print } \
+	  $$0 == "<!-- bench-summary:begin -->" { print ""; while ((getline line < table) > 0) print line; print ""; skip = 1 }' \
+	  $(BENCH_DOC) > $(BENCH_DOC).tmp && mv $(BENCH_DOC).tmp $(BENCH_DOC)
+	@cat $(BENCH_ROWS).md
 
 # make docs: every generated page, each written by the test that checks it in make test.
 docs: ## regenerate the generated pages: docs/components/ and the settings table in docs/configuration.md

@@ -18,8 +18,8 @@ var benchSummaryMu sync.Mutex
 // writes to docs/bench/summary.md (see the Makefile's bench target): metric
 // says what was measured and how much of it ("persister rows/s, 1M rows"),
 // value the figure, baseline what it is compared with in the same run
-// ("raw COPY 98.1k rows/s"), ratio the two's quotient and aim the issue's
-// target ("≥ 0.80"); any of baseline, ratio and aim may be "". A metric
+// ("raw COPY 98.1k rows/s"), ratio the two's quotient and aim the figure
+// the product aims for ("≥ 0.80"); any of baseline, ratio and aim may be "". A metric
 // reported twice keeps its last row. Every benchmark calls it once per
 // figure, after its measurement:
 //

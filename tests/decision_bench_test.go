@@ -188,7 +188,7 @@ VALUES ($1, $2, 'decision benchmark', 'transaction', $3, 'high', $4, false, 10)`
 	benchSummary(b, "decision highest rate with p99 under 250 ms (5 s steps)", fmt.Sprintf("%.0f/s", best), "", "", "")
 	rss := p.peakRSS(b)
 	b.Logf("highest rate with p99 under %v: %.0f/s (peak RSS %d MB)", decisionTimeout, best, rss>>20)
-	// Issue 13's memory aim is for every role; the steps above are its
-	// full speed.
+	// The memory aim (peak RSS ≤ 200 MB) is for every role; the steps above
+	// are its full speed.
 	benchSummary(b, "decision peak RSS (up to the highest rate above)", fmt.Sprintf("%.0f MB", float64(rss)/(1<<20)), "", "", "≤ 200 MB")
 }

@@ -60,7 +60,7 @@ func degradedCount(run *decisionRun) map[string]int {
 // stopped in the middle. Every request is answered on time and none is
 // degraded because of Kafka; the spool rises, then drains to 0 after the
 // broker is back; every decided transaction is stored exactly once with its
-// decision (kafka.md "When Kafka is down", the decision row).
+// decision (docs/kafka.md, "When Kafka is down", the decision role).
 //
 // Modest under make test (120/s for 24 s, the broker stopped 10 s, the
 // in-memory wait shortened to 3 s so that the spool is used); full size under
@@ -72,9 +72,9 @@ func TestDecisionOutageKafkaDown(t *testing.T) {
 		rate, total, stopAt, outage, maxWait = 500, 3*time.Minute, 60*time.Second, 60*time.Second, ""
 		// 90,000 payments over 2,000 accounts and 400 payees: 40 accounts
 		// would each pay 12.5 times a second for 3 minutes, and their
-		// running totals (replay memory, delta records) grew the decision
-		// process's CPU from 0.3 to 1.1 cores over the run, at the same
-		// rate, before the broker was even stopped: decisions degraded by
+		// running totals (replay memory, delta records) would grow the
+		// decision process's CPU from 0.3 to 1.1 cores over the run, at the
+		// same rate, before the broker is even stopped: decisions degraded by
 		// the totals of implausibly busy accounts, not by Kafka.
 		accounts, payees = 2000, 400
 	}
@@ -139,8 +139,8 @@ func TestDecisionOutageKafkaDown(t *testing.T) {
 // TestDecisionShutdownFullBuffer: with the broker stopped, decisions wait in
 // memory; SIGTERM makes the process exit within about 10 s, the spool then
 // holds exactly the undelivered ones, and a new process replays them all,
-// each stored once (kafka.md: "Stopping a decision node doesn't lose its
-// buffer").
+// each stored once: stopping a decision node does not lose its buffer
+// (docs/kafka.md, "When Kafka is down").
 func TestDecisionShutdownFullBuffer(t *testing.T) {
 	n, rate := 300, 100.0
 	if fullScale() {

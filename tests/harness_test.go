@@ -336,7 +336,7 @@ func metricLines(scrape, prefix string) string {
 	return strings.Join(out, "\n")
 }
 
-// fullScale reports whether SP_TEST_SCALE=full asks for the sizes
+// fullScale reports whether SP_TEST_SCALE=full asks for the full sizes
 // (make chaos, make bench); by default the load tests stay modest.
 func fullScale() bool { return os.Getenv("SP_TEST_SCALE") == "full" }
 

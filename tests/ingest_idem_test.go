@@ -12,7 +12,7 @@ import (
 	"github.com/speculapro/speculapro/internal/testenv"
 )
 
-// TestIngestResendStoredOnce (issue 10, item 10): two ingest processes and
+// TestIngestResendStoredOnce: two ingest processes and
 // a persister; resends go to the other process and to restarted ones, with
 // occurred_at shifted by +1 µs, +500 µs and +1 ms, and once more after the
 // first IDs are gone from Redis (the database's (workspace_id, external_id)

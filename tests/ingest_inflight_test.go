@@ -20,12 +20,12 @@ import (
 // max_in_flight_bytes (32 MiB of bodies in flight).
 const inFlightRSSBound = 500 << 20
 
-// TestIngestInFlightLimit (issue 10, item 11): concurrent 5 MiB requests
+// TestIngestInFlightLimit: concurrent 5 MiB requests
 // (300 under make chaos, 100 under make test) against a broker that stopped
 // answering (a private one, SIGSTOPped). Requests beyond the in-flight
 // budget are answered 503 with Retry-After at once; the admitted ones retry
 // after the ack timeout; the process's peak RSS stays under
-// inFlightRSSBound (before the limit, 128 such requests took it to 977 MB);
+// inFlightRSSBound (without the limit, 128 such requests take it to 977 MB);
 // once the broker answers again an item is accepted.
 func TestIngestInFlightLimit(t *testing.T) {
 	concurrent := 100

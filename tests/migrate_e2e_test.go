@@ -67,7 +67,7 @@ func TestMigrateE2EBootstrapThenUpToDate(t *testing.T) {
 		t.Fatalf("second migrate exited %d and printed %q (stderr %q); want exit 0 and nothing", code, stdout, stderr)
 	}
 
-	// The database is usable as the spec describes: system passes the startup
+	// The database is usable as documented: system passes the startup
 	// check, every migration is recorded once.
 	ctx := context.Background()
 	system, err := pgx.Connect(ctx, env["SP_DB_SYSTEM_URL"])

@@ -149,9 +149,9 @@ func startWaitSampler(t testing.TB, superURL, database string) *waitSampler {
 	}
 	w := &waitSampler{counts: map[string]int{}, stmts: map[string]int{}, pids: map[int32]float64{}, stop: make(chan struct{}), done: make(chan struct{})}
 	// A failed sample is counted and the next one tried (on a new
-	// connection when the old one broke): the sampler once stopped at its
+	// connection when the old one broke): a sampler that stopped at its
 	// first error (a backend still connecting has no state, which the
-	// query now names), and a run then reported no backends at all.
+	// query names) would report no backends at all for the run.
 	lost := func(err error) {
 		w.mu.Lock()
 		w.failed++

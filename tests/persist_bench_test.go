@@ -29,7 +29,7 @@ import (
 	"github.com/speculapro/speculapro/internal/testenv"
 )
 
-// The persister benchmarks' population: the 20,000 accounts at
+// The persister benchmarks' population: 20,000 accounts at
 // every scale, so batches name as many distinct customers, accounts and
 // counterparties as a real installation's would.
 func benchConfig(seed uint64, count int) loadgen.Config {
@@ -68,7 +68,7 @@ func benchTuning(b *testing.B) (workers, batch int) {
 // included; the table is counted once afterwards), beside a ceiling measured
 // in the same run: the same N rows COPY'd straight into transactions of a
 // fresh database by as many writers, in batches of SP_PERSIST_BATCH_MAX (see
-// benchTuning), once as text COPY (the issue's) and once as pgx's binary
+// benchTuning), once as text COPY and once as pgx's binary
 // CopyFrom, the faster of the two being the ceiling; that faster COPY is
 // measured again, the same way, after the persister has stopped, and the
 // ceiling is the mean of the two (a warning is logged when they are more
@@ -242,8 +242,8 @@ func BenchmarkPersistThroughput(b *testing.B) {
 		}
 	}
 	// The ceiling again, now the persister is gone: the machine's speed
-	// moves by half within minutes on this shared box, so one ceiling
-	// measured before the persister made the ratio swing from 0.35 to 0.93
+	// moves by half within minutes on a shared box, so with one ceiling
+	// measured before the persister the ratio can swing from 0.35 to 0.93
 	// over the same code. The ratio is against the mean of the two, and two
 	// ceilings far apart say the machine was disturbed meanwhile.
 	rate := float64(n) / elapsed.Seconds()
@@ -279,10 +279,9 @@ func BenchmarkPersistThroughput(b *testing.B) {
 
 	// Work outside the run while the persister ran (the ceilings' spread
 	// cannot see it): the machine's busy cores less the persister's, all of
-	// PostgreSQL's and the broker's. Of eleven 1M runs on 2026-12-02, the
-	// three disturbed ones had 0.65-0.90 cores busy elsewhere (one at 26.6k
-	// rows/s, the persister at 0.29 cores, between ceilings only 4 % apart),
-	// the others 0.06-0.16.
+	// PostgreSQL's and the broker's. A quiet 1M run has 0.06-0.16 cores busy
+	// elsewhere; a disturbed one 0.65-0.90, even when its ceilings are only
+	// a few % apart.
 	machine := float64(busy1-busy0) / float64(total1-total0) * float64(runtime.NumCPU())
 	outside := machine - (cpu+servers.pg+servers.broker)/elapsed.Seconds()
 	if outside > 0.35 {
@@ -340,7 +339,7 @@ type copyCeiling struct {
 // benchCopyCeiling is the raw-COPY ceiling: transactions 0..n-1 of g
 // COPY'd straight into the transactions table of a fresh database, workers
 // connections at a time in batches of batch rows, twice, each into its own
-// fresh database: as the text COPY (the rows as COPY text, streamed
+// fresh database: as text COPY (the rows as COPY text, streamed
 // by pgconn, so the client does nothing but send bytes) and as pgx's binary
 // CopyFrom. The faster of the two is the ceiling returned. The rows are
 // built before the clock starts, so only PostgreSQL's work is timed.
@@ -601,7 +600,7 @@ func benchCheckpoint(b *testing.B) {
 // Both clocks are this machine's. Reports p50, p99 and max in ms and the
 // persister's peak RSS.
 func BenchmarkPersistLatency(b *testing.B) {
-	// SP_TEST_BENCH_RATE sets the rate (the aim is p99 ≤ 300 ms at
+	// SP_TEST_BENCH_RATE sets the rate (the aim is p99 ≤ 300 ms at
 	// 5,000/s); the run lasts 25 s at any rate.
 	rate := 1000
 	if v := os.Getenv("SP_TEST_BENCH_RATE"); v != "" {

@@ -196,7 +196,7 @@ func TestPersistCrashKillsAndRebalances(t *testing.T) {
 	s := newLGStack(t, "crash")
 	manifest := filepath.Join(t.TempDir(), "manifest.json")
 	// Three writers each: two persisters then hold as many writers as the
-	// topic has partitions, as the spec advises.
+	// topic has partitions, as docs/persister.md advises when scaling.
 	workers := map[string]string{"SP_PERSIST_WORKERS": "3"}
 	// The group notices a killed member after the session timeout; the
 	// broker's minimum (6 s) instead of the default 45 s keeps five kills

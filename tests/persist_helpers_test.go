@@ -19,8 +19,8 @@ import (
 // persistPartitions is the partition count of the persist tests' topics.
 const persistPartitions = 3
 
-// persistLogLine matches one of the spec's log lines exactly as the spec
-// quotes it: `level=<LEVEL> msg="<msg>"` followed by the line's own fields
+// persistLogLine matches one of the documented log lines exactly as the
+// docs quote it: `level=<LEVEL> msg="<msg>"` followed by the line's own fields
 // (rows=…, count=…), upper-case level included.
 func persistLogLine(level, msg string) *regexp.Regexp {
 	return regexp.MustCompile(`(?m)^time=\S+ level=` + level + ` msg="` + regexp.QuoteMeta(msg) + `"( |$).*$`)

@@ -118,7 +118,7 @@ END $$`,
 
 	// One WARN line per batch with undecodable records; their counts add up.
 	warn := persistLogLine("WARN", "persist: sent undecodable records to dead-letter topic")
-	// The spec's line: count comes right after msg.
+	// The documented line: count comes right after msg.
 	countRe := regexp.MustCompile(`msg="persist: sent undecodable records to dead-letter topic" count=(\d+)( |$)`)
 	total := 0
 	for _, line := range warn.FindAllString(p.stdout.String(), -1) {

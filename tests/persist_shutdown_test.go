@@ -37,9 +37,9 @@ func TestPersistShutdownWhileBatchKeepsFailing(t *testing.T) {
 		t.Fatalf("no retry lines logged")
 	}
 	line := retryLine.FindString(p.stdout.String())
-	// The spec's line: rows, err and backoff right after msg, in that order.
+	// The documented line: rows, err and backoff right after msg, in that order.
 	if !regexp.MustCompile(`msg="persist: batch failed, retrying" rows=10 err="[^"]*permission denied[^"]*" backoff=\S+`).MatchString(line) {
-		t.Errorf("retry line does not read as the spec's: %s", line)
+		t.Errorf("retry line does not read as documented: %s", line)
 	}
 
 	// Scrape until the HTTP server goes away: the engine stops the stream

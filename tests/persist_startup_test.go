@@ -8,7 +8,7 @@ import (
 )
 
 // A persister connected as speculapro_app would be blocked by row-level
-// security on every batch: it must refuse to start, with the spec's line,
+// security on every batch: it must refuse to start, with the documented line,
 // before it reads (and so commits) anything — alone and as a stream of
 // `speculapro streams`, as `speculapro dev` runs it.
 func TestPersistRefusesToStartAsAppRole(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 // TestStreamBadInput: a record that is not JSON and one of an unknown
 // envelope version, among valid transactions, are counted
 // (speculapro_stream_records_skipped_total{reason="undecodable"}) and
-// skipped with the spec's WARN line, never sent to a dead-letter topic (the
+// skipped with the documented WARN line, never sent to a dead-letter topic (the
 // persister owns those); a rule that throws on every event at run time
 // (event.metadata.nothing.deeper: a field of null) is counted in
 // speculapro_stream_rule_errors_total{rule} and the stream carries on: the

@@ -23,7 +23,7 @@ import (
 	"github.com/speculapro/speculapro/internal/testenv"
 )
 
-// streamBenchCount is the pre-filled topic's size: the 1,000,000
+// streamBenchCount is the pre-filled topic's size: 1,000,000
 // transactions (about four minutes on this machine, both roles);
 // SP_TEST_BENCH_COUNT overrides it (100000 for a quick look).
 func streamBenchCount(b *testing.B) int {
@@ -298,7 +298,7 @@ func BenchmarkStreamThroughput(b *testing.B) {
 	logTable(b, fmt.Sprintf("stream throughput: %d transactions over %d accounts, %d rules a workspace; %.0f evaluated, %.0f hits",
 		n, len(accounts), rules, evaluated, hits), []benchRow{
 		{"stream events/s (stream.yaml)", streamRate, "/s", fmt.Sprintf("persister %.0f/s", persistRate), streamRate / persistRate, "ratio >= 1.0"},
-		{"stream events/s vs the issue's aim", streamRate, "/s", "25,000/s", streamRate / 25000, ">= 25,000/s"},
+		{"stream events/s vs its aim", streamRate, "/s", "25,000/s", streamRate / 25000, ">= 25,000/s"},
 		{"stream peak RSS", float64(rss) / (1 << 20), "MB", fmt.Sprintf("persister %.0f MB", float64(persistRSS)/(1<<20)), float64(rss) / float64(persistRSS), "-"},
 		{"stream process CPU per event", streamCPU / float64(n) * 1e6, "µs", fmt.Sprintf("persister %.1f µs", persistCPU/float64(n)*1e6), streamCPU / persistCPU, "-"},
 		{"stream bytes allocated per event", float64(allocated) / float64(n), "B", "", 0, "falls"},

@@ -156,7 +156,7 @@ SELECT count(*) FROM speculapro.alerts a JOIN speculapro.rules r ON r.id = a.rul
 }
 
 // The stream connected as speculapro_app would be blocked by row-level
-// security: it refuses to start with the spec's line, alone and as a
+// security: it refuses to start with the documented line, alone and as a
 // stream of `speculapro streams`, before it reads anything.
 func TestStreamRefusesToStartAsAppRole(t *testing.T) {
 	db := dbtest.New(t)

@@ -10,7 +10,7 @@ import (
 	"github.com/speculapro/speculapro/internal/testenv"
 )
 
-// exactSizes are the exactness tests' sizes: the 100,000
+// exactSizes are the exactness tests' sizes: 100,000
 // transactions and 10,000 account events over 2,000 accounts under
 // SP_TEST_SCALE=full (make chaos), else a fifth of it.
 func exactSizes() (txns, events, accounts int) {

@@ -115,7 +115,7 @@ func BenchmarkWorkerDeliveries(b *testing.B) {
 		b.Logf("%d worker(s): %d deliveries in %s = %.0f/s (%d requests arrived); worker CPU %.2f s (%.0f %% of one core); peak RSS %d MB (the largest)",
 			workers, n, elapsed.Round(time.Millisecond), results[workers], rcv.n.Load()-before, cpu.Seconds(), 100*cpu.Seconds()/elapsed.Seconds(), rss>>20)
 		if workers == 1 {
-			// Issue 13's memory aim is for every role, at full speed:
+			// The memory aim (peak RSS ≤ 200 MB) is for every role, at full speed:
 			// one worker draining the queue as fast as it can.
 			benchSummary(b, fmt.Sprintf("worker peak RSS (%d deliveries, one process)", n), fmt.Sprintf("%.0f MB", float64(rss)/(1<<20)), "", "", "≤ 200 MB")
 		}

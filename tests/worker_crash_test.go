@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// The kill -9 proof: two workers on one queue, one SIGKILLed five
+// The kill -9 proof: two workers on one queue, one SIGKILLed five
 // times mid-send and restarted. Every delivery arrives at least once, the
 // receiver sees every idempotency key, and the duplicates are at most the
 // rows the killed process held (claimed, not yet recorded) at its kills:

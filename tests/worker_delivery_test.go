@@ -9,7 +9,7 @@ import (
 	"github.com/speculapro/speculapro/internal/webhook"
 )
 
-// The delivery proof: deliveries to three endpoints (one answers 500
+// The delivery proof: deliveries to three endpoints (one answers 500
 // to each delivery's first two attempts, one takes two seconds), all
 // delivered once each, every signature verifies with its endpoint's secret,
 // the retries wait the configured backoff, and a disabled endpoint gets

@@ -5,7 +5,7 @@ import (
 )
 
 // A worker connected as speculapro_app would be blocked by row-level
-// security on every claim: it must refuse to start with the spec's line,
+// security on every claim: it must refuse to start with the documented line,
 // before it sends anything.
 func TestWorkerRefusesToStartAsAppRole(t *testing.T) {
 	s := newWorkerStack(t)

@@ -18,7 +18,8 @@ import (
 // on a broker that does not answer.
 const topicsTimeout = 2 * time.Minute
 
-// topicsCommand creates SpeculaPro's topics that are missing, as kafka.md says.
+// topicsCommand creates SpeculaPro's topics that are missing (docs/kafka.md
+// lists them).
 func topicsCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "topics",

@@ -34,7 +34,7 @@ const about = `speculapro - SpeculaPro transaction monitoring: ingest, persist, 
 const aboutDescription = `SpeculaPro accepts transactions and account events over HTTP (pipelines/ingest.yaml), files them
    into PostgreSQL (pipelines/persist.yaml), keeps running totals in Redis and evaluates each workspace's
    rules on the stream (pipelines/stream.yaml), and delivers alerts (pipelines/worker.yaml). Each role is a
-   pipeline run by this one binary; the README's "Commands" table lists every command.
+   pipeline run by this one binary; docs/configuration.md lists every command.
 
      speculapro dev                            every role in one process, on the local stack
      speculapro migrate --bootstrap            roles, database and schema
@@ -160,7 +160,7 @@ func run(version, commit, built string, args []string) int {
 		service.CLIOptSetProductName("SpeculaPro"),
 		service.CLIOptSetVersion(version+" (commit "+commit+")", built),
 		service.CLIOptSetDocumentationURL("https://github.com/speculapro/speculapro"),
-		// Log lines read as the spec quotes them (level=WARN msg="…" count=3):
+		// Log lines read as the docs quote them (level=WARN msg="…" count=3):
 		// the engine's own logger is off unless a config's logger section
 		// asks for it, and every line goes through applog at SP_LOG_LEVEL.
 		service.CLIOptSetMainSchemaFrom(func() *service.ConfigSchema {
@@ -187,7 +187,7 @@ func run(version, commit, built string, args []string) int {
 }
 
 // cliError is the line printed for an error that stops the process. A start-up
-// check the spec words exactly (a persist, stream or worker role that cannot
+// check whose words are documented (a persist, stream or worker role that cannot
 // bypass row-level security) is printed as that one line, whatever the engine
 // wrapped around it while building the stream.
 func cliError(err error) string {

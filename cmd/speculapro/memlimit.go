@@ -42,20 +42,20 @@ func setMemoryLimit(args []string) {
 // streamMemoryLimit is the soft memory limit of a process that runs the
 // stream role (and `speculapro dev`, which runs it beside the others). The
 // stream's live data, its running-totals cache (128 MiB by default as
-// estimated, nearly all of it values since session 19) and the records in
-// flight, is larger than the other roles' 150 MiB: about 215 MB of live
-// heap at 1M events, about 85 MB of it the cache. With Go's default alone
-// the heap grows to twice the live data (peak RSS 682 MB at 1M in session
-// 7). Since the cache keeps values, which hold no pointers, the collector's
-// marking is cheap and the limit can sit closer to the live heap: at 1M
-// events, alternating runs of 2026-12-05 (session 20) gave under a fixed
-// 300 MiB (GOMEMLIMIT) peak RSS 338 MB for 32.1 and 37.7 µs of CPU per
-// event against 428-429 MB and 32.3 and 36.4 µs under the 400 MiB before
-// it; 275 MiB (1.3 times the live heap) cost 43.5 and 44.9 µs against 36.0
-// and 37.6 (312-317 MB), and 250 MiB 46.2 µs against 38.5. Below about 1.4
-// times the live heap the collector runs nearly all the time, which
-// streamLiveHeadroom guards: with it following the live heap (which then
-// outgrew 200 MiB at times), this limit's runs peaked at 358 and 399 MB.
+// estimated, nearly all of it values) and the records in flight, is larger
+// than the other roles' 150 MiB: about 215 MB of live heap at 1M events,
+// about 85 MB of it the cache. With Go's default alone the heap grows to
+// twice the live data. Since the cache keeps values, which hold no pointers,
+// the collector's marking is cheap and the limit can sit close to the live
+// heap: at 1M events (BenchmarkStreamThroughput, runs alternated with
+// SP_TEST_BENCH_GOMEMLIMIT) 300 MiB gives a peak RSS of about 340 MB for the
+// CPU per event of 400 MiB (32-38 µs), which peaks at about 430 MB, while
+// 275 MiB (1.3 times the live heap) costs about a fifth more CPU per event,
+// and 250 MiB as much. Below about 1.4 times the live heap the collector runs
+// nearly all the time, which streamLiveHeadroom guards: with it following
+// the live heap, this limit's runs peak at 340-400 MB.
+// docs/design/performance.md gives the figures and the command that
+// reproduces them.
 const streamMemoryLimit = 300 << 20
 
 // streamLiveHeadroom is how far above the live heap the stream's limit

@@ -93,7 +93,8 @@ func (h *handler) Handle(ctx context.Context, r slog.Record) error {
 // With adds key/value fields to an engine logger in the order given. The
 // engine's Logger.With gathers one call's fields in a map, so a line logged
 // with several fields in one call would print them in a random order; the
-// spec's lines (rows=… err=… backoff=…) must read the same every time.
+// documented lines (rows=… err=… backoff=…) must read the same every time,
+// or a log search written against them would miss some.
 func With(l *service.Logger, keyValues ...any) *service.Logger {
 	for i := 0; i+1 < len(keyValues); i += 2 {
 		l = l.With(keyValues[i], keyValues[i+1])

@@ -74,7 +74,7 @@ func TestLevels(t *testing.T) {
 }
 
 // The engine's Logger.With keeps one call's fields in a map; With must keep
-// the order of the spec's line on every run, not on most.
+// the documented line's order on every run, not on most.
 func TestWithKeepsFieldOrder(t *testing.T) {
 	var buf bytes.Buffer
 	l := service.NewLoggerFromSlog(New(&buf, slog.LevelInfo))

@@ -1,5 +1,5 @@
-// Package applog owns how SpeculaPro's log lines look. The spec quotes lines
-// such as
+// Package applog owns how SpeculaPro's log lines look. The documentation
+// (docs/operations.md) quotes lines such as
 //
 //	level=WARN msg="persist: sent undecodable records to dead-letter topic" count=3
 //

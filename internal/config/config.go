@@ -72,7 +72,7 @@ var (
 	SMTPURL               = Setting{"SP_SMTP_URL", "", "Mail server for email notifications: smtp://[user:pass@]host[:587]?from=alerts@example.com (STARTTLS required; &ca_file=/path.pem for a private CA); empty: email notifications fail with that reason"}
 
 	EncryptionKey  = Setting{"SP_ENCRYPTION_KEY", "", "AES-256 key ring for identifiers: <key-id>:<64 hex chars>, comma-separated, first encrypts, all decrypt (rotation); required outside `speculapro dev`"}
-	FingerprintKey = Setting{"SP_FINGERPRINT_KEY", "", "Fingerprint key: [<version>:]<64+ hex chars> (version 1 when omitted); each workspace fingerprints under a key derived from it; rotate only as the README's Rotating the keys says"}
+	FingerprintKey = Setting{"SP_FINGERPRINT_KEY", "", "Fingerprint key: [<version>:]<64+ hex chars> (version 1 when omitted); each workspace fingerprints under a key derived from it; rotate only as docs/operations.md says (rotating the keys)"}
 
 	IngestIdempotencyTTL = Setting{"SP_INGEST_IDEMPOTENCY_TTL", "24h", "How long Redis keeps each accepted external_id's first ID for the ingest API (about 136 bytes each); at least the ingest topics' retention (Kafka's default is 168h)"}
 

@@ -38,7 +38,7 @@ var wordRules = []struct {
 	{RuleIssue, regexp.MustCompile(`(?i)\bissues?\s*#\s*\d+\b|\bissues?\s+\d+\b`)},
 	{RuleTheIssue, regexp.MustCompile(`(?i)\bthe\s+issues?\b|\(issues?\)`)},
 	{RuleTheSpec, regexp.MustCompile(`(?i)\bthe\s+specs?\b`)},
-	{RuleShared, regexp.MustCompile(`(?:\.\./)+shared\b|/work/shared\b`)},
+	{RuleShared, regexp.MustCompile(`(?:\.\./)+shared\b|/work/(?:shared)\b`)},
 	{RuleHistory, regexp.MustCompile(`(?i)\bwas\s+[~≈]?\d[\d.,]*\s*[^\s.;,]*[,;]?\s+(?:and\s+)?(?:is\s+)?now\s+[~≈]?\d`)},
 }
 

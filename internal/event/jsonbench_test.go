@@ -1,8 +1,8 @@
 // The JSON library comparison behind Decode's choice of goccy/go-json: it
 // must read every record exactly as encoding/json does (TestJSONCandidatesAgree
 // and the differential FuzzJSONCandidates) and be clearly faster
-// (BenchmarkJSONDecode, run by make bench). Also measured on 2026-11-30 and
-// ruled out: bytedance/sonic (keeps invalid UTF-8), segmentio/encoding
+// (BenchmarkJSONDecode, run by make bench). Ruled out for correctness:
+// bytedance/sonic (keeps invalid UTF-8), segmentio/encoding
 // (accepts 20,000-deep nesting), json-iterator (keeps invalid UTF-8, refuses
 // 1e999); they are not dependencies, so they are not benchmarked here.
 

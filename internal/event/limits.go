@@ -194,7 +194,8 @@ func PartitionMonths(now time.Time) (first, end time.Time) {
 //
 // A record outside it is one no partition will hold for months or ever
 // (1970, 2100): it is undecodable and goes to the dead-letter topic with the
-// reason. Inside it, a missing partition still waits, as the spec says.
+// reason. Inside it, a missing partition still waits: the persister holds
+// the batch until a worker creates the partition (docs/persister.md).
 const (
 	FutureSkew        = 24 * time.Hour
 	DecodeLagMargin   = 7 * 24 * time.Hour

@@ -63,9 +63,10 @@ func TestWriteArgumentsAreReused(t *testing.T) {
 	if failed != nil {
 		t.Fatal(failed)
 	}
-	// Built afresh every batch, the arguments were 406 B an entity (cc1eb66).
-	// Under the race detector sync.Pool drops a quarter of what is put
-	// back on purpose, so the bound is looser there, still well under 406.
+	// Built afresh every batch, the arguments would be about 400 B an
+	// entity. Under the race detector sync.Pool drops a quarter of what is
+	// put back on purpose, so the bound is looser there, still well under
+	// that.
 	bound := 128.0
 	if raceEnabled {
 		bound = 300
@@ -112,12 +113,11 @@ func TestApplyAllocationsPerEvent(t *testing.T) {
 	t.Logf("Apply: %.1f B allocated an event", per)
 }
 
-// applyBytesPerEvent bounds TestApplyAllocationsPerEvent: 6,483 B an event
-// before the entities were kept (cc1eb66), about 4,360 after, 3,800 since
-// the cache keeps small entities' values (session 19); under the race
-// detector, whose sync.Pool drops a quarter of what is put back, about
-// 4,700 before that and 6,200 since: every entity a batch touches is now
-// decoded into a pooled state and arena, and a quarter of those are new.
+// applyBytesPerEvent bounds TestApplyAllocationsPerEvent: Apply allocates
+// about 3,800 B an event, and about 6,200 under the race detector, whose
+// sync.Pool drops a quarter of what is put back: every entity a batch
+// touches is decoded into a pooled state and arena, and a quarter of those
+// are new. Entities built afresh every batch would take some 6,500 B.
 const (
 	applyBytesPerEvent     = 5000.0
 	applyBytesPerEventRace = 7000.0

@@ -1,6 +1,6 @@
 // Package features keeps the stream's running totals in Redis and returns,
-// per event, the features rules are written against (README "Running totals
-// (features)"). Go computes, Redis stores: each entity (account, customer,
+// per event, the features rules are written against (docs/running-totals.md).
+// Go computes, Redis stores: each entity (account, customer,
 // counterparty) is one Redis string holding its whole state in a compact
 // binary encoding; Apply reads every entity a batch touches, applies the
 // events in Go and writes the changed values back with a compare-and-set.
@@ -95,7 +95,7 @@
 // days of a busy account (8 transactions a day, ~50 counterparties) about
 // 2.7 KB, plus about 10 bytes per event id remembered; its delta records add up
 // to half of that, and Redis allocates an appended string about twice its
-// length (README "Memory": 29 KB per account in all). A value grows with the
+// length (docs/running-totals.md, "Memory": 29 KB per account in all). A value grows with the
 // distinct other sides of its 30 days (17–21 bytes each) and the events of its
 // last replay TTL: a counterparty paid by 100,000 accounts a month is a 2 MB
 // state, read when the process does not hold it and written whole only when
@@ -200,8 +200,8 @@
 // new_counterparty false and seconds_since_previous -1; Store.Snapshots
 // counts restored and missing sections.
 //
-// Memory (BenchmarkMemoryPerAccount, Redis 7.0 MEMORY USAGE): README
-// "Memory".
+// Memory (BenchmarkMemoryPerAccount, Redis 7.0 MEMORY USAGE):
+// docs/running-totals.md, "Memory".
 
 // # Unreadable values
 //

@@ -15,7 +15,7 @@ import (
 )
 
 // TestMemoryPerAccount measures the Redis memory of the running totals per
-// monitored account (README "Running totals (features)"): 30 days of
+// monitored account (docs/running-totals.md): 30 days of
 // traffic for 1,000 accounts, one customer each, then MEMORY USAGE (exact,
 // SAMPLES 0) of every key, summed per entity kind. A measurement, not a
 // check, so a benchmark (make bench runs it):

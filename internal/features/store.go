@@ -137,7 +137,7 @@ const (
 	DefaultReplayTTL = 30 * time.Minute
 	// DefaultCacheBytes is Options.CacheBytes' default: values, and the
 	// decoded states of large entities, as estimated (cache.go). Measured
-	// at 1M events (BenchmarkStreamThroughput, session 19): 94 % of the
+	// at 1M events (BenchmarkStreamThroughput): 94 % of the
 	// entities a batch touches come from it at 128 MiB, 81 % at 80 MiB,
 	// 71 % at 64 MiB and 54 % at 48 MiB; every point less costs a read and
 	// a decode.
@@ -370,8 +370,8 @@ const keepBytes = 4 << 10
 // keepValBytes is the largest value array an entity keeps: room for a
 // delta record, which most writes are. A whole value written again is
 // copied to the cache (Store.keepFor), so an array that held one would
-// only wait in the pool: at 1M events through the stream they were 42 MB
-// of its live heap.
+// only wait in the pool: at 1M events through the stream they would be
+// 42 MB of its live heap.
 const keepValBytes = 512
 
 func getEntity(eid entityID) *entity {
@@ -1130,8 +1130,9 @@ type writeCall struct {
 
 // writeBufs are write's arrays, kept from batch to batch (writePool): the
 // arguments of every call point into them, and allocating them afresh each
-// batch was about 6 % of the bytes a batch allocated (406 B an entity
-// written; BenchmarkApplyLoadgen 6,425 -> 6,030 B an event without them).
+// batch would be about 6 % of the bytes a batch allocates (406 B an entity
+// written; BenchmarkApplyLoadgen 6,425 B an event against 6,030 with them
+// kept).
 type writeBufs struct {
 	changed []*entity
 	calls   []writeCall

@@ -22,7 +22,7 @@ func KeyFields() []*service.ConfigField {
 			Secret().
 			Example("${SP_ENCRYPTION_KEY}"),
 		service.NewStringField(FieldFingerprintKey).
-			Description("Key for identifier fingerprints: `[<version>:]<64+ hex chars>` (version 1 when omitted). Each workspace fingerprints under its own key derived from it (HKDF), and every fingerprint starts with the version byte. Changing it makes stored fingerprints unmatchable until they are recomputed: see the README's \"Rotating the keys\".").
+			Description("Key for identifier fingerprints: `[<version>:]<64+ hex chars>` (version 1 when omitted). Each workspace fingerprints under its own key derived from it (HKDF), and every fingerprint starts with the version byte. Changing it makes stored fingerprints unmatchable until they are recomputed: docs/operations.md says how to rotate the keys.").
 			Secret().
 			Example("${SP_FINGERPRINT_KEY}"),
 	}

@@ -32,8 +32,8 @@ const fpDomain = "speculapro fingerprint key v"
 // Every fingerprint starts with the key's version, one byte (two hex
 // digits, "01" for version 1), so fingerprints made under another key can
 // never compare equal to them by accident and a query can find the rows
-// still carrying an old version (get_byte(number_fingerprint, 0)). See
-// the README's "Rotating the keys" for the procedure. A Fingerprinter is
+// still carrying an old version (get_byte(number_fingerprint, 0)).
+// docs/operations.md gives the rotation procedure. A Fingerprinter is
 // safe for concurrent use.
 type Fingerprinter struct {
 	version byte

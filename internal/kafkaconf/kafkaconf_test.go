@@ -33,7 +33,7 @@ func parse(t *testing.T, yaml string) (Config, error) {
 	spec := service.NewConfigSpec().Fields(Fields()...)
 	conf, err := spec.ParseYAML(yaml, nil)
 	if err != nil {
-		t.Fatalf("parsing YAML through the spec: %v", err)
+		t.Fatalf("parsing YAML through the config spec: %v", err)
 	}
 	return FromParsed(conf)
 }
@@ -43,7 +43,7 @@ func TestSettings(t *testing.T) {
 	tests := []struct {
 		name    string
 		env     map[string]string
-		yaml    string // parsed through the spec; "" means FromEnv
+		yaml    string // parsed through the config spec; "" means FromEnv
 		wantErr error
 		errText string
 		check   func(t *testing.T, c Config)

@@ -15,7 +15,8 @@ import (
 // DLQSuffix turns a topic's name into its dead-letter twin's.
 const DLQSuffix = ".dlq"
 
-// topics are the eight topic names without prefix, in the spec's order.
+// topics are the eight topic names without prefix, in the order
+// docs/kafka.md lists them.
 var topics = []string{
 	"txn.ingested",
 	"account.events",

@@ -11,7 +11,8 @@ import (
 // Errors a caller may classify with errors.Is.
 var (
 	// ErrCannotBypassRLS is returned as is (unwrapped) by RequireBypassRLS, so
-	// a caller printing "error: " + err.Error() prints the spec's exact line.
+	// a caller printing "error: " + err.Error() prints the documented line,
+	// word for word (operators search their logs for it).
 	ErrCannotBypassRLS = errors.New("persist/stream/worker roles: database role cannot bypass row-level security (set SP_DB_SYSTEM_URL to the speculapro_system role)")
 )
 

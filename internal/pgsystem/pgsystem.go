@@ -30,7 +30,7 @@ func URLFields() []*service.ConfigField {
 			Secret().
 			Default(""),
 		service.NewStringField(FieldFallbackURL).
-			Description("The URL used when `url` is empty; the pipelines set it to `SP_DB_URL`, as the spec says `SP_DB_SYSTEM_URL` defaults to it.").
+			Description("The URL used when `url` is empty; the pipelines set it to `SP_DB_URL`, since `SP_DB_SYSTEM_URL` defaults to it.").
 			Secret().
 			Default(""),
 	}
@@ -91,7 +91,7 @@ func New(o Options) (*pgxpool.Pool, error) {
 // to us, so an unreachable database is waited for (up to o.StartupTimeout,
 // and never past ctx); a role that cannot bypass row-level security is
 // final. It returns pgrole.ErrCannotBypassRLS unwrapped, whose text is the
-// spec's line.
+// documented line.
 func Check(ctx context.Context, pool *pgxpool.Pool, o Options) error {
 	cctx, cancel := context.WithTimeout(ctx, o.StartupTimeout)
 	defer cancel()
@@ -124,7 +124,7 @@ func CheckOrRefuse(ctx context.Context, pool *pgxpool.Pool, o Options) error {
 	return err
 }
 
-// RefuseToStart stops the process with the spec's one line when the role
+// RefuseToStart stops the process with the one documented line when the role
 // check fails in Connect: the engine would otherwise log the failure and
 // try to connect again forever, while the rest of the process keeps
 // accepting work that never reaches the database. Nothing was read for the

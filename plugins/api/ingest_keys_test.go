@@ -13,7 +13,8 @@ import (
 )
 
 // The key cache is an LRU: over its size the least recently used entry
-// goes, the others stay (it used to be wiped whole at 10,000 entries).
+// goes, the others stay (a cache wiped whole when full would send every
+// key back to the database at once).
 func TestKeyLRUEvictsLeastRecentlyUsed(t *testing.T) {
 	c := newLRU[event.UUID](3)
 	now := time.Now()

@@ -49,8 +49,8 @@ const (
 	daRedisSilence = time.Second
 )
 
-// Metric names of the decision API (kafka.md's spool metrics are
-// redis_spool's).
+// Metric names of the decision API (the spool's metrics, in docs/kafka.md,
+// are redis_spool's).
 const (
 	metricDecisionLatency  = "speculapro_decision_latency_ns"     // timer, label outcome
 	metricDecisionOutcomes = "speculapro_decision_outcomes_total" // labels workspace, outcome
@@ -88,7 +88,7 @@ Each decided transaction leaves as a message (the envelope with its `+"`decision
 			service.NewStringField(daFieldDBURL).Description("PostgreSQL URL of the speculapro_app role (API keys).").Secret().
 				Default(config.DBURL.Default).Example("${SP_DB_URL:"+config.DBURL.Default+"}"),
 			service.NewStringField(daFieldRulesURL).Description("PostgreSQL URL the rules are read from (speculapro_system); the pipeline sets it to `${SP_DB_SYSTEM_URL:}`. Empty means `rules_fallback_url`.").Secret().Default(""),
-			service.NewStringField(daFieldRulesFallbackURL).Description("The rules URL used when `rules_url` is empty; the pipeline sets it to `SP_DB_URL`, as the spec says `SP_DB_SYSTEM_URL` defaults to it.").Secret().Default(""),
+			service.NewStringField(daFieldRulesFallbackURL).Description("The rules URL used when `rules_url` is empty; the pipeline sets it to `SP_DB_URL`, since `SP_DB_SYSTEM_URL` defaults to it.").Secret().Default(""),
 			service.NewStringField(daFieldRedisURL).Description("SP_REDIS_URL: the running totals and the remembered decisions.").Default(config.RedisURL.Default),
 			service.NewStringField(daFieldKeyPrefix).Description("Prefix of the running totals' keys (SP_REDIS_KEY_PREFIX): the stream's, so its pass is a replay.").Default(features.DefaultKeyPrefix),
 			service.NewDurationField(daFieldReplayTTL).Description("SP_STREAM_REPLAY_TTL, as the stream.").Default("30m"),

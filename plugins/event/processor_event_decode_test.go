@@ -148,9 +148,9 @@ const maxDecodeAllocsPerRecord = 2
 const decodeAllocsPerBatch = 8
 
 // The stream decodes every record once, within maxDecodeAllocsPerRecord
-// allocations (2.01 measured a record of a 500-record batch; 4.01 before
-// the envelope, its counterparty and its context node shared one
-// allocation a batch).
+// allocations (2.01 measured a record of a 500-record batch, since the
+// envelope, its counterparty and its context node share one allocation a
+// batch; apart, they cost two more a record).
 func TestEventDecodeAllocationsPerRecord(t *testing.T) {
 	const n = 500
 	ws := event.UUID{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}

@@ -172,8 +172,9 @@ type kfiGauge interface {
 	Set(value int64, labelValues ...string)
 }
 
-// kafkaFranzInput is the kafka_franz batch input. See the spec for the
-// contract; the invariants live on kfiPartition.
+// kafkaFranzInput is the kafka_franz batch input. Its contract is the
+// component's description above (at least once, in order per partition);
+// the invariants live on kfiPartition.
 type kafkaFranzInput struct {
 	conn             kafkaconf.Config
 	topics           []string

@@ -26,5 +26,6 @@
 // the input decides what is due and holds it, the output does the I/O and
 // acknowledges, and max_in_flight sets how many batches are sent at once.
 // All three connect as speculapro_system (SP_DB_SYSTEM_URL) and refuse at
-// start a role that cannot bypass row-level security, with the spec's line.
+// start a role that cannot bypass row-level security, with the documented
+// line.
 package outbox

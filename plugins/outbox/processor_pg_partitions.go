@@ -95,7 +95,7 @@ func newPgPartitions(conf *service.ParsedConfig, mgr *service.Resources) (*pgPar
 
 // Process runs one check and drops the tick.
 // The first runs the start-up role check (a processor has no Connect): a
-// wrong role stops the process with the spec's line.
+// wrong role stops the process with the documented line.
 func (p *pgPartitions) Process(ctx context.Context, _ *service.Message) (service.MessageBatch, error) {
 	if err := p.pool.CheckOnce(ctx); err != nil {
 		return nil, err

@@ -41,7 +41,8 @@ const (
 	metaErrorMessage = "error-message" // why the record was parked, without its values
 )
 
-// The spec's log lines.
+// The documented log lines (docs/persister.md): operators search for them
+// word for word.
 const (
 	logBatchRetry   = "persist: batch failed, retrying"
 	logUndecodable  = "persist: sent undecodable records to dead-letter topic"
@@ -303,7 +304,7 @@ func newPgCopyUpsert(o pcuOptions, dl deadLetterSink, mgr *service.Resources) (*
 
 // Connect reaches PostgreSQL: the first time with the start-up role check
 // (a role that cannot bypass row-level security stops the process with the
-// spec's line), after a lost connection with a ping, so the engine reports
+// documented line), after a lost connection with a ping, so the engine reports
 // the output connected only while PostgreSQL answers. It also starts the
 // dead-letter output.
 func (o *pgCopyUpsert) Connect(ctx context.Context) error {

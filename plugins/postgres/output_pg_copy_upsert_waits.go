@@ -65,7 +65,7 @@ func (o *pgCopyUpsert) retryBatch(ctx context.Context, rows int, faulted *bool, 
 	return err
 }
 
-// retrying logs the spec's retry line and counts the retry, and the batch's
+// retrying logs the documented retry line and counts the retry, and the batch's
 // fault the first time.
 func (o *pgCopyUpsert) retrying(rows int, err error, backoff time.Duration, faulted *bool) {
 	if !*faulted {

@@ -235,7 +235,7 @@ func newPgRuleHits(_ context.Context, o prhOptions, mgr *service.Resources) (*pg
 }
 
 // Connect runs the start-up role check once (a role that cannot bypass
-// row-level security stops the process with the spec's line); after that
+// row-level security stops the process with the documented line); after that
 // the pool connects on demand and replaces broken connections itself.
 func (o *pgRuleHits) Connect(ctx context.Context) error { return o.pool.CheckOnce(ctx) }
 

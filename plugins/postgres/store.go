@@ -334,11 +334,10 @@ const knownPartiesMax = 1 << 17
 // partyDigest files a party in knownParties: two 64-bit hashes of its name
 // (its kind, workspace and key in one byte string; a struct of the three
 // hashed field by field was twice as slow) under this process's two random
-// seeds. Filed by the
-// name itself, a lookup read the name's bytes from wherever the string
-// lived, a second cache miss after the map's slot: with three lookups a row
-// into some 30,000 names the map was 15 % of the persister's CPU (session
-// 17's profile), more than SHA-1 had been. Two names share a digest with
+// seeds. Filed by the name itself, a lookup would read the name's bytes
+// from wherever the string lives, a second cache miss after the map's
+// slot: with three lookups a row into some 30,000 names such a map is 15 %
+// of the persister's CPU in a profile, more than SHA-1 of the name. Two names share a digest with
 // probability about n²/2^129 for n names filed at once (n = 131,072:
 // 10^-29, far below the chance of two names sharing a UUIDv5, which the
 // IDs themselves accept), and the seeds are secret, so nobody can craft a

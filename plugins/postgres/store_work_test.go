@@ -184,22 +184,19 @@ func TestWorkPerBatchIsBounded(t *testing.T) {
 
 // maxAllocsPerRecord bounds the output's allocations per record of a
 // 1000-row batch, pgx's encoding and I/O included: 0.2 measured with and
-// without -race since a batch's counterparties are held by value in
-// scratch kept for the next batch (0.6 before; 1.3 before the counterparties were
-// keyed by ID and a row's counterparty ID held by value, 12 before the rows
-// were encoded as binary COPY here rather than through pgx's CopyFrom, 54
-// before the COPY reused one scratch row, the parties' sort stopped
-// allocating and array parameters stopped boxing each element); the bound
-// leaves room for the runtime's noise, not for allocating per row again.
+// without -race, since a batch's counterparties are held by value in
+// scratch kept for the next batch, and the rows are encoded as binary COPY
+// here from one scratch row (pgx's CopyFrom costs some 12 a record); the
+// bound leaves room for the runtime's noise, not for allocating per row
+// again.
 const maxAllocsPerRecord = 0.5
 
 // maxBytesPerRecord bounds the bytes the output allocates per record of
 // the same batches reaching it undecoded, decoding included: 82-104
-// measured (226 with -race) since a record's counterparty is decoded into
-// a slot kept with the batch's envelopes, 136 (215) before, 151 (231)
-// since the counterparties' map, rows and fingerprint bytes are kept for
-// the next batch, 220 (320) before, 534 (614) before a batch's envelopes
-// were kept for the next batch; the bound leaves room for -race and noise
+// measured (226 with -race), since a record's counterparty is decoded into
+// a slot kept with the batch's envelopes and the counterparties' map, rows,
+// fingerprint bytes and envelopes are kept for the next batch (each of
+// them allocated afresh adds 40 to 300 B); the bound leaves room for -race and noise
 // (so it would not catch the counterparty's allocation coming back), not
 // for per-batch scratch or a slice of envelopes per batch again.
 const maxBytesPerRecord = 280

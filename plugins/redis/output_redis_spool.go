@@ -31,7 +31,7 @@ const (
 	rsFieldReplayRate  = "replay_rate"
 	rsFieldOutput      = "output"
 
-	// SpoolKey is the spool list (kafka.md): the braces are a Redis Cluster
+	// SpoolKey is the spool list (docs/kafka.md): the braces are a Redis Cluster
 	// hash tag, so the list and its replay lock share one slot.
 	SpoolKey = "spool:{decisions}"
 	// spoolLockSuffix names the replay lock: one replayer per spool at a
@@ -56,7 +56,7 @@ const (
 	sendRetryPause = 200 * time.Millisecond
 )
 
-// Metric names (kafka.md "When Kafka is down").
+// Metric names (docs/kafka.md, "When Kafka is down").
 const (
 	metricSpooled    = "speculapro_decision_events_spooled_total"
 	metricUnspooled  = "speculapro_decision_events_unspooled_total"
@@ -80,7 +80,7 @@ func redisSpoolSpec() *service.ConfigSpec {
 		Categories("Services").
 		Summary("Wraps an output (the Kafka write) with a large in-memory buffer and a Redis spool, so that a decided transaction is lost only when Kafka and Redis both fail.").
 		Description(`
-The decision role's output (kafka.md, "When Kafka is down"). Every message is taken at once into an in-memory
+The decision role's output, which keeps decided transactions while Kafka is down (docs/kafka.md). Every message is taken at once into an in-memory
 buffer bounded by `+"`buffer_count`"+` and `+"`buffer_bytes`"+` and written to the wrapped `+"`output`"+` from there.
 A message the output has not taken within `+"`max_wait`"+` (30 s) is parked in the Redis list `+"`spool:{decisions}`"+`
 (prefixed by `+"`key_prefix`"+`; the braces are a Redis Cluster hash tag), as is every message that arrives while the

@@ -72,8 +72,8 @@ func featureUpdateSpec() *service.ConfigSpec {
 Takes each message's event envelope (attached by `+"`event_decode`"+`, or decoded here), applies the batch to the
 running totals with one Lua call per entity and event, all in one pipeline (one round trip per batch, one per
 node on a Redis Cluster), and sets metadata `+"`features`"+` to the event's features right after it: for a
-transaction `+"`{account, customer, counterparty}`"+`, for an account event `+"`{customer}`"+` (README, "Running
-totals (features)"), as figures `+"`rule_eval`"+` reads feature by feature (building only those its rules name; with
+transaction `+"`{account, customer, counterparty}`"+`, for an account event `+"`{customer}`"+` (docs/running-totals.md),
+as figures `+"`rule_eval`"+` reads feature by feature (building only those its rules name; with
 `+"`keep_features: true`"+` it leaves the whole map there for what follows). An event id is remembered for `+"`"+fuFieldReplayTTL+"`"+`: a replay inside it changes no total.
 
 Messages already flagged with an error, and messages that are not an envelope of one of `+"`"+fuFieldKinds+"`"+`,
