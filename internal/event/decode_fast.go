@@ -490,8 +490,8 @@ func (d *fastDecoder) time(into *time.Time) bool {
 // digits, each field in its range, into the time.Time UnmarshalJSON returns
 // for it (time.Date's in UTC, which time.Unix(…).UTC() is), and reports
 // false for anything else, valid or not. UnmarshalJSON's general parser and
-// time.Date's normalising were 3 % of the persister's CPU for a record's two
-// times.
+// time.Date's normalising cost 3 % of the persister's CPU for a record's
+// two times.
 func parseUTC(s string) (time.Time, bool) {
 	n := len(s)
 	if n < 20 || n == 21 || n > 30 || s[n-1] != 'Z' ||

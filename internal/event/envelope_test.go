@@ -312,7 +312,7 @@ func BenchmarkTransactionID(b *testing.B) {
 	}
 }
 
-// parseUUIDByteWise is ParseUUID as it was written first, a branch per
+// parseUUIDByteWise is ParseUUID written the plain way, a branch per
 // digit: the table's answers must be its answers.
 func parseUUIDByteWise(s string) (UUID, error) {
 	var u UUID

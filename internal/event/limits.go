@@ -237,7 +237,8 @@ type windowSpan struct{ lo, hi, from, until time.Time }
 
 // lastWindow is the window of the last clock CheckOccurredAt was asked
 // about: Decode checks every record against the clock, and working the
-// window out again (four time.Date calls) was 2 % of the persister's CPU.
+// window out again (four time.Date calls) every time costs 2 % of the
+// persister's CPU.
 var lastWindow atomic.Pointer[windowSpan]
 
 // decodeWindowCached is DecodeWindow(now), exactly, from lastWindow while

@@ -24,8 +24,8 @@ func ParseUUID(s string) (UUID, error) {
 		return u, errUUIDSyntax
 	}
 	// A table lookup per digit, invalid digits OR-ed into bad and tested
-	// once: a record's two UUIDs were 3 % of the persister's CPU with a
-	// branch per digit.
+	// once: with a branch per digit, a record's two UUIDs are 3 % of the
+	// persister's CPU.
 	var bad byte
 	for j, i := range uuidDigitAt {
 		hi, lo := hexValue[s[i]], hexValue[s[i+1]]

@@ -94,8 +94,8 @@ const (
 )
 
 // recordChunks are the chunks requests write their records into, reused:
-// they were 16 % of the bytes the ingest API allocated at the benchmark's
-// load, each one zeroed when made.
+// made afresh, each one zeroed, they are 16 % of the bytes the ingest API
+// allocates at the benchmark's load.
 var recordChunks = sync.Pool{New: func() any { b := make([]byte, 0, recordChunk); return &b }}
 
 // recordSlab is one request's records: the chunk being written and every

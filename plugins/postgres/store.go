@@ -282,7 +282,7 @@ const partyNameBytes = 96
 // so a steady stream naming the same parties costs PostgreSQL no index
 // probe per row for them (the counterparties' update still runs). It maps
 // each one's name to its ID, so that a known party's ID is one map lookup,
-// not a SHA-1 of its name: three a row were 8 % of the persister's CPU. It
+// not a SHA-1 of its name: three a row cost 8 % of the persister's CPU. It
 // starts over when it reaches max, which then costs the probes and the
 // hashing again, never correctness: a placeholder insert skips what is
 // stored anyway. nil knows nothing.
