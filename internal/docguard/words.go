@@ -37,7 +37,7 @@ var wordRules = []struct {
 	{RuleSession, regexp.MustCompile(`(?i)\bsessions?\s*#?\s*\d+(?:\s*[-–—]\s*\d+)?\b`)},
 	{RuleIssue, regexp.MustCompile(`(?i)\bissues?\s*#\s*\d+\b|\bissues?\s+\d+\b`)},
 	{RuleTheIssue, regexp.MustCompile(`(?i)\bthe\s+issues?\b|\(issues?\)`)},
-	{RuleTheSpec, regexp.MustCompile(`(?i)\bthe\s+specs?\b`)},
+	{RuleTheSpec, regexp.MustCompile(`(?i)\bthe\s+specs?\b|\b(?:persister|kafka|product|ingestion)\s+specs?\b|(?-i:\bspec(?:'s)?\s+(?:says|promises|quotes|words|recommends|advises|allows|asks|describes)\b)`)},
 	{RuleShared, regexp.MustCompile(`(?:\.\./)+shared\b|/work/(?:shared)\b`)},
 	{RuleHistory, regexp.MustCompile(`(?i)\bwas\s+[~≈]?\d[\d.,]*\s*[^\s.;,]*[,;]?\s+(?:and\s+)?(?:is\s+)?now\s+[~≈]?\d`)},
 }

@@ -37,6 +37,9 @@ func TestScanWords(t *testing.T) {
 		// A specification cited instead of explained.
 		{"the spec", "a.yaml", "# the spec's default is SP_DB_URL", []string{RuleTheSpec}},
 		{"the spec capitalised", "a.go", "// The spec's line: count comes right after msg.", []string{RuleTheSpec}},
+		{"a named spec", "a.sql", "-- the persister spec's troubleshooting case", []string{RuleTheSpec}},
+		{"a spec that speaks", "a.go", "// as our spec says", []string{RuleTheSpec}},
+		{"a Go type named Spec", "a.go", "// Spec says how topics are created.", nil},
 		{"a config spec", "a.go", `t.Fatalf("parsing YAML through the config spec: %v", err)`, nil},
 		{"the specification word", "a.go", "// see the specifications of RFC 9110", nil},
 		{"a shared folder", "a.md", "See ../shared/spec for more.", []string{RuleShared}},

@@ -9,7 +9,7 @@ import (
 	"github.com/speculapro/speculapro/internal/pgrole"
 )
 
-// The line the persister spec promises, printed by persist, stream and worker.
+// The documented line, printed by persist, stream and worker.
 const specLine = "error: persist/stream/worker roles: database role cannot bypass row-level security (set SP_DB_SYSTEM_URL to the speculapro_system role)"
 
 func TestRequireBypassRLSOnMigratedRoles(t *testing.T) {
