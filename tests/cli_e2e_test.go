@@ -52,10 +52,10 @@ func TestCLIListsOurCommandsAndPlugins(t *testing.T) {
 	}
 }
 
-// Items 23 and 24: `speculapro --help` describes SpeculaPro (not the
-// engine's "stream processor for mundane tasks") and every command it lists
-// is in the README's command table; a binary built with plain `go build`
-// (no -ldflags) names its commit, from the build information Go embeds.
+// `speculapro --help` describes SpeculaPro (not the engine's "stream
+// processor for mundane tasks") and every command it lists is in the command
+// table of docs/configuration.md; a binary built with plain `go build` (no
+// -ldflags) names its commit, from the build information Go embeds.
 func TestCLIHelpAndVersionDescribeSpeculaPro(t *testing.T) {
 	for _, args := range [][]string{{"--help"}, {"-h"}, {}} {
 		help, _, code := runBin(t, nil, args...)
@@ -65,17 +65,15 @@ func TestCLIHelpAndVersionDescribeSpeculaPro(t *testing.T) {
 		}
 	}
 	help, _, _ := runBin(t, nil, "--help")
-	readme, err := os.ReadFile(filepath.Join(testenv.RepoRoot(t), "README.md"))
+	page, err := os.ReadFile(filepath.Join(testenv.RepoRoot(t), "docs", "configuration.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	table := string(readme)
-	if i := strings.Index(table, "## Commands"); i >= 0 {
-		table = table[i:]
-		if j := strings.Index(table[3:], "\n## "); j >= 0 {
-			table = table[:j+3]
-		}
+	_, table, ok := strings.Cut(string(page), "\n## Commands\n")
+	if !ok {
+		t.Fatal("docs/configuration.md has no \"## Commands\" section")
 	}
+	table, _, _ = strings.Cut(table, "\n## ")
 	_, cmds, _ := strings.Cut(help, "COMMANDS:")
 	cmds, _, _ = strings.Cut(cmds, "GLOBAL OPTIONS:")
 	for _, line := range strings.Split(cmds, "\n") {
@@ -84,7 +82,7 @@ func TestCLIHelpAndVersionDescribeSpeculaPro(t *testing.T) {
 			continue
 		}
 		if name := strings.TrimSuffix(f[0], ","); name != "help" && !strings.Contains(table, "`speculapro "+name) && !strings.Contains(table, "`"+name+"`") {
-			t.Errorf("the README's command table does not list `speculapro %s`", name)
+			t.Errorf("the command table of docs/configuration.md does not list `speculapro %s`", name)
 		}
 	}
 

@@ -5,37 +5,40 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
 
-var update = flag.Bool("update", false, "rewrite config/speculapro.env.example and the README's settings table")
+var update = flag.Bool("update", false, "rewrite config/speculapro.env.example and the settings table of docs/configuration.md")
 
 const (
 	envExamplePath = "../../config/speculapro.env.example"
-	readmePath     = "../../README.md"
+	configDocPath  = "../../docs/configuration.md"
 	tableBegin     = "<!-- settings:begin -->\n"
 	tableEnd       = "<!-- settings:end -->"
 )
 
-// Users configure from the example file and the README; both must list every
-// setting with the default the code really uses.
+// Users configure from the example file and docs/configuration.md; both must
+// list every setting with the default the code really uses, and the page
+// says which pipelines read each.
 func TestDocumentsListEverySetting(t *testing.T) {
+	table := MarkdownTable(readers(t))
 	if *update {
 		if err := os.WriteFile(envExamplePath, []byte(EnvExample()), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		readme, err := os.ReadFile(readmePath)
+		doc, err := os.ReadFile(configDocPath)
 		if err != nil {
 			t.Fatal(err)
 		}
-		s := string(readme)
+		s := string(doc)
 		i, j := strings.Index(s, tableBegin), strings.Index(s, tableEnd)
 		if i < 0 || j < i {
-			t.Fatalf("README.md lacks the %q … %q markers", tableBegin, tableEnd)
+			t.Fatalf("%s lacks the %q … %q markers", configDocPath, tableBegin, tableEnd)
 		}
-		s = s[:i+len(tableBegin)] + MarkdownTable() + s[j:]
-		if err := os.WriteFile(readmePath, []byte(s), 0o644); err != nil {
+		s = s[:i+len(tableBegin)] + table + s[j:]
+		if err := os.WriteFile(configDocPath, []byte(s), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -46,13 +49,50 @@ func TestDocumentsListEverySetting(t *testing.T) {
 	if string(got) != EnvExample() {
 		t.Errorf("%s is out of date: run go test ./internal/config -update", envExamplePath)
 	}
-	readme, err := os.ReadFile(readmePath)
+	doc, err := os.ReadFile(configDocPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(readme), MarkdownTable()) {
-		t.Errorf("README.md settings table is out of date: run go test ./internal/config -update")
+	if !strings.Contains(string(doc), table) {
+		t.Errorf("the settings table of %s is out of date: run go test ./internal/config -update", configDocPath)
 	}
+}
+
+// everyRole are the settings the binary itself reads for every pipeline it
+// runs (cmd/speculapro/main.go: the HTTP server's address and the log level),
+// whatever the pipeline's YAML says.
+var everyRole = map[string]bool{HTTPAddr.Name: true, LogLevel.Name: true}
+
+// readers names, per setting, the pipelines whose YAML reads it through
+// ${NAME…}, as the settings table shows them.
+func readers(t *testing.T) map[string]string {
+	t.Helper()
+	re := regexp.MustCompile(`\$\{(SP_[A-Z0-9_]+)`)
+	by := map[string][]string{}
+	for f, b := range pipelineYAML(t) {
+		if filepath.Base(filepath.Dir(f)) != "pipelines" || strings.HasSuffix(f, "_benthos_test.yaml") {
+			continue
+		}
+		name := strings.TrimSuffix(filepath.Base(f), ".yaml")
+		for _, m := range re.FindAllStringSubmatch(b, -1) {
+			if !slices.Contains(by[m[1]], name) {
+				by[m[1]] = append(by[m[1]], name)
+			}
+		}
+	}
+	out := map[string]string{}
+	for _, s := range All() {
+		if everyRole[s.Name] {
+			out[s.Name] = "every role"
+			continue
+		}
+		names := slices.Sorted(slices.Values(by[s.Name]))
+		for i, n := range names {
+			names[i] = "`" + n + "`"
+		}
+		out[s.Name] = strings.Join(names, ", ")
+	}
+	return out
 }
 
 // Every SP_* name used anywhere in the code, pipelines or scripts must be a

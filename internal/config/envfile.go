@@ -23,16 +23,23 @@ func EnvExample() string {
 	return b.String()
 }
 
-// MarkdownTable renders the README's configuration table.
-func MarkdownTable() string {
+// MarkdownTable renders the settings table of docs/configuration.md. readBy
+// names, per setting, what reads it (the pipelines, found by the caller in
+// their YAML); a setting nobody in readBy names is read by commands only,
+// as its help says.
+func MarkdownTable(readBy map[string]string) string {
 	var b strings.Builder
-	b.WriteString("| Setting | Default | When to change it |\n| --- | --- | --- |\n")
+	b.WriteString("| Setting | Default | Read by | When to change it |\n| --- | --- | --- | --- |\n")
 	for _, s := range All() {
 		def := "(empty)"
 		if s.Default != "" {
 			def = "`" + s.Default + "`"
 		}
-		fmt.Fprintf(&b, "| `%s` | %s | %s |\n", s.Name, def, s.Help)
+		by := readBy[s.Name]
+		if by == "" {
+			by = "commands only"
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", s.Name, def, by, s.Help)
 	}
 	return b.String()
 }
