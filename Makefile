@@ -25,7 +25,7 @@ build: go-check ## build bin/speculapro
 
 GO_WANT := $(shell sed -n 's/^go //p' go.mod)
 go-check: ## check that Go is installed and at least go.mod's version
-	@command -v go >/dev/null || { echo "Go is not installed: install Go $(GO_WANT) or newer from https://go.dev/dl/ (README: Prerequisites)" >&2; exit 1; }
+	@command -v go >/dev/null || { echo "Go is not installed: install Go $(GO_WANT) or newer from https://go.dev/dl/ (docs/getting-started.md: Prerequisites)" >&2; exit 1; }
 	@have=$$(go env GOVERSION | sed 's/^go//'); \
 	  [ "$$(printf '%s\n%s\n' "$(GO_WANT)" "$$have" | sort -V | head -1)" = "$(GO_WANT)" ] || \
 	  { echo "Go $$have is older than go.mod's $(GO_WANT): install Go $(GO_WANT) or newer from https://go.dev/dl/" >&2; exit 1; }
@@ -47,10 +47,23 @@ lint: build ## lint every pipeline, run their *_benthos_test.yaml unit tests and
 	$(BIN) test ./pipelines/... ./config/examples/...
 	$(BIN) rules test config/rules/*.yaml
 
-test: stack-up vet lint ## run every test against real services (under 20 minutes)
+# make test says when each phase starts, so a long run shows where it is.
+PHASE = @echo "== make test: $(1) ($$(date -u +%T) UTC) =="
+
+test: ## run every test against real services (about 22 minutes on 2 cores; each phase says when it starts)
+	$(call PHASE,local stack)
+	@$(MAKE) --no-print-directory stack-up
+	$(call PHASE,go vet)
+	@$(MAKE) --no-print-directory vet
+	$(call PHASE,lint pipelines and starter rules)
+	@$(MAKE) --no-print-directory lint
+	$(call PHASE,gofmt)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
+	$(call PHASE,unit and integration tests under the race detector)
 	go test -race -count=1 -timeout 15m $(RACE_PKGS)
+	$(call PHASE,end-to-end tests in tests/)
 	go test -count=1 -timeout 15m $(E2E_PKGS)
+	$(call PHASE,done)
 
 chaos: stack-up ## the crash, outage and stream exactness/replay scenarios at full size
 	SP_TEST_SCALE=full go test -count=1 -timeout 60m -run 'Crash|Outage|Poison|Shutdown|NeverCommits|StreamExactness|StreamReplay|WorkerDelivers|IngestInFlightLimit|RevokedBatch|ResumesSeconds|ForeignRecords' -v $(E2E_PKGS)
