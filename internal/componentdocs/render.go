@@ -150,7 +150,9 @@ func renderPage(c Component, v *service.ConfigView) ([]byte, string, error) {
 	if summary != "" {
 		b.WriteString(summary + "\n\n")
 	}
-	fmt.Fprintf(&b, "**Kind:** %s · **Status:** %s · **Spec:** [%s](%s%s)\n\n", c.Kind, td.Status, c.Source, up, c.Source)
+	// No status: the engine marks every plugin spec beta unless it says
+	// otherwise, and most of ours do not choose one, so it would state nothing.
+	fmt.Fprintf(&b, "**Kind:** %s · **Spec:** [%s](%s%s)\n\n", c.Kind, c.Source, up, c.Source)
 
 	common, err := unscrub(td.CommonConfigYAML, td.Fields, flags)
 	if err != nil {
