@@ -181,6 +181,11 @@ func firstRune(s string) (rune, bool) {
 // the repository root.
 func markdownRefs(file, l string, shipped func(string) bool) []string {
 	l = urlRe.ReplaceAllString(l, " ")
+	// A page's links are ScanLinks' to check, anchors and all.
+	if strings.HasSuffix(strings.ToLower(file), ".md") {
+		l = inlineLink.ReplaceAllString(l, "]()")
+		l = refDef.ReplaceAllString(l, "")
+	}
 	var out []string
 	for _, loc := range mdRef.FindAllStringIndex(l, -1) {
 		// A pattern or a template, not a name: *.md, %s.md, {{.Name}}.md, $page.md.

@@ -68,6 +68,8 @@ func TestScanWords(t *testing.T) {
 		{"shipped relative, up a folder", "docs/design/a.md", "[perf](performance.md), [back](../kafka.md), [top](../../README.md)", nil},
 		{"bare name only at the root", "docs/a.md", "see README.md and persister.md", []string{RuleMarkdown}},
 		{"escaping the repository", "a.go", `// read ../README.md`, []string{RuleMarkdown}},
+		{"a page's link, left to ScanLinks", "docs/a.md", "see [the flow](architecture.md#flow)", nil},
+		{"a page's unlinked name", "docs/a.md", "see architecture.md", []string{RuleMarkdown}},
 		{"a URL of another repository", "a.md", "[x](https://github.com/o/r/blob/main/CHANGELOG.md)", nil},
 		{"a glob and a template", "Makefile", "git ls-files '*.md' docs/components/*.md %s.md {{.Name}}.md", nil},
 	}
