@@ -43,8 +43,8 @@ const (
 // (Redis's reply, up to megabytes for a busy counterparty) alive for as
 // long as the batch holds the entity and, for a state the cache keeps
 // unchanged, as long as the cache does, uncounted by its budget (at 1M
-// events the heap profiles held 10-26 MB of replies before the copy, 8-14
-// after: the batches read and not yet decoded).
+// events, heap profiles hold 8-14 MB of replies with the copy, the batches
+// read and not yet decoded, and 10-26 MB without it).
 func genAt(v string) (string, int) {
 	gen, off := v[:min(genLen, len(v))], 0
 	if len(v) >= 2*genLen+1 && v[genLen] == formatVersion {

@@ -126,7 +126,8 @@ func BenchmarkEvaluateFeatures12(b *testing.B) { benchmarkEvaluateFeatures(b, 12
 func BenchmarkEvaluateFeatures100(b *testing.B) { benchmarkEvaluateFeatures(b, 100) }
 
 // BenchmarkEvaluateFeatures12Bloblang is BenchmarkEvaluateFeatures12 with
-// every rule run through Bloblang, as before the native evaluator.
+// every rule run through Bloblang, the baseline the native evaluator is
+// measured against.
 func BenchmarkEvaluateFeatures12Bloblang(b *testing.B) { benchmarkEvaluateWith(b, 12, false) }
 
 // BenchmarkEvaluateFeatures100Bloblang is BenchmarkEvaluateFeatures100 with

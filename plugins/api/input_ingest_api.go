@@ -111,7 +111,7 @@ Messages carry metadata `+"`ingest_topic`"+` (`+"`txn.ingested`"+` or `+"`accoun
 				Default(32<<20).
 				Advanced(),
 			service.NewIntField(iaFieldActive).
-				Description("The most batch requests worked on at once; the others wait, in the order they arrived, for one of them to be answered (at most the ack timeout, then 503 with Retry-After). On a busy machine requests finish in turn instead of all sharing the cores, the resend check and Kafka at once, which made a slow request's wait twice the median's; and only these requests' items are held decoded.").
+				Description("The most batch requests worked on at once; the others wait, in the order they arrived, for one of them to be answered (at most the ack timeout, then 503 with Retry-After). On a busy machine requests finish in turn instead of all sharing the cores, the resend check and Kafka at once, which makes a slow request's wait twice the median's; and only these requests' items are held decoded.").
 				Default(iaActiveDefault).
 				Advanced(),
 			service.NewDurationField(iaFieldAckTimeout).
@@ -127,7 +127,7 @@ Messages carry metadata `+"`ingest_topic`"+` (`+"`txn.ingested`"+` or `+"`accoun
 				Default(config.RedisKeyPrefix.Default).
 				Example("${SP_REDIS_KEY_PREFIX:"+config.RedisKeyPrefix.Default+"}"),
 			service.NewProcessorListField(iaFieldAccountProcs).
-				Description("Processors run on each account-events request's new items before they go to the pipeline (pipelines/ingest.yaml: feature_update, so a sim_swap counts in the running totals at once). Transactions skip them: in the pipeline's processors every transaction paid the engine's processor step (a tracing span, a context and a sort-group tag a message, about 4 % of the CPU and 6 % of the bytes at the benchmark's load) for a step that leaves it untouched. A message a processor fails is answered rejected, as reject_errored refuses it.").
+				Description("Processors run on each account-events request's new items before they go to the pipeline (pipelines/ingest.yaml: feature_update, so a sim_swap counts in the running totals at once). Transactions skip them: in the pipeline's processors every transaction would pay the engine's processor step (a tracing span, a context and a sort-group tag a message, about 4 % of the CPU and 6 % of the bytes at the benchmark's load) for a step that leaves it untouched. A message a processor fails is answered rejected, as reject_errored refuses it.").
 				Default([]any{}).
 				Advanced(),
 			service.NewDurationField(iaFieldIdemTTL).
