@@ -89,7 +89,7 @@ bench-summary: ## print the summary table of the last make bench and write it in
 	  { echo "$(BENCH_DOC) lacks the <!-- bench-summary:begin --> and <!-- bench-summary:end --> lines"; exit 1; }
 	@awk -F'\t' -v when='$(BENCH_WHEN)' -v machine='$(BENCH_MACHINE)' -v bench='$(BENCH)' ' \
 	  !($$1 in row) { order[n++] = $$1 } { row[$$1] = $$0 } \
-	  END { printf "Measured with `make bench BENCH=%s`, table written %s on %s (PostgreSQL, Kafka and Redis on the same machine).\n\n", bench, when, machine; \
+	  END { printf "The benchmarks matching `%s`, table written %s on %s (PostgreSQL, Kafka and Redis on the same machine).\n\n", bench, when, machine; \
 	        print "| Metric | Value | Baseline (same run) | Ratio | Aim |"; print "| --- | ---: | --- | ---: | --- |"; \
 	        for (i = 0; i < n; i++) { split(row[order[i]], f, "\t"); printf "| %s | %s | %s | %s | %s |\n", f[1], f[2], f[3], f[4], f[5] } }' \
 	  $(BENCH_ROWS) > $(BENCH_ROWS).md

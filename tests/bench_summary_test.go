@@ -15,7 +15,7 @@ const benchSummaryEnv = "SP_TEST_BENCH_SUMMARY"
 var benchSummaryMu sync.Mutex
 
 // benchSummary adds one row to the table `make bench` prints at the end and
-// writes to docs/bench/summary.md (see the Makefile's bench target): metric
+// writes into docs/benchmarks.md (see the Makefile's bench target): metric
 // says what was measured and how much of it ("persister rows/s, 1M rows"),
 // value the figure, baseline what it is compared with in the same run
 // ("raw COPY 98.1k rows/s"), ratio the two's quotient and aim the figure
