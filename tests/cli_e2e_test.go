@@ -65,7 +65,7 @@ func TestCLIHelpAndVersionDescribeSpeculaPro(t *testing.T) {
 		}
 	}
 	help, _, _ := runBin(t, nil, "--help")
-	page, err := os.ReadFile(filepath.Join(testenv.RepoRoot(t), "docs", "configuration.md"))
+	page, err := os.ReadFile(filepath.Join(testenv.RepoRoot(t), filepath.FromSlash("docs/configuration.md")))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -73,7 +73,7 @@ func TestDocsReadmeQuickStart(t *testing.T) {
 	devStop(t, dev)
 }
 
-// TestDocsGettingStartedByHand runs getting-started.md's "Run every role by
+// TestDocsGettingStartedByHand runs docs/getting-started.md's "Run every role by
 // hand" sequence against the local stack's real Kafka: its own database (made
 // by the sequence's migrate --bootstrap), topic prefix, groups, metrics
 // ports and home folder for the keys file.

@@ -50,7 +50,7 @@ func TestComponentTableMatchesTheCode(t *testing.T) {
 		t.Fatal("found no component registrations under plugins/")
 	}
 
-	page, err := os.ReadFile(filepath.Join("..", "..", "docs", "architecture.md"))
+	page, err := os.ReadFile(filepath.Join("..", "..", filepath.FromSlash("docs/architecture.md")))
 	if err != nil {
 		t.Fatal(err)
 	}
