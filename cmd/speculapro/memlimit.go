@@ -97,15 +97,14 @@ func followLiveHeap(interval time.Duration) {
 
 // ingestGCPercent is the ingest role's GOGC when GOGC is not set. Its live
 // heap is small (the requests in flight, about 40 MB at 16 × 500 items), so
-// at Go's 100 it collected 20 times a second, a fifth of its CPU; at 200
-// the heap may grow to three times the live data, still under the soft
-// memory limit, which makes the collector run earlier near it: measured at
-// 16 clients × 500-item requests, 11.7 against 15 µs of CPU per item, peak
-// RSS 168 against 133 MB (aim ≤ 200 MB). Since at most max_active_requests
-// requests hold their items decoded (peak RSS 120-138 MB), 300 spends that
-// room: in one lock hold at 500k items, alternating with 200, 12.4 and 11.8
-// against 15.2 and 12.9 µs per item, peak RSS 147-148 MB (and 12.7 against
-// 13.9 µs over 8 interleaved rounds).
+// at Go's 100 it collects 20 times a second, a fifth of its CPU. A higher
+// GOGC lets the heap grow to a multiple of the live data, still under the
+// soft memory limit, which makes the collector run earlier near it; since
+// at most max_active_requests requests hold their items decoded, 300 fits:
+// at 16 clients × 500-item requests (BenchmarkIngestThroughput, runs
+// alternated with SP_TEST_BENCH_GOGC) it costs about 12 µs of CPU per item
+// against 13-15 at 200 and 15 at Go's 100, at a peak RSS of about 150 MB
+// (aim ≤ 200 MB).
 const ingestGCPercent = 300
 
 // runsIngest reports whether the command line runs the ingest role alone:

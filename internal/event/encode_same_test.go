@@ -6,8 +6,8 @@ import (
 	"testing"
 )
 
-// encodeStd is Encode as it was, with encoding/json: the reference the
-// faster encoder must match byte for byte.
+// encodeStd is Encode written plainly, with encoding/json: the reference
+// the faster encoder must match byte for byte.
 func encodeStd(e Envelope) []byte {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)

@@ -185,8 +185,8 @@ func DecodeShared(b []byte) (Envelope, error) {
 // it held is dropped) and the record's counterparty, if it has one, to cp
 // (dst.Counterparty is then cp), for a caller that decodes a whole batch
 // into slices it keeps from one batch to the next: a record's counterparty
-// was an allocation of its own (96 bytes), and the envelope was copied
-// twice on its way out. A record the JSON library reads (one decodeFast is
+// is then no allocation of its own (96 bytes), and the envelope is not
+// copied twice on its way out. A record the JSON library reads (one decodeFast is
 // unsure of) gets a counterparty of its own, and cp may then hold part of
 // the record: clear cp before the record's memory is reused. dst is
 // unspecified on an error.
@@ -485,8 +485,8 @@ func (c *Counterparty) check(plain bool) error {
 }
 
 // checkText is CheckText, which for a plain value (valid UTF-8 without
-// control characters) can only fail on its length: the byte loops of a dozen fields a record were
-// 8 % of decoding one.
+// control characters) can only fail on its length: the byte loops of a dozen fields a record
+// would be 8 % of decoding one.
 func checkText(s string, max int, plain bool) error {
 	if plain && len(s) <= max {
 		return nil

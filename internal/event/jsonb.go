@@ -71,9 +71,9 @@ func CheckJSON(raw []byte) error {
 			return fmt.Errorf("%w: %v", ErrJSONB, err)
 		}
 	}
-	// The frames and their keys' slices are reused: growing them anew cost
+	// The frames and their keys' slices are reused: growing them anew costs
 	// the persister five allocations a record. Put back without a defer
-	// (checkJSON does not panic): the two deferred closures were a third
+	// (checkJSON does not panic): two deferred closures would be a third
 	// of checking a small object.
 	st := jsonStacks.Get().(*[]jsonFrame)
 	c := jsonChecker{raw: raw, stack: (*st)[:0]}

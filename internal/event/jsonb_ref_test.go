@@ -10,8 +10,8 @@ import (
 	"unicode/utf8"
 )
 
-// checkJSONTokens is CheckJSON as it was, on encoding/json tokens: the
-// reference the byte scanner is fuzzed against.
+// checkJSONTokens is CheckJSON written plainly, on encoding/json tokens:
+// the reference the byte scanner is fuzzed against.
 func checkJSONTokens(raw []byte) error {
 	if !utf8.Valid(raw) {
 		return fmt.Errorf("%w: not valid UTF-8", ErrJSONB)

@@ -11,8 +11,8 @@ import (
 // ring belongs to the cache, and a batch never reads its entities' states
 // after publishing them), so its arena is handed to the next decode
 // instead of left to the collector. At 1,000,000 events through the stream
-// the arenas were a fifth of every byte it allocated (2.7 of 13 GB), nearly
-// all of them states the 128 MiB cache evicted a batch or two later.
+// fresh arenas would be a fifth of every byte it allocates (2.7 of 13 GB),
+// nearly all of them states the 128 MiB cache evicts a batch or two later.
 //
 // Arenas come in classes of eight steps per power of two (at most an
 // eighth more than asked), so one freed by one entity fits the next of

@@ -9,7 +9,7 @@ import "sync"
 // encoded whole at Redis' generation: Store.keepFor), which the batch
 // decodes again, and a large one's decoded state (decodedFrom), which the batch
 // computes on as the batch before it left it (doc.go "Apply"). Decoding
-// each touched entity's whole value every batch was a fifth of the
+// each touched entity's whole value every batch would be a fifth of the
 // stream's CPU, nearly all of it for the few busy entities (a counterparty
 // paid by thousands of accounts) touched by every batch; those stay
 // decoded. All stay least recently used first out, within max bytes as
@@ -45,8 +45,8 @@ type cache struct {
 	// and those a batch holds (both at once only on a retry, which takes
 	// no cached state). One entry an entity, found once a batch (take),
 	// so a batch costs one map lookup an entity, not the seven a map of
-	// states and a map of holds took (take and publish were 6.6 % of
-	// BenchmarkApplyLoadgen's CPU samples).
+	// states and a map of holds would take (take and publish would be 6.6 %
+	// of BenchmarkApplyLoadgen's CPU samples).
 	m     map[entityID]*cached
 	held  int // entries held by a batch now
 	bytes int64
@@ -97,8 +97,8 @@ const waitBytes = 16 << 10
 // one, and the collector marked the cache's states on every cycle: about
 // a fifth of the stream's CPU. Decoding a small value again costs little;
 // a large one is a busy entity (a counterparty paid by thousands of
-// accounts) that nearly every batch touches, whose decode every batch was
-// what the cache of decoded states was built to save (doc.go "Apply").
+// accounts) that nearly every batch touches, whose decode every batch is
+// what the cache of decoded states saves (doc.go "Apply").
 const decodedFrom = 16 << 10
 
 // cachedOverhead estimates a value entry's bytes beyond its value and keys:

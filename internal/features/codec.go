@@ -522,8 +522,8 @@ func (b *decodeBufs) reclaim(st *state) {
 // build gives st the arrays in b, all carved from one allocation, its
 // arena (state.arena), each with room for what a batch typically adds: two
 // buckets and cells a level, four other sides and four events remembered.
-// Nothing of st points into b afterwards. Decoded one by one, a state was
-// about 18 objects, most of the stream's live objects; the collector's
+// Nothing of st points into b afterwards. Decoded one by one, a state would
+// be about 18 objects, most of the stream's live objects; the collector's
 // marking costs by the object, so one arena instead of about ten makes each
 // collection cheaper. None of the arrays' element types holds a pointer, so
 // the arena is a []uint64, and one the cache let go of is reused

@@ -108,8 +108,8 @@
 // arena, decodeBufs.build, sized after the delta records are applied, so
 // that none of its arrays outgrows it while decoding) and its currency and type names are shared
 // (unique.Make): the collector's marking costs by the object, and a
-// state decoded array by array was about 18 of them, most of the stream's
-// live objects at 1M events. A state the cache evicts, drops or replaces
+// state decoded array by array would be about 18 of them, most of the
+// stream's live objects at 1M events. A state the cache evicts, drops or replaces
 // hands its arena to the next decode of about its size (arena.go), as does
 // a batch the state of every entity it keeps as a value once computed, so
 // the states a batch decodes are not each a new allocation.

@@ -107,8 +107,8 @@ func unitsNumber(n int64) json.Number {
 // and account-event counts are cells of its level (state.sums, state.evs).
 // Neither holds a pointer, so the collector never scans a state's buckets
 // and cells: a bucket with its own slices of sums and events, their
-// currency and type strings, was the largest part of the stream's heap
-// (the cache's states) and of what the collector scanned.
+// currency and type strings, would be the largest part of the stream's
+// heap (the cache's states) and of what the collector scans.
 type bucket struct {
 	n      int64 // unix time / granularity
 	oc, ic int64 // transactions out, in (all currencies)

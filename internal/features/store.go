@@ -925,8 +925,8 @@ func (s *Store) keepFor(e *entity) {
 	case e.changed:
 		// Redis' value gains a delta record; the cache's is the state
 		// encoded whole at the same generation, which decodes to the same
-		// state without applying the records again: they were two fifths
-		// of what decoding the cache's values cost.
+		// state without applying the records again: they would be two
+		// fifths of what decoding the cache's values costs.
 		gen := binary.BigEndian.Uint64(e.val[len(e.val)-genLen:])
 		buf := e.cval[:0]
 		if !e.hit {
@@ -1115,7 +1115,7 @@ func (s *Store) snapKeyOf(e *entity, exp int64) (string, int64) {
 // scriptArg is a script argument go-redis sends as its bytes
 // (encoding.BinaryMarshaler). Arguments go as pointers (*scriptArg,
 // *string, *int64), which an interface holds without an allocation: boxing
-// every field and snapshot was a third of what write allocated.
+// every field and snapshot would be a third of what write allocates.
 type scriptArg []byte
 
 func (a *scriptArg) MarshalBinary() ([]byte, error) { return *a, nil }

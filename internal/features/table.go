@@ -10,9 +10,9 @@ import (
 // a map and without building one on every decode; a table that grows past
 // linearMax gets an index: open addressing over the positions in keys, 4
 // bytes a slot at a load of at most 1/2 (8-16 bytes an entry, where a Go map
-// of the same took about 32; a search that finds nothing, most of them,
+// of the same takes about 32; a search that finds nothing, most of them,
 // then compares about 1.5 keys: the busy entities' replay memory and other
-// sides were most of the cache's heap), with no pointer for the collector
+// sides are most of the cache's heap), with no pointer for the collector
 // to follow.
 type table[K comparable] struct {
 	keys []K

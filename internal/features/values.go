@@ -3,7 +3,7 @@ package features
 // Values is one event's features as computed: each section's figures, kept
 // as numbers, built into the maps of doc.go only on demand. The stream's
 // rules read a handful of the ~55 features; building every map for every
-// event (and collecting them again) was a quarter of the stream's CPU, so
+// event (and collecting them again) would be a quarter of the stream's CPU, so
 // rule_eval asks for exactly the features its compiled rules name
 // (Feature), and Map builds them all for whoever needs the whole set (the
 // decision API, `keep_features`).
@@ -14,8 +14,8 @@ type Values struct {
 	account, customer, cp *secVals // nil: no such section (null)
 	// secs holds the sections computed for the event (section's order:
 	// account, customer, counterparty), so that a batch's features are one
-	// allocation (ApplyValues), not one per section and event: those were
-	// four of the stream's objects an event.
+	// allocation (ApplyValues), not one per section and event: those would
+	// be four of the stream's objects an event.
 	secs [3]secVals
 }
 

@@ -498,7 +498,7 @@ func TestExpandIsHKDF(t *testing.T) {
 }
 
 // Fingerprints are compared with stored ones, so they never change: these
-// are what the first implementation gave (a pooled HMAC per part).
+// known answers come from a plain implementation (a pooled HMAC per part).
 func TestFingerprintsKnownAnswers(t *testing.T) {
 	f, err := NewFingerprinter(testFP)
 	if err != nil {

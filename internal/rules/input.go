@@ -40,7 +40,7 @@ func inputInto(in, ev map[string]any, env *event.Envelope, features map[string]a
 
 // Scratch holds the maps one goroutine builds its evaluations' inputs in,
 // reused event after event (the stream evaluates a batch on one goroutine):
-// allocating them per event was a large share of the stream's garbage.
+// allocating them per event would be a large share of the stream's garbage.
 // Nothing a program returns refers to them. The zero value is ready.
 type Scratch struct {
 	in, ev, feats map[string]any

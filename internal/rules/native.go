@@ -16,8 +16,8 @@ import (
 // different types is false, < between them an error), its truthiness for
 // && and || (a number is true unless zero), and its null handling (| takes
 // the right side on null or on an error). Interpreting the Bloblang tree
-// per event, and building the map it reads, was most of the stream's rule
-// cost.
+// per event, and building the map it reads, is most of the cost of rules
+// run through Bloblang (docs/design/performance.md).
 //
 // A closure either decides (a value) or fails with errBlob (Bloblang fails
 // there too: the rule is then run through Bloblang for its error, so the

@@ -25,9 +25,9 @@ import (
 //
 // So Redis round trips, connections and CAS conflicts between concurrent
 // payments of one account do not grow with the rate. With one GET and one
-// SET NX per decision, at 2,000 decisions/s the go-redis pool was the
-// bottleneck: 7 % of the process's CPU waited for a connection
-// (pool.waitTurn) and the remembered GET alone took 11 %.
+// SET NX per decision, at 2,000 decisions/s the go-redis pool is the
+// bottleneck: 7 % of the process's CPU waits for a connection
+// (pool.waitTurn) and the remembered GET alone takes 11 %.
 
 // applyReq is one decision's transaction waiting for its batch.
 type applyReq struct {

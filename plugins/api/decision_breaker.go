@@ -15,10 +15,10 @@ import (
 // broken connection, a socket timeout. A decision whose deadline ran out
 // while it waited (for its turn in the running-totals batch, for a busy
 // CPU, for a slow batch ahead of it) says nothing about Redis as long as
-// Redis went on answering the others: counting those opened the breaker
-// for a whole second of degraded answers while the spool replayed into a
-// broker that was back (measured: 179 of 482 degraded answers in the
-// full-size Kafka-down proof). A deadline counts only when Redis has not
+// Redis goes on answering the others: counting those would open the
+// breaker for a whole second of degraded answers while the spool replays
+// into a broker that is back (179 of 482 degraded answers in the full-size
+// Kafka-down proof). A deadline counts only when Redis has not
 // answered anything for `silence`: then it is hung.
 type redisBreaker struct {
 	pause   time.Duration // how long Redis is left alone after a failure

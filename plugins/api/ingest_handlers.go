@@ -326,7 +326,7 @@ func (a *ingestAPI) contentHash(_ event.UUID, it *item) [8]byte {
 //     answers duplicate with the stored ID. The lookup runs beside the
 //     claim, for every candidate, rather than after it for the new claims
 //     alone: at 16 × 500-item requests the two round trips one after the
-//     other were two waits in line (Redis's, PostgreSQL's) on a busy
+//     other would be two waits in line (Redis's, PostgreSQL's) on a busy
 //     machine. Only the new claims read its answer, and it says the same:
 //     the row of an external_id whose Redis entry is gone was stored long
 //     before this request (or, when Redis lost the entry, is covered no

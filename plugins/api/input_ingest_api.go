@@ -40,10 +40,10 @@ const (
 	iaRejectPrefix        = "rejected: "
 	iaRejectErroredPrefix = "rejecting due to failed processing: "
 	// iaActiveDefault is max_active_requests' default. At 16 clients ×
-	// 500-item requests on 2 cores, in the same lock holds as all 16 at
-	// once: p99 1.5 × p50 against 1.7-2.3 ×, peak RSS 100-136 MB against
-	// 165-178 MB, items/s within the runs' noise; 4 gave fewer items/s in
-	// two holds, 8 no better than 6.
+	// 500-item requests on 2 cores, in runs alternated with all 16 at once:
+	// p99 1.5 × p50 against 1.7-2.3 ×, peak RSS 100-136 MB against 165-178
+	// MB, items/s within the runs' noise; 4 gives fewer items/s, 8 no
+	// better than 6.
 	iaActiveDefault = 6
 	// iaProbeTimeout bounds each readiness probe and each database call on
 	// the request path that has no item deadline of its own.

@@ -520,9 +520,9 @@ redis.call('ltrim', KEYS[1], tonumber(ARGV[2]), -1) return redis.call('llen', KE
 // replay_rate, while it holds the replay lock and the output takes them.
 //
 // Paced because, unpaced, the replay of a full-size outage's spool (about
-// 16,000 entries) took 1.6 s right when the broker came back, alongside
-// the buffer's own 15,000, and the decisions answered meanwhile lost the
-// CPU they needed: 303 answered degraded by timeout in the full-size
+// 16,000 entries) takes 1.6 s right when the broker comes back, alongside
+// the buffer's own 15,000, and the decisions answered meanwhile lose the
+// CPU they need: 303 answered degraded by timeout in the full-size
 // Kafka-down proof.
 func (s *redisSpool) replay(ctx context.Context) {
 	rctx, cancel := context.WithTimeout(ctx, redisOpTimeout)
