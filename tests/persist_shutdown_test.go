@@ -45,7 +45,7 @@ func TestPersistShutdownWhileBatchKeepsFailing(t *testing.T) {
 	// Scrape until the HTTP server goes away: the engine stops the stream
 	// before it, so the last scrape sees the counts after the shutdown. A
 	// scrape just before the signal stands in when the process is gone
-	// before the first one after it (it exited within 6 ms once).
+	// before the first one after it (it can exit within a few ms).
 	var last string
 	if !poll(waitBound, 20*time.Millisecond, func() bool {
 		s, err := p.scrape()

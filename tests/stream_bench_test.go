@@ -215,8 +215,8 @@ func BenchmarkStreamThroughput(b *testing.B) {
 	// The stream's end is its output having written every event (benthos's
 	// output_sent, polled as the persister's benchmark polls its stored
 	// rows), not the group's offsets reaching the end: the input commits
-	// them once a second, which added up to a second to the stream's time
-	// (at 300k events its rate came out in steps 11 % apart). The offsets
+	// them once a second, which would add up to a second to the stream's
+	// time (at 300k events its rate would come out in steps 11 % apart). The offsets
 	// are still waited for, so that every event is known consumed.
 	within := time.Duration(n/1000)*time.Second + 3*time.Minute
 	var sent float64

@@ -544,7 +544,7 @@ func canonicalObject(raw json.RawMessage) (json.RawMessage, error) {
 
 // needsCompact reports whether raw holds JSON whitespace (inside strings
 // too, which json.Compact keeps as it is). A loop rather than
-// bytes.ContainsAny, which built its byte set anew on every call: 1 % of
+// bytes.ContainsAny, which builds its byte set anew on every call: 1 % of
 // the persister's CPU for metadata of a few dozen bytes.
 func needsCompact(raw []byte) bool {
 	for _, c := range raw {

@@ -94,8 +94,8 @@ const waitBytes = 16 << 10
 // times its value's bytes (at 500k events of loadgen's traffic, 22,317
 // cached entities: 134 MB of states as estimated, 196 MB of live heap,
 // against 36 MB of values), holds a dozen pointers where a value holds
-// one, and the collector marked the cache's states on every cycle: about
-// a fifth of the stream's CPU. Decoding a small value again costs little;
+// one, and the collector would mark the cache's states on every cycle:
+// about a fifth of the stream's CPU. Decoding a small value again costs little;
 // a large one is a busy entity (a counterparty paid by thousands of
 // accounts) that nearly every batch touches, whose decode every batch is
 // what the cache of decoded states saves (doc.go "Apply").

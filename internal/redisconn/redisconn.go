@@ -33,8 +33,8 @@ func Open(rawURL string) (redis.UniversalClient, error) { return open(rawURL, fa
 // than go-redis's retries (a decision's 250 ms): a failed command is tried
 // once more at once, for a pooled connection the server had closed, and
 // never after a backoff sleep. go-redis's default of three retries sleeping
-// 8-72 ms each spent up to 136 ms of every decision's budget on a Redis
-// that was down, while the caller's own breaker already knows what to do.
+// 8-72 ms each spends up to 136 ms of every decision's budget on a Redis
+// that is down, while the caller's own breaker already knows what to do.
 func OpenNoBackoff(rawURL string) (redis.UniversalClient, error) { return open(rawURL, true) }
 
 // noBackoffRetries: one immediate retry (see OpenNoBackoff).

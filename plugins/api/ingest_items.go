@@ -712,9 +712,9 @@ func (r *fieldReader) plainString(v json.RawMessage) (string, bool) {
 }
 
 // bodyText is a request body and the same bytes as a string, which the
-// items' strings are cut from: no allocation a field (4 of an item's 21
-// were the fields' copies) and no copy of the body (8 % of the bytes
-// allocated at the benchmark's load when it was copied once a request).
+// items' strings are cut from: no allocation a field (copies of the
+// fields would be 4 of an item's 21) and no copy of the body (one copy a
+// request would be 8 % of the bytes allocated at the benchmark's load).
 // The body is the request's own buffer (readAllSized), never written after
 // it was read nor reused, so the strings read it in place; every one of
 // them keeps it alive only as long as the request's items live.

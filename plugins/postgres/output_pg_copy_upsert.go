@@ -506,7 +506,8 @@ type envelopes struct {
 
 // decodedBufs keeps the envelope slices of a few batches for the next ones,
 // as copyBufs keeps COPY buffers: a 5,000-record batch's envelopes are
-// about 1.7 MB, a tenth of the bytes the persister allocated per row.
+// about 1.7 MB: made afresh, they would be a tenth of the bytes the
+// persister allocates per row.
 var decodedBufs = make(chan *envelopes, 5)
 
 // newEnvelopes returns n zeroed envelopes.

@@ -15,9 +15,9 @@ import (
 )
 
 // A batch's rows are written as one binary COPY built here, straight from
-// the envelopes, and sent with pgconn's CopyFrom. pgx's CopyFrom cost a
+// the envelopes, and sent with pgconn's CopyFrom. pgx's CopyFrom costs a
 // round trip per batch to learn the columns' types (a prepared SELECT) and
-// ran every value through its encoding plans (a plan lookup, and for
+// runs every value through its encoding plans (a plan lookup, and for
 // numeric a big.Int division per digit group, per value): 14 % of the
 // persister's CPU. The columns' types are fixed by the schema, so the rows
 // are encoded here for exactly those types.

@@ -342,8 +342,8 @@ func (r *ruleEval) ProcessBatch(ctx context.Context, batch service.MessageBatch)
 }
 
 // noHits is the metadata of every event nothing fired on, shared: nearly
-// every event is one, and a map of its own each was about 3 % of the bytes
-// the stream allocates. Nothing writes to it (pg_rule_hits only reads, a
+// every event is one, and a map of its own each would be about 3 % of the
+// bytes the stream allocates. Nothing writes to it (pg_rule_hits only reads, a
 // mapping that changes @rule_eval replaces the value).
 var noHits = map[string]any{"hits": []any{}}
 
