@@ -35,7 +35,9 @@ var wordRules = []struct {
 	re   *regexp.Regexp
 }{
 	{RuleSession, regexp.MustCompile(`(?i)\bsessions?\s*#?\s*\d+(?:\s*[-–—]\s*\d+)?\b`)},
-	{RuleIssue, regexp.MustCompile(`(?i)\bissues?\s*#\s*\d+\b|\bissues?\s+\d+\b`)},
+	// An issue's numbered item, "item" and its number in parentheses, is an
+	// issue number too.
+	{RuleIssue, regexp.MustCompile(`(?i)\bissues?\s*#\s*\d+\b|\bissues?\s+\d+\b|\(items?\s+\d+\)`)},
 	{RuleTheIssue, regexp.MustCompile(`(?i)\bthe\s+issues?\b|\(issues?\)`)},
 	{RuleTheSpec, regexp.MustCompile(`(?i)\bthe\s+specs?\b|\b(?:persister|kafka|product|ingestion)\s+specs?\b|(?-i:\bspec(?:'s)?\s+(?:says|promises|quotes|words|recommends|advises|allows|asks|describes)\b)`)},
 	{RuleShared, regexp.MustCompile(`(?:\.\./)+shared\b|/work/(?:shared)\b`)},

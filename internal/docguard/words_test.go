@@ -28,6 +28,8 @@ func TestScanWords(t *testing.T) {
 		{"issue number", "a.go", "// TestX (issue 10, item 10)", []string{RuleIssue}},
 		{"issue hash number", "a.md", "Fixed by issue #33.", []string{RuleIssue}},
 		{"issue capitalised", "a.go", "// Issue 13's memory aim", []string{RuleIssue}},
+		{"an issue's item", "a.go", "// every Sealer takes its own nonce (item 16)", []string{RuleIssue}},
+		{"an item of a list", "a.go", `wantErr: "item 2 of 3 is empty"`, nil},
 		{"the issue", "a.go", "// as the issue asks", []string{RuleTheIssue}},
 		{"the issue's", "a.go", "// the issue's 1,000,000 events", []string{RuleTheIssue}},
 		{"the issue over a line break", "a.sql", "-- as the\n-- issue says", []string{RuleTheIssue}},

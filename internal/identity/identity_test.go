@@ -324,8 +324,8 @@ func BenchmarkProtect(b *testing.B) {
 	}
 }
 
-// A ciphertext opens only for the workspace and field it was made for (item
-// 14): copied into another workspace's row or another field, it fails.
+// A ciphertext opens only for the workspace and field it was made for:
+// copied into another workspace's row or another field, it fails.
 func TestCiphertextBoundToWorkspaceAndField(t *testing.T) {
 	ring, err := ParseKeyring(testKeyA)
 	if err != nil {
@@ -346,7 +346,7 @@ func TestCiphertextBoundToWorkspaceAndField(t *testing.T) {
 	}
 }
 
-// No GCM key meets random nonces or a nonce twice (item 16): every Sealer
+// No GCM key meets random nonces or a nonce twice: every Sealer
 // (and every single Encrypt) takes its own salt, and a Sealer's messages
 // count up under it; the raw format is the format byte, the 24-byte salt
 // and the 4-byte counter.
@@ -437,7 +437,7 @@ func TestFormat2StillOpens(t *testing.T) {
 	}
 }
 
-// Fingerprints are per workspace and start with the key version (item 15).
+// Fingerprints are per workspace and start with the key version.
 func TestFingerprintsPerWorkspaceAndVersioned(t *testing.T) {
 	f1, err := NewFingerprinter(testFP)
 	if err != nil {

@@ -18,9 +18,9 @@ func (f *apiFixture) txnAt(ext string, at time.Time, amount string) string {
 		ext, at.Format(time.RFC3339Nano), amount)
 }
 
-// A resend answers duplicate with the FIRST ID whatever its occurred_at
-// (item 10), a resend with other content answers conflict with the first ID
-// (item 5), and neither reaches the pipeline.
+// A resend answers duplicate with the FIRST ID whatever its occurred_at, a
+// resend with other content answers conflict with the first ID, and neither
+// reaches the pipeline.
 func TestResendAnswersTheFirstID(t *testing.T) {
 	f := newAPIFixture(t)
 	at := f.txTime.Add(123456 * time.Nanosecond) // sub-millisecond digits

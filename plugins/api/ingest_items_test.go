@@ -281,7 +281,7 @@ func BenchmarkDecodeBatch(b *testing.B) {
 	b.ReportMetric(rate/baseline, "decode/plain")
 }
 
-// An unknown field rejects its item alone (item 13), like any other
+// An unknown field rejects its item alone, like any other
 // validation error: the request's other items are decided as usual.
 func TestUnknownFieldRejectsItsItem(t *testing.T) {
 	body := batchOf(validTxn, withField(t, "workspace_id", `"6f1c2b9e-3d4a-4f5b-9c8d-7e6f5a4b3c2e"`),

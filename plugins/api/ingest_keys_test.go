@@ -40,8 +40,8 @@ func TestKeyLRUEvictsLeastRecentlyUsed(t *testing.T) {
 	}
 }
 
-// An unknown key costs one database round trip, however often it is sent
-// (item 12), and a malformed one none.
+// An unknown key costs one database round trip, however often it is sent,
+// and a malformed one none.
 func TestUnknownKeyIsLookedUpOnce(t *testing.T) {
 	f := newAPIFixture(t)
 	unknown, err := apikey.New()
@@ -63,7 +63,7 @@ func TestUnknownKeyIsLookedUpOnce(t *testing.T) {
 }
 
 // A flood of distinct unknown keys fills only its own lookup lane: a real
-// client whose cache entry expired is still checked and served (item 12).
+// client whose cache entry expired is still checked and served.
 func TestKeyFloodDoesNotStarveRealClients(t *testing.T) {
 	f := newAPIFixture(t)
 	if code, _ := f.call(t, "PUT", "/v1/customers/c-1", f.keyA, `{}`); code != 201 && code != 200 {

@@ -52,7 +52,7 @@ fingerprint_key: %s
 	}
 }
 
-// Settings reach the plugin through its YAML only (item 17): with the keys
+// Settings reach the plugin through its YAML only: with the keys
 // and SP_DB_URL set in the environment but not in the config, the keys are
 // missing and db_url is the documented default, not the environment's.
 func TestIngestAPIReadsNoEnvironment(t *testing.T) {

@@ -388,8 +388,8 @@ func TestIdempotent(t *testing.T) {
 }
 
 func TestMissingKeysRefuseToStart(t *testing.T) {
-	// The keys come from the config only; the environment is never read
-	// (item 17), so keys set there do not make a config without them work.
+	// The keys come from the config only; the environment is never read,
+	// so keys set there do not make a config without them work.
 	t.Setenv("SP_ENCRYPTION_KEY", testKey1)
 	t.Setenv("SP_FINGERPRINT_KEY", testFP)
 	for _, yaml := range []string{``, `fingerprint_key: "` + testFP + `"`, `encryption_key: "` + testKey1 + `"`} {
