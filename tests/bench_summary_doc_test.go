@@ -23,7 +23,7 @@ import (
 // ran).
 func TestBenchmarkTableIsWhatBenchSummaryWrites(t *testing.T) {
 	root := testenv.RepoRoot(t)
-	page, err := os.ReadFile(filepath.Join(root, "docs", "benchmarks.md"))
+	page, err := os.ReadFile(filepath.Join(root, "docs/benchmarks.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func TestBenchmarkTableIsWhatBenchSummaryWrites(t *testing.T) {
 		t.Fatalf("make is needed to run the bench-summary target: %v", err)
 	}
 	dir := t.TempDir()
-	tsv, doc := filepath.Join(dir, "rows.tsv"), filepath.Join(dir, "benchmarks.md")
+	tsv, doc := filepath.Join(dir, "rows.tsv"), filepath.Join(dir, "page")
 	if err := os.WriteFile(tsv, []byte(strings.Join(rows, "\n")+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
