@@ -41,6 +41,11 @@ var (
 	mdLinkText = regexp.MustCompile(`!?\[([^\]]*)\]\([^)]*\)`)
 	// htmlTag is any HTML tag, dropped from heading text.
 	htmlTag = regexp.MustCompile(`<[^>]+>`)
+	// underscoreEmphasis is _text_ or __text__ between word boundaries,
+	// which renders without its underscores (inside a word they stay).
+	underscoreEmphasis = regexp.MustCompile(`(^|[\s(])_{1,2}([^_\s](?:[^_]*[^_\s])?)_{1,2}([\s).,:;!?]|$)`)
+	// codeSpan splits a heading into code spans and the text between.
+	codeSpan = regexp.MustCompile("`+[^`]*`+")
 )
 
 // proseLines returns the page's lines with fenced code blocks blanked, so
@@ -147,6 +152,19 @@ func Anchors(text string) map[string]bool {
 	return out
 }
 
+// outsideCode applies f to the parts of s that are not code spans.
+func outsideCode(s string, f func(string) string) string {
+	var b strings.Builder
+	last := 0
+	for _, loc := range codeSpan.FindAllStringIndex(s, -1) {
+		b.WriteString(f(s[last:loc[0]]))
+		b.WriteString(s[loc[0]:loc[1]])
+		last = loc[1]
+	}
+	b.WriteString(f(s[last:]))
+	return b.String()
+}
+
 // Slug is the anchor GitHub gives a heading: the text as rendered (link
 // targets, code backticks and HTML tags gone), lower-cased, with every
 // character but letters, digits, marks, '-', '_' and spaces dropped and each
@@ -154,6 +172,7 @@ func Anchors(text string) map[string]bool {
 func Slug(heading string) string {
 	h := mdLinkText.ReplaceAllString(heading, "$1")
 	h = htmlTag.ReplaceAllString(h, "")
+	h = outsideCode(h, func(s string) string { return underscoreEmphasis.ReplaceAllString(s, "$1$2$3") })
 	h = strings.TrimSpace(h)
 	var b strings.Builder
 	for _, r := range strings.ToLower(h) {

@@ -48,6 +48,10 @@ func TestSlug(t *testing.T) {
 		"Dead letters: `.dlq` topics":           "dead-letters-dlq-topics",
 		"Größe & Überblick":                     "größe--überblick",
 		"  Trailing spaces  ":                   "trailing-spaces",
+		"Using _emphasis_ here":                 "using-emphasis-here",
+		"The __init__ hook, `__init__` too":     "the-init-hook-__init__-too",
+		"Test knobs (SP_TEST_*)":                "test-knobs-sp_test_",
+		"`tls.client_certs[].cert`":             "tlsclient_certscert",
 	}
 	for in, want := range cases {
 		if got := Slug(in); got != want {
