@@ -12,6 +12,9 @@
 #   Redis Cluster (three masters, no replicas) redis://127.0.0.1:17001,redis://127.0.0.1:17002,redis://127.0.0.1:17003
 #   Kafka 127.0.0.1:19092 (controller 127.0.0.1:19093), auto topic creation off
 #
+# It also installs the prometheus package for promtool (make test checks the alert rules with it); it
+# starts no Prometheus.
+#
 # Runs as root on Debian 12 (no systemd). Safe to run again while everything is up. State,
 # logs and "started by us" markers live in deploy/local/.run/, the Kafka jars in
 # .cache/kafka/<version>/ at the repo root (both ignored by git).
@@ -93,6 +96,9 @@ ensure_packages() {
   have mvn || need+=(maven)
   # Kafka 4.x brokers and tools need Java 17 or newer.
   if ! have java || (($(java_major || echo 0) < 17)); then need+=(openjdk-17-jre-headless); fi
+  # promtool checks and unit-tests deploy/observability/alerts.yaml; the observability test runs
+  # its own prometheus on a free port.
+  { have prometheus && have promtool; } || need+=(prometheus)
   ((${#need[@]} == 0)) && return 0
 
   log "installing missing packages: ${need[*]}"
@@ -100,6 +106,18 @@ ensure_packages() {
   apt-get update -qq || die "apt-get update failed"
   apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null ||
     die "apt-get install ${need[*]} failed"
+  if [[ " ${need[*]} " == *" prometheus "* ]]; then stop_packaged_prometheus; fi
+}
+
+# The Debian package starts a Prometheus service on :9090 and enables it at boot wherever an init
+# system lets it. Nothing here uses that one, so the one just installed is stopped and disabled.
+stop_packaged_prometheus() {
+  if have systemctl && [[ -d /run/systemd/system ]]; then
+    systemctl disable --now prometheus.service >/dev/null 2>&1 || true
+  elif [[ -x /etc/init.d/prometheus ]]; then
+    /etc/init.d/prometheus stop >/dev/null 2>&1 || true
+    have update-rc.d && { update-rc.d prometheus disable >/dev/null 2>&1 || true; }
+  fi
 }
 
 # A second message locale, so tests can prove that nothing classifies PostgreSQL's errors by their
