@@ -15,7 +15,7 @@ E2E_PKGS  = ./tests/...
 # Integration tests must not skip under make: a missing service is a failure here.
 export SP_TEST_REQUIRE_SERVICES = 1
 
-.PHONY: help build go-check run test chaos bench bench-summary docs fmt vet lint stack-up stack-down clean
+.PHONY: help build go-check run test chaos bench bench-summary docs fmt vet lint stack-up stack-down clean alerts
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -42,6 +42,11 @@ run: stack-up build ## start the whole pipeline on this machine (embedded broker
 vet: ## go vet every package
 	go vet ./...
 
+alerts: ## check deploy/observability/alerts.yaml and run its unit tests (promtool, from the prometheus package)
+	@command -v promtool >/dev/null || { echo "promtool not found: make stack-up installs it (Debian package prometheus)" >&2; exit 1; }
+	promtool check rules deploy/observability/alerts.yaml
+	promtool test rules deploy/observability/alerts_test.yaml
+
 lint: build ## lint every pipeline, run their *_benthos_test.yaml unit tests and the starter rules' tests
 	$(BIN) lint pipelines/*.yaml config/*.yaml config/examples/*.yaml
 	$(BIN) test ./pipelines/... ./config/examples/...
@@ -57,6 +62,8 @@ test: ## run every test against real services (about 22 minutes on 2 cores; each
 	@$(MAKE) --no-print-directory vet
 	$(call PHASE,lint pipelines and starter rules)
 	@$(MAKE) --no-print-directory lint
+	$(call PHASE,alert rules)
+	@$(MAKE) --no-print-directory alerts
 	$(call PHASE,gofmt)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(call PHASE,unit and integration tests under the race detector)
