@@ -315,9 +315,10 @@ func obsLoadDashboards(t *testing.T, dir string) []obsDashboard {
 			Panels     []panel `json:"panels"`
 			Templating struct {
 				List []struct {
-					Name       string `json:"name"`
-					Type       string `json:"type"`
-					Definition string `json:"definition"`
+					Name       string          `json:"name"`
+					Type       string          `json:"type"`
+					Definition string          `json:"definition"`
+					Query      json.RawMessage `json:"query"`
 					Current    struct {
 						Value any `json:"value"`
 					} `json:"current"`
@@ -337,7 +338,13 @@ func obsLoadDashboards(t *testing.T, dir string) []obsDashboard {
 			case v.Type == "datasource":
 				hasDatasource = v.Name == "datasource"
 			case v.Type == "query":
-				od.varQuery[v.Name] = v.Definition
+				// The query as a string, or Grafana's newer object form,
+				// whose definition holds the same text.
+				q := v.Definition
+				if err := json.Unmarshal(v.Query, &q); err != nil || q == "" {
+					q = v.Definition
+				}
+				od.varQuery[v.Name] = q
 			default:
 				if s, ok := v.Current.Value.(string); ok && s != "" {
 					od.constVars[v.Name] = s
