@@ -27,6 +27,8 @@ var (
 	inlineLink = regexp.MustCompile(`\]\(\s*(<[^>]*>|[^)\s]+)(?:\s+(?:"[^"]*"|'[^']*'))?\s*\)`)
 	// refDef is a reference definition: [label]: dest "title".
 	refDef = regexp.MustCompile(`^ {0,3}\[[^\]]+\]:\s*(<[^>]*>|\S+)`)
+	// refDefAll is refDef for every line of a text.
+	refDefAll = regexp.MustCompile(`(?m)^ {0,3}\[[^\]]+\]:[ \t]*(<[^>]*>|\S+)`)
 	// htmlLink is the target of <a href> or <img src>.
 	htmlLink = regexp.MustCompile(`(?i)<(?:a|img)\b[^>]*?\s(?:href|src)\s*=\s*["']([^"']*)["']`)
 	// htmlAnchor is an explicit anchor: <a id="x"> or <a name="x">.

@@ -3,6 +3,7 @@ package docguard
 import (
 	"path"
 	"regexp"
+	"sort"
 	"strings"
 	"unicode"
 )
@@ -27,30 +28,25 @@ const (
 	RuleMarkdown = "Markdown document the repository does not ship"
 )
 
-// wordRules are the rules that need nothing but the text. Each may match
-// across a line break of a comment or paragraph, which ScanWords also looks
-// at.
+// wordRules are the rules that need nothing but the text. They run over the
+// whole file with comment markers blanked (normalise), so a phrase broken
+// over two lines of a comment or paragraph is found too. A rule runs only on
+// a file holding one of its keywords (lower-case), which keeps the guard
+// fast.
 var wordRules = []struct {
-	name string
-	re   *regexp.Regexp
+	name     string
+	keywords []string
+	re       *regexp.Regexp
 }{
-	{RuleSession, regexp.MustCompile(`(?i)\bsessions?\s*#?\s*\d+(?:\s*[-–—]\s*\d+)?\b`)},
+	{RuleSession, []string{"session"}, regexp.MustCompile(`(?i)\bsessions?\s*#?\s*\d+(?:\s*[-–—]\s*\d+)?\b`)},
 	// An issue's numbered item, "item" and its number in parentheses, is an
 	// issue number too.
-	{RuleIssue, regexp.MustCompile(`(?i)\bissues?\s*#\s*\d+\b|\bissues?\s+\d+\b|\(items?\s+\d+\)`)},
-	{RuleTheIssue, regexp.MustCompile(`(?i)\bthe\s+issues?\b|\(issues?\)`)},
-	{RuleTheSpec, regexp.MustCompile(`(?i)\bthe\s+specs?\b|\b(?:persister|kafka|product|ingestion)\s+specs?\b|(?-i:\bspec(?:'s)?\s+(?:says|promises|quotes|words|recommends|advises|allows|asks|describes)\b)`)},
-	{RuleShared, regexp.MustCompile(`(?:\.\./)+shared\b|/work/(?:shared)\b`)},
-	{RuleHistory, regexp.MustCompile(`(?i)\bwas\s+[~≈]?\d[\d.,]*\s*[^\s.;,]*[,;]?\s+(?:and\s+)?(?:is\s+)?now\s+[~≈]?\d`)},
+	{RuleIssue, []string{"issue", "item"}, regexp.MustCompile(`(?i)\bissues?\s*#\s*\d+\b|\bissues?\s+\d+\b|\(items?\s+\d+\)`)},
+	{RuleTheIssue, []string{"issue"}, regexp.MustCompile(`(?i)\bthe\s+issues?\b|\(issues?\)`)},
+	{RuleTheSpec, []string{"spec"}, regexp.MustCompile(`(?i)\bthe\s+specs?\b|\b(?:persister|kafka|product|ingestion)\s+specs?\b|(?-i:\bspec(?:'s)?\s+(?:says|promises|quotes|words|recommends|advises|allows|asks|describes)\b)`)},
+	{RuleShared, []string{"shared"}, regexp.MustCompile(`(?:\.\./)+shared\b|/work/(?:shared)\b`)},
+	{RuleHistory, []string{"now"}, regexp.MustCompile(`(?i)\bwas\s+[~≈]?\d[\d.,]*\s*[^\s.;,]*[,;]?\s+(?:and\s+)?(?:is\s+)?now\s+[~≈]?\d`)},
 }
-
-// hexWord is a word of 7 to 40 lower-case hex digits: the shape of a commit
-// hash, abbreviated or not. Whether it is one depends on what surrounds it.
-var hexWord = regexp.MustCompile(`[0-9a-f]{7,40}`)
-
-// floatWord is a number in exponent form (1e999999), which hexWord also
-// matches.
-var floatWord = regexp.MustCompile(`^\d+e\d+$`)
 
 // hashLeadIns are the words after which a hex word is a commit given as a
 // reason ("since", "at main", "before", …).
@@ -59,7 +55,11 @@ var hashLeadIns = map[string]bool{
 	"main": true, "before": true, "after": true, "until": true, "from": true, "revert": true,
 }
 
-// mdRef is a path or name ending in .md; URLs are removed before it runs.
+// floatWord is a number in exponent form (1e999999), which has the shape of
+// a hex word.
+var floatWord = regexp.MustCompile(`^\d+e\d+$`)
+
+// mdRef is a path or name ending in .md.
 var mdRef = regexp.MustCompile(`[\w./-]*[\w-]\.md\b`)
 
 // urlRe matches a URL, whose path may name a Markdown file of another
@@ -72,69 +72,108 @@ var urlRe = regexp.MustCompile(`[a-zA-Z][a-zA-Z0-9+.-]*://[^\s)>\]"'` + "`" + `]
 // Markdown name counts as shipped when it resolves to one from the file's
 // own directory or from the root.
 func ScanWords(file, text string, shipped func(string) bool) []Finding {
-	lines := strings.Split(text, "\n")
-	prose := make([]string, len(lines))
-	for i, l := range lines {
-		prose[i] = stripCommentMarker(l)
-	}
+	lines := lineStarts(text)
+	lower := strings.ToLower(text)
+	norm := normalise(text)
 	var out []Finding
-	for i, l := range lines {
-		n := i + 1
-		for _, r := range wordRules {
-			for _, m := range r.re.FindAllString(l, -1) {
-				out = append(out, Finding{n, r.name, m})
-			}
+	for _, r := range wordRules {
+		if !containsAny(lower, r.keywords) {
+			continue
 		}
-		for _, m := range hashes(l) {
-			out = append(out, Finding{n, RuleHash, m})
-		}
-		for _, m := range markdownRefs(file, l, shipped) {
-			out = append(out, Finding{n, RuleMarkdown, m})
-		}
-		// A phrase broken over two lines of prose: look at the end of this
-		// line joined to the start of the next, and keep only matches that
-		// straddle the join (the others were found line by line).
-		if i+1 < len(lines) {
-			a, b := prose[i], prose[i+1]
-			if a == "" || b == "" {
-				continue
-			}
-			joined := a + " " + b
-			for _, r := range wordRules {
-				for _, loc := range r.re.FindAllStringIndex(joined, -1) {
-					if loc[0] < len(a) && loc[1] > len(a)+1 {
-						out = append(out, Finding{n, r.name, joined[loc[0]:loc[1]]})
-					}
-				}
-			}
+		for _, loc := range r.re.FindAllStringIndex(norm, -1) {
+			out = append(out, Finding{lineOf(lines, loc[0]), r.name, strings.Join(strings.Fields(norm[loc[0]:loc[1]]), " ")})
 		}
 	}
+	for _, loc := range hashes(text) {
+		out = append(out, Finding{lineOf(lines, loc[0]), RuleHash, text[loc[0]:loc[1]]})
+	}
+	if strings.Contains(lower, ".md") {
+		for _, loc := range markdownRefs(file, text, shipped) {
+			out = append(out, Finding{lineOf(lines, loc[0]), RuleMarkdown, text[loc[0]:loc[1]]})
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Line < out[j].Line })
 	return out
 }
 
-// stripCommentMarker returns a line without its indentation and its leading
-// comment or quote marker (//, #, --, *, >), for joining lines of prose.
-func stripCommentMarker(l string) string {
-	l = strings.TrimSpace(l)
-	for _, p := range []string{"//", "#", "--", "*", ">"} {
-		if strings.HasPrefix(l, p) {
-			l = strings.TrimSpace(strings.TrimLeft(l, p[:1]))
-			break
+func containsAny(s string, subs []string) bool {
+	for _, sub := range subs {
+		if strings.Contains(s, sub) {
+			return true
 		}
 	}
-	return l
+	return false
 }
 
-// hashes returns the hex words of l that read as commit hashes given as a
-// reason: after a lead-in word, alone in parentheses, or alone in backticks.
-func hashes(l string) []string {
-	var out []string
-	for _, loc := range hexWord.FindAllStringIndex(l, -1) {
-		w := l[loc[0]:loc[1]]
-		if !strings.ContainsAny(w, "0123456789") || !strings.ContainsAny(w, "abcdef") || floatWord.MatchString(w) {
+// lineStarts are the offsets at which text's lines start.
+func lineStarts(text string) []int {
+	starts := []int{0}
+	for i := 0; i < len(text); i++ {
+		if text[i] == '\n' {
+			starts = append(starts, i+1)
+		}
+	}
+	return starts
+}
+
+// lineOf is the 1-based line of offset off.
+func lineOf(starts []int, off int) int {
+	return sort.Search(len(starts), func(i int) bool { return starts[i] > off })
+}
+
+// normalise returns text with each line's leading comment or quote marker
+// (//, #, --, *, >) turned into spaces, byte for byte, so that offsets stay
+// true and a phrase continued on the next line of a comment reads as one.
+func normalise(text string) string {
+	b := []byte(text)
+	for i := 0; i < len(b); {
+		j := i
+		for j < len(b) && (b[j] == ' ' || b[j] == '\t') {
+			j++
+		}
+		if j < len(b) {
+			switch c := b[j]; {
+			case c == '/' && j+1 < len(b) && b[j+1] == '/', c == '-' && j+1 < len(b) && b[j+1] == '-', c == '#', c == '*', c == '>':
+				for j < len(b) && b[j] == c {
+					b[j] = ' '
+					j++
+				}
+			}
+		}
+		for i = j; i < len(b) && b[i] != '\n'; i++ {
+		}
+		i++
+	}
+	return string(b)
+}
+
+// hashes returns the spans of text's hex words that read as commit hashes
+// given as a reason: after a lead-in word, alone in parentheses, or alone
+// in backticks.
+func hashes(text string) [][2]int {
+	var out [][2]int
+	for i := 0; i < len(text); {
+		if !isHex(text[i]) {
+			i++
 			continue
 		}
-		before, after := l[:loc[0]], l[loc[1]:]
+		j := i
+		digit, letter := false, false
+		for j < len(text) && isHex(text[j]) {
+			if text[j] <= '9' {
+				digit = true
+			} else {
+				letter = true
+			}
+			j++
+		}
+		start, end := i, j
+		i = j
+		if n := end - start; n < 7 || n > 40 || !digit || !letter || floatWord.MatchString(text[start:end]) {
+			continue
+		}
+		lineStart := strings.LastIndexByte(text[:start], '\n') + 1
+		before, after := text[lineStart:start], text[end:]
 		// Part of a longer word, a version, a UUID, a path or a digest.
 		if prev, ok := lastRune(before); ok && (isWordRune(prev) || strings.ContainsRune("-_./:@#", prev)) {
 			continue
@@ -149,10 +188,12 @@ func hashes(l string) []string {
 		default:
 			continue
 		}
-		out = append(out, w)
+		out = append(out, [2]int{start, end})
 	}
 	return out
 }
+
+func isHex(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' }
 
 // lastWord is the last run of letters in s, ignoring what follows it.
 func lastWord(s string) string {
@@ -178,26 +219,36 @@ func firstRune(s string) (rune, bool) {
 	return 0, false
 }
 
-// markdownRefs returns the Markdown documents l names that file cannot reach:
-// a name counts when it is a shipped file relative to file's directory or to
-// the repository root.
-func markdownRefs(file, l string, shipped func(string) bool) []string {
-	l = urlRe.ReplaceAllString(l, " ")
-	// A page's links are ScanLinks' to check, anchors and all.
+// markdownRefs returns the spans of the Markdown documents text names that
+// file cannot reach: a name counts when it is a shipped file relative to
+// file's directory or to the repository root. A URL's path is another
+// repository's, and a page's link destinations are ScanLinks' to check.
+func markdownRefs(file, text string, shipped func(string) bool) [][2]int {
+	skip := urlRe.FindAllStringIndex(text, -1)
 	if strings.HasSuffix(strings.ToLower(file), ".md") {
-		l = inlineLink.ReplaceAllString(l, "]()")
-		l = refDef.ReplaceAllString(l, "")
+		for _, m := range inlineLink.FindAllStringSubmatchIndex(text, -1) {
+			skip = append(skip, m[2:4])
+		}
+		skip = append(skip, refDefAll.FindAllStringIndex(text, -1)...)
 	}
-	var out []string
-	for _, loc := range mdRef.FindAllStringIndex(l, -1) {
+	inSkip := func(off int) bool {
+		for _, s := range skip {
+			if off >= s[0] && off < s[1] {
+				return true
+			}
+		}
+		return false
+	}
+	var out [][2]int
+	for _, loc := range mdRef.FindAllStringIndex(text, -1) {
 		// A pattern or a template, not a name: *.md, %s.md, {{.Name}}.md, $page.md.
-		if prev, ok := lastRune(l[:loc[0]]); ok && strings.ContainsRune("*%}$", prev) {
+		if prev, ok := lastRune(text[:loc[0]]); ok && strings.ContainsRune("*%}$", prev) {
 			continue
 		}
-		ref := l[loc[0]:loc[1]]
-		if !resolves(file, ref, shipped) {
-			out = append(out, ref)
+		if inSkip(loc[0]) || resolves(file, text[loc[0]:loc[1]], shipped) {
+			continue
 		}
+		out = append(out, [2]int{loc[0], loc[1]})
 	}
 	return out
 }
