@@ -201,7 +201,7 @@ func TestObservabilityDashboardsAndAlertsOnLivePrometheus(t *testing.T) {
 	if code := load.waitExit(t, runBound); code != 0 {
 		t.Fatalf("loadgen exited %d:\n%s", code, load.tail(3000))
 	}
-	// Everything the dashboards show has happened once it reaches the worker.
+	// Every event the test caused has been counted, and the load stored.
 	for _, m := range []string{"speculapro_stream_rule_hits_total", "speculapro_worker_deliveries_total",
 		"speculapro_persist_dead_letters_total", "speculapro_decision_events_lost_total"} {
 		waitForMetric(t, dev, m, 1)
