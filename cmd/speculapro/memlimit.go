@@ -54,8 +54,8 @@ func setMemoryLimit(args []string) {
 // and 250 MiB as much. Below about 1.4 times the live heap the collector runs
 // nearly all the time, which streamLiveHeadroom guards: with it following
 // the live heap, this limit's runs peak at 340-400 MB.
-// docs/design/performance.md gives the figures and the command that
-// reproduces them.
+// docs/design/performance.md ("The stream's memory limit") gives the
+// figures and the command that reproduces them.
 const streamMemoryLimit = 300 << 20
 
 // streamLiveHeadroom is how far above the live heap the stream's limit
@@ -104,7 +104,7 @@ func followLiveHeap(interval time.Duration) {
 // at 16 clients × 500-item requests (BenchmarkIngestThroughput, runs
 // alternated with SP_TEST_BENCH_GOGC) it costs about 12 µs of CPU per item
 // against 13-15 at 200 and 15 at Go's 100, at a peak RSS of about 150 MB
-// (aim ≤ 200 MB).
+// (aim ≤ 200 MB; docs/design/performance.md, "The ingest role's GOGC").
 const ingestGCPercent = 300
 
 // runsIngest reports whether the command line runs the ingest role alone:

@@ -224,7 +224,8 @@ func TestMigrateRefusesEditedOrUnknownMigrations(t *testing.T) {
 }
 
 // TestMigratedSchemaTablesNotCreatedByOwnerDenySystem is the persister's
-// documented `permission denied` case (docs/operations.md, troubleshooting): grants come from the owner's default privileges, so a table
+// documented `permission denied` case (docs/operations.md, "Always run
+// migrations as speculapro_owner"): grants come from the owner's default privileges, so a table
 // created by any other role (here the superuser, as a migration run with the
 // wrong URL would) is not writable by speculapro_system.
 func TestMigratedSchemaTablesNotCreatedByOwnerDenySystem(t *testing.T) {

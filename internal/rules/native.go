@@ -17,7 +17,8 @@ import (
 // && and || (a number is true unless zero), and its null handling (| takes
 // the right side on null or on an error). Interpreting the Bloblang tree
 // per event, and building the map it reads, is most of the cost of rules
-// run through Bloblang (docs/design/performance.md).
+// run through Bloblang (docs/design/performance.md, "The native rule
+// evaluator").
 //
 // A closure either decides (a value) or fails with errBlob (Bloblang fails
 // there too: the rule is then run through Bloblang for its error, so the
