@@ -547,7 +547,7 @@ func processCPU(b *testing.B, p *binProcess) float64 {
 // workspace with the starter pack and with 100 rules (the pack repeated
 // under other names), over the pack's own test cases' events and features;
 // the baseline is the same rules all run through Bloblang
-// (rules.CompileBloblang), as before the native evaluator.
+// (rules.CompileBloblang), as they run without the native evaluator.
 func BenchmarkRuleEvaluation(b *testing.B) {
 	files, err := filepath.Glob(filepath.Join(testenv.RepoRoot(b), "config/rules/*.yaml"))
 	if err != nil || len(files) == 0 {

@@ -114,8 +114,8 @@ func snapStrings(t *testing.T, c redis.UniversalClient, s *Store, key string) (m
 	now := time.Now().UnixMilli()
 	out, n := map[string]string{}, 0
 	// One probe per slot from a minute ago to a whole slot past the
-	// latest expiry (now + ttl): stopping a minute past it missed that
-	// expiry's slot whenever it began in the last minute before now + ttl.
+	// latest expiry (now + ttl): stopping a minute past it would miss that
+	// expiry's slot whenever it begins in the last minute before now + ttl.
 	for at := now - time.Minute.Milliseconds(); at <= now+(s.ttl+s.snapSlot).Milliseconds(); at += s.snapSlot.Milliseconds() {
 		k, _ := s.snapKey(key, at)
 		v, err := c.Get(ctx, k).Result()
