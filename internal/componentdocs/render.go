@@ -262,11 +262,14 @@ kind and name shown here, for instance ` + "`input: { kafka_franz: { … } }`" +
 		fmt.Fprintf(&b, "| [%s](%s) | %s | %s |\n", r.c.Name, PagePath(r.c), r.c.Kind, cell(r.summary))
 	}
 	b.WriteString(`
-Where one of these shares its name with a Redpanda Connect component (` + "`kafka_franz`, `prometheus`, `open_telemetry_collector`" + `),
-this binary's is the one that runs, and its page here is the one that applies. The engine's built-in
+Where one of these shares its name with a Redpanda Connect component (` + "`kafka_franz`" + ` does, for one), this
+binary's is the one that runs, and its page here is the one that applies. The engine's built-in
 components that this binary also ships (` + "`bloblang`, `switch`, `file`, `stdout`" + ` and the rest of its pure and io
 families) are documented on [Redpanda Connect's component pages](` + connectDocs + `components/about/);
-` + "`speculapro list`" + ` prints every component this binary ships, ours and the engine's.
+` + "`speculapro list`" + ` prints every component this binary ships, ours and the engine's. For a component this
+binary does not ship, run a stock Redpanda Connect beside SpeculaPro, connected through our topics: the
+[architecture](../architecture.md) page says how. The pipelines fill most fields from ` + "`SP_*`" + ` settings, listed with
+their defaults in [configuration](../configuration.md).
 
 These pages are generated from the config specs in the Go source: change a spec, then run ` + "`make docs`" + ` to
 rewrite them. ` + "`make test`" + ` fails while a page differs from its spec.
