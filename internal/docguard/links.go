@@ -1,8 +1,10 @@
 package docguard
 
 import (
+	"errors"
 	"fmt"
 	"net/url"
+	"path"
 	"regexp"
 	"strings"
 	"unicode"
@@ -186,4 +188,53 @@ func Slug(heading string) string {
 		}
 	}
 	return b.String()
+}
+
+// Repo is what Resolve needs to know of the repository: its files and
+// folders (slash paths from the root) and a page's anchors.
+type Repo struct {
+	IsFile  func(string) bool
+	IsDir   func(string) bool
+	Anchors func(page string) map[string]bool
+}
+
+// Errors of Resolve.
+var (
+	ErrNotShipped     = errors.New("is not a tracked file")
+	ErrNoAnchor       = errors.New("has no heading or <a id> with that anchor")
+	ErrAnchorOnFolder = errors.New("an anchor on a folder")
+)
+
+// Resolve checks a link of page (a slash path from the root): its path must
+// be a file or folder of the repository, relative to the page (or to the
+// root when it starts with /), and its anchor, on a Markdown page, one the
+// page offers. An anchor into another kind of file (a line of a JSON
+// document) is not checked.
+func (r Repo) Resolve(page string, l Link) error {
+	target := page
+	if l.Path != "" {
+		if strings.HasPrefix(l.Path, "/") {
+			target = path.Clean(strings.TrimPrefix(l.Path, "/"))
+		} else {
+			target = path.Join(path.Dir(page), l.Path)
+		}
+		switch {
+		case target == ".." || strings.HasPrefix(target, "../"):
+			return fmt.Errorf("%s: %w (outside the repository)", target, ErrNotShipped)
+		case r.IsDir(target):
+			if l.Anchor != "" {
+				return fmt.Errorf("%s: %w", target, ErrAnchorOnFolder)
+			}
+			return nil
+		case !r.IsFile(target):
+			return fmt.Errorf("%s %w", target, ErrNotShipped)
+		}
+	}
+	if l.Anchor == "" || !strings.HasSuffix(strings.ToLower(target), ".md") {
+		return nil
+	}
+	if !r.Anchors(target)[l.Anchor] {
+		return fmt.Errorf("%s %w: #%s", target, ErrNoAnchor, l.Anchor)
+	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package docguard
 
 import (
+	"errors"
 	"reflect"
 	"sort"
 	"testing"
@@ -93,5 +94,55 @@ text
 	want := []string{"custom-id", "kafka", "old-name", "setext-heading", "topics", "topics-1", "topics-2"}
 	if !reflect.DeepEqual(keys, want) {
 		t.Errorf("Anchors = %q, want %q", keys, want)
+	}
+}
+
+// Each link of a page is held to the repository: a broken one must be
+// caught with its reason, a good one must pass.
+func TestResolve(t *testing.T) {
+	files := map[string]string{
+		"README.md":                   "# SpeculaPro\n## Quick start\n",
+		"docs/kafka.md":               "# Kafka\n## Topics\n### Topics\n",
+		"docs/design/performance.md":  "# Performance\n",
+		"plugins/api/openapi.json":    "{}",
+		"deploy/observability/a.yaml": "",
+	}
+	dirs := map[string]bool{".": true, "docs": true, "docs/design": true, "plugins": true, "plugins/api": true, "deploy": true, "deploy/observability": true}
+	repo := Repo{
+		IsFile:  func(p string) bool { _, ok := files[p]; return ok },
+		IsDir:   func(p string) bool { return dirs[p] },
+		Anchors: func(p string) map[string]bool { return Anchors(files[p]) },
+	}
+	cases := []struct {
+		name, page, dest string
+		want             error
+	}{
+		{"a page", "docs/kafka.md", "design/performance.md", nil},
+		{"a page and its heading", "docs/design/performance.md", "../kafka.md#topics", nil},
+		{"a repeated heading", "docs/design/performance.md", "../kafka.md#topics-1", nil},
+		{"a heading of the page itself", "docs/kafka.md", "#topics", nil},
+		{"up to the root", "docs/kafka.md", "../README.md#quick-start", nil},
+		{"from the root", "docs/kafka.md", "/plugins/api/openapi.json", nil},
+		{"a JSON document's line", "README.md", "plugins/api/openapi.json#L3", nil},
+		{"a folder", "docs/kafka.md", "../deploy/observability/", nil},
+		{"a missing page", "docs/kafka.md", "persister.md", ErrNotShipped},
+		{"a page named from the wrong folder", "docs/kafka.md", "docs/design/performance.md", ErrNotShipped},
+		{"outside the repository", "README.md", "../elsewhere/x.md", ErrNotShipped},
+		{"a missing heading", "README.md", "docs/kafka.md#partitions", ErrNoAnchor},
+		{"a heading in the wrong case", "docs/kafka.md", "#Topics", ErrNoAnchor},
+		{"a missing heading of the page itself", "README.md", "#licence", ErrNoAnchor},
+		{"an anchor on a folder", "README.md", "docs/#kafka", ErrAnchorOnFolder},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			links := ScanLinks("[x](" + c.dest + ")")
+			if len(links) != 1 {
+				t.Fatalf("ScanLinks found %d links in %q", len(links), c.dest)
+			}
+			err := repo.Resolve(c.page, links[0])
+			if (c.want == nil) != (err == nil) || (c.want != nil && !errors.Is(err, c.want)) {
+				t.Errorf("Resolve(%s, %s) = %v, want %v", c.page, c.dest, err, c.want)
+			}
+		})
 	}
 }

@@ -138,35 +138,19 @@ func TestMarkdownLinksResolve(t *testing.T) {
 		anchors[f] = Anchors(text)
 		return anchors[f]
 	}
+	repo := Repo{
+		IsFile:  func(p string) bool { return tr.set[p] },
+		IsDir:   func(p string) bool { return p == "." || tr.dirs[p] },
+		Anchors: anchorsOf,
+	}
 	for _, f := range tr.files {
 		if !strings.HasSuffix(strings.ToLower(f), ".md") {
 			continue
 		}
 		text, _ := tr.read(t, f)
 		for _, l := range ScanLinks(text) {
-			target := f
-			if l.Path != "" {
-				if strings.HasPrefix(l.Path, "/") {
-					target = path.Clean(strings.TrimPrefix(l.Path, "/"))
-				} else {
-					target = path.Join(path.Dir(f), l.Path)
-				}
-				switch {
-				case target == "." || tr.dirs[target]:
-					if l.Anchor != "" {
-						t.Errorf("%s:%d: %s: an anchor on a folder", f, l.Line, l.Dest)
-					}
-					continue
-				case strings.HasPrefix(target, "../") || !tr.set[target]:
-					t.Errorf("%s:%d: %s: %s is not a tracked file", f, l.Line, l.Dest, target)
-					continue
-				}
-			}
-			if l.Anchor == "" || !strings.HasSuffix(strings.ToLower(target), ".md") {
-				continue
-			}
-			if !anchorsOf(target)[l.Anchor] {
-				t.Errorf("%s:%d: %s: %s has no heading or <a id> with anchor #%s", f, l.Line, l.Dest, target, l.Anchor)
+			if err := repo.Resolve(f, l); err != nil {
+				t.Errorf("%s:%d: %s: %v", f, l.Line, l.Dest, err)
 			}
 		}
 	}
