@@ -12,7 +12,9 @@
 //   - ScanLinks finds every relative link of a Markdown page, with its
 //     #anchor, and Anchors computes the anchors a page offers by the code
 //     host's rules (GitHub's: lower-case, punctuation dropped, spaces to '-',
-//     repeated headings numbered -1, -2, …, explicit <a id> and <a name>).
+//     repeated headings numbered -1, -2, …, explicit <a id> and <a name>);
+//     Repo.Resolve holds a link to a tracked file or folder and its anchor
+//     to one the page offers.
 //
 // The tree-wide tests in this package run both over every tracked file
 // (`git ls-files`), in `make test`, without any service.
