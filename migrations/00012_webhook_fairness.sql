@@ -1,4 +1,4 @@
--- 00011_webhook_fairness: what the worker needs to claim webhook deliveries fairly, endpoint by
+-- 00012_webhook_fairness: what the worker needs to claim webhook deliveries fairly, endpoint by
 -- endpoint, and to suspend an endpoint that has failed for a long time.
 
 -- The claim takes each endpoint's oldest due deliveries, a few per endpoint and round, so one
