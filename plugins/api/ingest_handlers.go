@@ -305,14 +305,10 @@ func releaseResults(r []itemResult) {
 // msgConflict answers a resend whose content differs from the first.
 const msgConflict = "this external_id was accepted with other content; the first is kept (send a new external_id for a new transaction)"
 
-// contentHash is the hash a resend is compared by (see contentHash); the
-// identifier's fingerprint is the one computed when the item was parsed.
+// contentHash is the hash a resend is compared by (see contentHash), of
+// the envelope as it leaves for Kafka: its counterparty protected already.
 func (a *ingestAPI) contentHash(_ event.UUID, it *item) [8]byte {
-	fp := ""
-	if cp := it.cp; cp != nil {
-		fp = cp.fp
-	}
-	return contentHash(&it.env, it.cp, fp)
+	return contentHash(&it.env)
 }
 
 // decide answers the first copy of each external_id of a request:
@@ -323,7 +319,9 @@ func (a *ingestAPI) contentHash(_ event.UUID, it *item) [8]byte {
 //     persister stores once;
 //   - a new claim is looked up in the database by (workspace_id,
 //     external_id): stored already (its Redis entry expired or was lost)
-//     answers duplicate with the stored ID. The lookup runs beside the
+//     answers with the stored ID, duplicate or conflict by the content
+//     hash stored with the row (duplicate for a row stored before rows
+//     kept one: its content is unknown). The lookup runs beside the
 //     claim, for every candidate, rather than after it for the new claims
 //     alone: at 16 × 500-item requests the two round trips one after the
 //     other would be two waits in line (Redis's, PostgreSQL's) on a busy
@@ -414,13 +412,26 @@ func (a *ingestAPI) decide(ctx context.Context, ws event.UUID, kind event.Kind, 
 		var upEntries []idemEntry
 		for _, i := range fresh {
 			it := candidates[i]
-			if id, ok := stored[it.externalID]; ok {
-				results[it.index].Status, results[it.index].ID = statusDuplicate, id.String()
-				upKeys = append(upKeys, keys[i])
-				upEntries = append(upEntries, idemEntry{state: idemStored, id: id, hash: hashes[it.index]})
+			row, ok := stored[it.externalID]
+			if !ok {
+				send = append(send, i)
 				continue
 			}
-			send = append(send, i)
+			res := &results[it.index]
+			res.Status, res.ID = statusDuplicate, row.id.String()
+			// The entry written back answers the next resends as this one
+			// was: by the stored hash when the row has one (the entry is
+			// then an accepted one, its hash the first content's), else
+			// duplicate whatever they carry (stored).
+			entry := idemEntry{state: idemStored, id: row.id, hash: hashes[it.index]}
+			if row.hashed {
+				entry.state, entry.hash = idemAccepted, row.hash
+				if row.hash != hashes[it.index] {
+					res.Status, res.Message = statusConflict, msgConflict
+				}
+			}
+			upKeys = append(upKeys, keys[i])
+			upEntries = append(upEntries, entry)
 		}
 		if err := a.idem.update(rctx, upKeys, upEntries); err != nil {
 			a.logRedis(err)
@@ -680,26 +691,35 @@ func failedItems(ackErr error, items []*item) map[int]error {
 
 // storedLookup is what storedIDs answered.
 type storedLookup struct {
-	stored map[string]event.UUID
+	stored map[string]storedRow
 	err    error
 }
 
+// storedRow is a stored external_id: its ID and, when the row keeps one
+// (hashed), the content hash it was stored with.
+type storedRow struct {
+	id     event.UUID
+	hash   [event.ContentHashLen]byte
+	hashed bool
+}
+
 // storedIDs returns the IDs the persister stored the external IDs under,
-// looked up by the (workspace_id, external_id) index of every partition.
-func (a *ingestAPI) storedIDs(ctx context.Context, ws event.UUID, kind event.Kind, exts []string) (map[string]event.UUID, error) {
+// with their content hashes, looked up by the (workspace_id, external_id)
+// index of every partition.
+func (a *ingestAPI) storedIDs(ctx context.Context, ws event.UUID, kind event.Kind, exts []string) (map[string]storedRow, error) {
 	table := "speculapro.transactions"
 	if kind == event.KindAccountEvent {
 		table = "speculapro.account_events"
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), iaProbeTimeout)
 	defer cancel()
-	stored := make(map[string]event.UUID)
+	stored := make(map[string]storedRow)
 	// One round trip: a batch runs as one implicit transaction, so the
 	// workspace binding (set_config local) holds for the query, and no
 	// BEGIN and COMMIT of their own wait on the request.
 	var b pgx.Batch
 	b.Queue(`SELECT set_config('speculapro.workspace_id', $1, true)`, ws.String())
-	b.Queue(`SELECT external_id, id FROM `+table+` WHERE workspace_id = $1 AND external_id = ANY($2)`, ws, exts)
+	b.Queue(`SELECT external_id, id, content_hash FROM `+table+` WHERE workspace_id = $1 AND external_id = ANY($2)`, ws, exts)
 	err := func() error {
 		br := a.pool.SendBatch(ctx, &b)
 		defer br.Close()
@@ -713,11 +733,15 @@ func (a *ingestAPI) storedIDs(ctx context.Context, ws event.UUID, kind event.Kin
 		defer rows.Close()
 		for rows.Next() {
 			var ext string
-			var id event.UUID
-			if err := rows.Scan(&ext, &id); err != nil {
+			var row storedRow
+			var hash []byte
+			if err := rows.Scan(&ext, &row.id, &hash); err != nil {
 				return err
 			}
-			stored[ext] = id
+			// Another length is no hash this version wrote: unknown, as NULL.
+			row.hashed = len(hash) == event.ContentHashLen
+			copy(row.hash[:], hash)
+			stored[ext] = row
 		}
 		if err := rows.Err(); err != nil {
 			return err

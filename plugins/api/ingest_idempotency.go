@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"strconv"
@@ -27,7 +26,9 @@ const (
 	idemAccepted byte = 'A'
 	// idemStored: the database holds the external_id under the entry's ID
 	// (found by a request whose claim was new, e.g. after the entry
-	// expired); its first content is unknown, so no conflict is answered.
+	// expired) in a row stored without its content hash; its first content
+	// is unknown, so no conflict is answered. A row with its hash is
+	// written back as accepted, with that hash.
 	idemStored byte = 'S'
 )
 
@@ -103,7 +104,8 @@ func parseIdemEntry(s string) (idemEntry, bool) {
 //
 // The TTL must outlive the persister's lag: within it the entry answers
 // (the database's (workspace_id, external_id) index answers once the entry
-// expired, and the item is stored by then). An accepted item that is not
+// expired, and the item is stored by then, with the content hash a resend
+// is compared by). An accepted item that is not
 // stored within the topic's retention is lost anyway, so the TTL is set to
 // that retention (idempotency_ttl, SP_INGEST_IDEMPOTENCY_TTL, default 24h,
 // the local stack's retention; Kafka's default is 168h). Each entry costs
@@ -309,39 +311,9 @@ func (s *idemStore) release(ctx context.Context, keys []string, entries []idemEn
 	return nil
 }
 
-// contentHash is what decides a resend is the same item: every field the
-// client sent except occurred_at (a resend answers with the first ID
-// whatever its time, see TransactionID) and the counterparty identifier by
-// its fingerprint, so no clear identifier is hashed into Redis.
-func contentHash(e *event.Envelope, cp *wireCounterparty, identifierFP string) [8]byte {
-	// Each part length-prefixed, all in one buffer hashed at once (on the
-	// stack for a usual item; sha256.Sum256 allocates nothing).
-	var in [1024]byte
-	b := in[:0]
-	write := func(s string) {
-		b = binary.BigEndian.AppendUint32(b, uint32(len(s)))
-		b = append(b, s...)
-	}
-	write(string(e.Kind))
-	write(e.ExternalID)
-	write(e.AccountExternalID)
-	write(e.CustomerExternalID)
-	write(e.Amount)
-	write(e.Currency)
-	write(string(e.Direction))
-	write(e.Type)
-	write(e.Status)
-	write(e.Reference)
-	write(e.Channel)
-	write(string(e.Metadata))
-	write(string(e.Attributes))
-	if cp != nil {
-		write(cp.Name)
-		write(cp.IdentifierKind)
-		write(identifierFP)
-	}
-	sum := sha256.Sum256(b)
-	var out [8]byte
-	copy(out[:], sum[:])
-	return out
+// contentHash is what decides a resend is the same item: event.ContentHash,
+// which the persister stores with the row too, so a resend found only in
+// the database (its entry expired) is compared by the same bytes.
+func contentHash(e *event.Envelope) [8]byte {
+	return event.ContentHash(e)
 }

@@ -44,11 +44,12 @@ CREATE TEMP TABLE IF NOT EXISTS ` + stagingTransactions + ` (
     id uuid, workspace_id uuid, external_id text, account_id uuid, customer_id uuid, counterparty_id uuid,
     amount numeric, currency text, direction text, kind text, status text,
     occurred_at timestamptz, received_at timestamptz, reference text, counterparty_name text, channel text,
-    metadata jsonb, decision text, decision_reason text, decision_score numeric, decided_at timestamptz
+    metadata jsonb, decision text, decision_reason text, decision_score numeric, decided_at timestamptz,
+    content_hash bytea
 ) ON COMMIT DELETE ROWS;
 CREATE TEMP TABLE IF NOT EXISTS ` + stagingAccountEvents + ` (
     id uuid, workspace_id uuid, external_id text, kind text, customer_id uuid, account_id uuid,
-    occurred_at timestamptz, received_at timestamptz, payload jsonb
+    occurred_at timestamptz, received_at timestamptz, payload jsonb, content_hash bytea
 ) ON COMMIT DELETE ROWS`
 )
 
@@ -57,11 +58,12 @@ var stagingTxnColumns = []string{
 	"amount", "currency", "direction", "kind", "status",
 	"occurred_at", "received_at", "reference", "counterparty_name", "channel",
 	"metadata", "decision", "decision_reason", "decision_score", "decided_at",
+	"content_hash",
 }
 
 var stagingEventColumns = []string{
 	"id", "workspace_id", "external_id", "kind", "customer_id", "account_id",
-	"occurred_at", "received_at", "payload",
+	"occurred_at", "received_at", "payload", "content_hash",
 }
 
 const (
@@ -161,18 +163,47 @@ SELECT e.id, COALESCE(u.last_seen_at, e.last_seen_at),
 INSERT INTO speculapro.transactions
        (id, workspace_id, external_id, account_id, customer_id, counterparty_id, amount, currency, direction,
         kind, status, occurred_at, received_at, reference, counterparty_name, channel, metadata,
-        decision, decision_reason, decision_score, decided_at)
+        decision, decision_reason, decision_score, decided_at, content_hash)
 SELECT id, workspace_id, external_id, account_id, customer_id, counterparty_id, amount, currency, direction,
        kind, status, occurred_at, COALESCE(received_at, now()), reference, counterparty_name, channel,
-       COALESCE(metadata, '{}'), decision, decision_reason, decision_score, decided_at
+       COALESCE(metadata, '{}'), decision, decision_reason, decision_score, decided_at, content_hash
   FROM ` + stagingTransactions + `
 ON CONFLICT (id, occurred_at) DO NOTHING`
 
+	// decideStoredTransactions gives a stored transaction without a
+	// decision the decision a replayed copy of it carries: a transaction
+	// sent through the ingest API and then decided arrives a second time,
+	// with its decision, and the insert above skips it. A transaction that
+	// has a decision keeps it, as its decisions row keeps the first
+	// (insertDecisionsAndWebhooks), so the two always agree. Only a staged
+	// write of decided rows runs it: a first delivery COPYs directly, and
+	// a decided row it inserts has its decision already. The rows are
+	// locked in ID order, every writer's order.
+	decideStoredTransactions = `
+WITH s AS (
+    SELECT id, workspace_id, occurred_at, decision, decision_reason, decision_score, decided_at
+      FROM ` + stagingTransactions + `
+     WHERE decision IS NOT NULL
+), l AS (
+    SELECT t.id, t.occurred_at, s.decision, s.decision_reason, s.decision_score, s.decided_at
+      FROM speculapro.transactions t
+      JOIN s ON t.id = s.id AND t.occurred_at = s.occurred_at AND t.workspace_id = s.workspace_id
+     WHERE t.decision IS NULL
+     ORDER BY t.id
+       FOR UPDATE OF t
+)
+UPDATE speculapro.transactions AS t
+   SET decision = l.decision, decision_reason = l.decision_reason, decision_score = l.decision_score,
+       decided_at = l.decided_at
+  FROM l
+ WHERE t.id = l.id AND t.occurred_at = l.occurred_at AND t.decision IS NULL`
+
 	insertAccountEvents = `
 INSERT INTO speculapro.account_events
-       (id, workspace_id, external_id, kind, customer_id, account_id, occurred_at, received_at, payload)
+       (id, workspace_id, external_id, kind, customer_id, account_id, occurred_at, received_at, payload,
+        content_hash)
 SELECT id, workspace_id, external_id, kind, customer_id, account_id, occurred_at,
-       COALESCE(received_at, now()), COALESCE(payload, '{}')
+       COALESCE(received_at, now()), COALESCE(payload, '{}'), content_hash
   FROM ` + stagingAccountEvents + `
 ON CONFLICT (id, occurred_at) DO NOTHING`
 )
@@ -767,8 +798,11 @@ func writeTransactions(ctx context.Context, tx pgx.Tx, rows []*event.Envelope, m
 		}
 	}
 	// Decided transactions: their decisions rows and decision.created
-	// webhooks, in this same transaction (store_decisions.go).
-	queueDecisions(b, rows)
+	// webhooks, in this same transaction (store_decisions.go), and the
+	// decision on a row stored before without one.
+	if queueDecisions(b, rows) && mode != writeDirect {
+		b.Queue(decideStoredTransactions)
+	}
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return stats, fmt.Errorf("storing %d transactions with their placeholders and counterparties: %w", len(rows), err)
 	}

@@ -137,6 +137,14 @@ type txnRow struct {
 	hasCounterparty   bool
 }
 
+// contentHash is e's content hash (event.ContentHash) as bytea: what the
+// ingest API compares a resend with once its Redis entry expired.
+func (c *copyRowsBuf) contentHash(e *event.Envelope) {
+	h := event.ContentHash(e)
+	c.b = binary.BigEndian.AppendUint32(c.b, event.ContentHashLen)
+	c.b = append(c.b, h[:]...)
+}
+
 // appendTransaction adds r in stagingTxnColumns' order.
 func (c *copyRowsBuf) appendTransaction(r txnRow) error {
 	e := r.e
@@ -182,6 +190,7 @@ func (c *copyRowsBuf) appendTransaction(r txnRow) error {
 		c.null()
 		c.null()
 	}
+	c.contentHash(e)
 	return nil
 }
 
@@ -197,6 +206,7 @@ func (c *copyRowsBuf) appendAccountEvent(e *event.Envelope, customer event.UUID,
 	c.timeOrNull(e.OccurredAt)
 	c.timeOrNull(e.ReceivedAt)
 	c.jsonb(jsonOrEmpty(e.Attributes))
+	c.contentHash(e)
 }
 
 // copyBinary sends c's rows (c.end not yet called) into table's columns

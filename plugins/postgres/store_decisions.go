@@ -56,8 +56,9 @@ SELECT d.workspace_id, e.id, '` + eventDecisionCreated + `', d.id,
     ON CONFLICT (endpoint_id, event_id) DO NOTHING`
 
 // queueDecisions adds to b the decisions of the decided transactions among
-// rows (none: nothing is queued) with their webhook deliveries.
-func queueDecisions(b *pgx.Batch, rows []*event.Envelope) {
+// rows (none: nothing is queued, and it returns false) with their webhook
+// deliveries.
+func queueDecisions(b *pgx.Batch, rows []*event.Envelope) bool {
 	var n int
 	for _, e := range rows {
 		if e.Decision != nil {
@@ -65,7 +66,7 @@ func queueDecisions(b *pgx.Batch, rows []*event.Envelope) {
 		}
 	}
 	if n == 0 {
-		return
+		return false
 	}
 	txs, wss := make([]event.UUID, 0, n), make([]event.UUID, 0, n)
 	ats, decided := make([]time.Time, 0, n), make([]*time.Time, 0, n)
@@ -96,6 +97,7 @@ func queueDecisions(b *pgx.Batch, rows []*event.Envelope) {
 		latencies = append(latencies, lat)
 	}
 	b.Queue(insertDecisionsAndWebhooks, txs, wss, ats, exts, outcomes, reasons, scores, rules, decided, latencies)
+	return true
 }
 
 // pgTextArray is ids as a PostgreSQL array literal ("" for none): unnest
