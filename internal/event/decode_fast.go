@@ -481,9 +481,11 @@ func (d *fastDecoder) time(into *time.Time) bool {
 	}
 	if t, ok := parseUTC(v); ok {
 		*into = t
-		return true
+		return !t.IsZero()
 	}
-	return into.UnmarshalJSON(d.b[start:d.i]) == nil
+	// Year 1's first instant is time.Time's zero, which the envelope
+	// reads as absent: the library path tells the two apart.
+	return into.UnmarshalJSON(d.b[start:d.i]) == nil && !into.IsZero()
 }
 
 // parseUTC reads exactly "2006-01-02T15:04:05Z" with 0 to 9 fractional

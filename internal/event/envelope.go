@@ -217,10 +217,48 @@ func decodeWith(b []byte, unmarshal func([]byte, any) error, now time.Time) (Env
 	if err := unmarshal(b, &e); err != nil {
 		return Envelope{}, classify(b)
 	}
+	if err := e.sentZeroTime(b); err != nil {
+		return Envelope{}, err
+	}
 	if err := e.check(now, false); err != nil {
 		return Envelope{}, err
 	}
 	return e, nil
+}
+
+// sentZeroTime refuses a time the record holds that reads as time.Time's
+// zero (0001-01-01T00:00:00Z, or the same instant with an offset): the
+// envelope cannot tell it from an absent time, which it is not. Only a
+// record with a zero time pays for the look (decodeFast sends those here).
+func (e *Envelope) sentZeroTime(b []byte) error {
+	if !e.OccurredAt.IsZero() && !e.ReceivedAt.IsZero() && (e.Decision == nil || !e.Decision.DecidedAt.IsZero()) {
+		return nil
+	}
+	var probe struct {
+		OccurredAt json.RawMessage `json:"occurred_at"`
+		ReceivedAt json.RawMessage `json:"received_at"`
+		Decision   struct {
+			DecidedAt json.RawMessage `json:"decided_at"`
+		} `json:"decision"`
+	}
+	if json.Unmarshal(b, &probe) != nil {
+		return nil // check names the fault
+	}
+	sent := func(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != "null" }
+	for _, f := range []struct {
+		name string
+		zero bool
+		raw  json.RawMessage
+	}{
+		{"occurred_at", e.OccurredAt.IsZero(), probe.OccurredAt},
+		{"received_at", e.ReceivedAt.IsZero(), probe.ReceivedAt},
+		{"decision.decided_at", e.Decision != nil && e.Decision.DecidedAt.IsZero(), probe.Decision.DecidedAt},
+	} {
+		if f.zero && sent(f.raw) {
+			return fmt.Errorf("%w: %s %s: %s", ErrNotJSON, e.Kind, f.name, errYearOutside)
+		}
+	}
+	return nil
 }
 
 // check is what Decode checks of a read envelope: normalize, then the
@@ -516,10 +554,14 @@ func canonicalTime(t time.Time, required bool) (time.Time, error) {
 	}
 	t = t.UTC().Truncate(time.Microsecond)
 	if y := t.Year(); y < 1970 || y > 9999 {
-		return t, errors.New("year outside 1970..9999")
+		return t, errYearOutside
 	}
 	return t, nil
 }
+
+// errYearOutside: the ID's time prefix starts at 1970 and RFC 3339 ends at
+// 9999.
+var errYearOutside = errors.New("year outside 1970..9999")
 
 // canonicalObject accepts an absent or null value (returned as nil) or a JSON
 // object (returned compact); anything else is refused, because the database

@@ -27,9 +27,11 @@ import (
 //     keeps the second disagree (a parser differential), so a duplicate
 //     key is refused, in every JSON object we read.
 //
-// Errors name the fault and where (a key path), never a value.
+// Errors are *JSONFault: the fault and where (a path of keys and array
+// indices), never a value.
 const (
-	// MaxJSONDepth bounds the nesting of arrays and objects.
+	// MaxJSONDepth bounds the nesting of arrays and objects: the value
+	// checked is level 1 (CheckJSONIn counts from a field's value).
 	MaxJSONDepth = 64
 	// MaxJSONNumberDigits bounds a number's digits before and after the
 	// point, its exponent applied.
@@ -39,11 +41,51 @@ const (
 // ErrJSONB is wrapped by every error CheckJSON and CheckJSONB return.
 var ErrJSONB = errors.New("JSON that PostgreSQL's jsonb would refuse or read differently")
 
+// JSONFault is the one fault CheckJSON, CheckJSONIn and CheckJSONB report:
+// the first in the document, so a value is refused for one reason, named
+// once. It wraps ErrJSONB.
+type JSONFault struct {
+	// Path locates the fault inside the value checked: object keys joined
+	// by "." and array indices in brackets ("tags[2].name"); "" is the
+	// value itself. Long or unusual keys are quoted and shortened.
+	Path string
+	// Reason says what is wrong, never quoting a value.
+	Reason string
+	// Syntax: the bytes are not JSON (Reason gives the byte offset), as
+	// opposed to JSON that parses but breaks a rule above.
+	Syntax bool
+}
+
+func (f *JSONFault) Error() string {
+	if f.Path == "" {
+		return ErrJSONB.Error() + ": " + f.Reason
+	}
+	return ErrJSONB.Error() + ": " + f.Path + ": " + f.Reason
+}
+
+// Unwrap makes errors.Is(err, ErrJSONB) hold.
+func (f *JSONFault) Unwrap() error { return ErrJSONB }
+
+// The reasons a JSONFault gives, shared by every caller so that both APIs
+// and the persister say the same thing about the same fault.
+const (
+	ReasonDuplicateKey = "key named twice in one object (JSON parsers disagree on which one counts)"
+	ReasonNotUTF8      = "not valid UTF-8"
+	ReasonNUL          = `\u0000 in a string`
+	ReasonSurrogate    = "an unpaired surrogate escape in a string"
+	ReasonEmpty        = "empty body"
+	ReasonEndsEarly    = "JSON ends early"
+	ReasonDataAfter    = "data after the JSON value"
+)
+
+// ReasonTooDeep is the fault of a value nested deeper than MaxJSONDepth.
+var ReasonTooDeep = fmt.Sprintf("nested more than %d levels deep", MaxJSONDepth)
+
 // CheckJSONB checks a metadata or attributes value: a JSON object of at most
 // MaxObjectBytes that CheckJSON accepts.
 func CheckJSONB(raw []byte) error {
 	if len(raw) > MaxObjectBytes {
-		return fmt.Errorf("%w: %d bytes, at most %d", ErrJSONB, len(raw), MaxObjectBytes)
+		return &JSONFault{Reason: fmt.Sprintf("%d bytes, at most %d", len(raw), MaxObjectBytes)}
 	}
 	// A loop, not bytes.TrimLeft, which built its byte set on every call.
 	i := 0
@@ -51,7 +93,7 @@ func CheckJSONB(raw []byte) error {
 		i++
 	}
 	if i == len(raw) || raw[i] != '{' {
-		return fmt.Errorf("%w: want a JSON object", ErrJSONB)
+		return &JSONFault{Reason: "want a JSON object"}
 	}
 	return CheckJSON(raw)
 }
@@ -59,24 +101,27 @@ func CheckJSONB(raw []byte) error {
 // CheckJSON checks one JSON value against the rules above (any size). It
 // scans the bytes itself (no tokens, no maps for objects of up to
 // jsonLinearKeys keys), so checking a whole request body costs about as
-// much as reading it once.
+// much as reading it once. The error, if any, is a *JSONFault.
 func CheckJSON(raw []byte) error {
-	if !utf8.Valid(raw) {
-		return fmt.Errorf("%w: not valid UTF-8", ErrJSONB)
-	}
-	// Only a \u escape can be refused there: without a backslash (nearly
-	// all metadata) the byte-wise walk is skipped.
-	if bytes.IndexByte(raw, '\\') >= 0 {
-		if err := checkEscapes(raw); err != nil {
-			return fmt.Errorf("%w: %v", ErrJSONB, err)
-		}
-	}
+	return CheckJSONIn(raw, 0)
+}
+
+// CheckJSONIn is CheckJSON for a request body whose fields' values sit
+// framing levels down (1 for a body that is one object of fields, 3 for
+// {"items":[{fields}]}): MaxJSONDepth then bounds each field's value, as
+// it bounds metadata on its own, so one limit holds whatever wraps it.
+func CheckJSONIn(raw []byte, framing int) error {
+	// Invalid UTF-8 and refused escapes are found by a quick pass over all
+	// the bytes (nearly every body has neither, and without a backslash
+	// the escape pass is skipped); only when one is there does the walk
+	// check each string, to say where.
+	strict := !utf8.Valid(raw) || (bytes.IndexByte(raw, '\\') >= 0 && checkEscapes(raw) != nil)
 	// The frames and their keys' slices are reused: growing them anew costs
 	// the persister five allocations a record. Put back without a defer
 	// (checkJSON does not panic): two deferred closures would be a third
 	// of checking a small object.
 	st := jsonStacks.Get().(*[]jsonFrame)
-	c := jsonChecker{raw: raw, stack: (*st)[:0]}
+	c := jsonChecker{raw: raw, stack: (*st)[:0], maxDepth: MaxJSONDepth + framing, strict: strict}
 	err := c.check()
 	*st = c.stack[:cap(c.stack)]
 	for i := range *st {
@@ -85,6 +130,14 @@ func CheckJSON(raw []byte) error {
 		f.key, f.keys, f.set = nil, f.keys[:0], nil
 	}
 	jsonStacks.Put(st)
+	if err == nil && strict {
+		// The walk saw every string; a fault the quick pass found must
+		// have been in one. Kept as a guard: never accept what it refused.
+		if !utf8.Valid(raw) {
+			return &JSONFault{Reason: ReasonNotUTF8}
+		}
+		return &JSONFault{Reason: checkEscapes(raw).Error()}
+	}
 	return err
 }
 
@@ -93,23 +146,14 @@ func (c *jsonChecker) check() error {
 	raw := c.raw
 	c.skipWS()
 	if c.i >= len(raw) {
-		return fmt.Errorf("%w: invalid JSON", ErrJSONB)
+		return &JSONFault{Reason: ReasonEmpty, Syntax: true}
 	}
 	if err := c.value(); err != nil {
 		return err
 	}
 	c.skipWS()
 	if c.i < len(raw) {
-		// Another value after the first (a stream), or garbage: a value
-		// that begins well is "data after", whatever follows it.
-		if ch := raw[c.i]; ch == '{' || ch == '[' {
-			return fmt.Errorf("%w: data after the JSON value", ErrJSONB)
-		}
-		c.stack, c.grammarOnly = c.stack[:0], true
-		if c.value() == nil {
-			return fmt.Errorf("%w: data after the JSON value", ErrJSONB)
-		}
-		return errInvalidJSON
+		return &JSONFault{Reason: ReasonDataAfter, Syntax: true}
 	}
 	return nil
 }
@@ -124,19 +168,32 @@ var jsonStacks = sync.Pool{New: func() any { s := make([]jsonFrame, 0, 4); retur
 // jsonFrame is one open object or array.
 type jsonFrame struct {
 	obj  bool
+	n    int    // an array's current index
 	key  []byte // the object's current key, decoded
 	keys [][]byte
 	set  map[string]struct{}
 }
 
 type jsonChecker struct {
-	raw         []byte
-	i           int
-	stack       []jsonFrame
-	grammarOnly bool // numbers: their syntax only, not their digits
+	raw      []byte
+	i        int
+	stack    []jsonFrame
+	maxDepth int
+	strict   bool // check each string's UTF-8 and escapes (the quick pass found a fault)
 }
 
-var errInvalidJSON = fmt.Errorf("%w: invalid JSON", ErrJSONB)
+// syntax is the fault of bytes that are not JSON, at c.i.
+func (c *jsonChecker) syntax() error {
+	if c.i >= len(c.raw) {
+		return &JSONFault{Reason: ReasonEndsEarly, Syntax: true}
+	}
+	return &JSONFault{Reason: fmt.Sprintf("invalid JSON at byte %d", c.i), Syntax: true}
+}
+
+// fault is a rule's fault at the value being read (depth frames open).
+func (c *jsonChecker) fault(depth int, reason string) error {
+	return &JSONFault{Path: c.path(depth), Reason: reason}
+}
 
 func (c *jsonChecker) skipWS() {
 	for c.i < len(c.raw) {
@@ -149,35 +206,64 @@ func (c *jsonChecker) skipWS() {
 	}
 }
 
-// path is the key path to the frames below depth, as errors name it.
+// path is the path of the value the frames below depth are in, as
+// JSONFault.Path gives it: at most about maxPathBytes, unusual keys quoted.
 func (c *jsonChecker) path(depth int) string {
 	var b []byte
 	for _, f := range c.stack[:depth] {
-		if f.obj && len(f.key) > 0 {
-			if len(b) > 0 {
-				b = append(b, '.')
-			}
-			b = append(b, f.key...)
+		if len(b) > maxPathBytes {
+			return string(append(b, "…"...))
+		}
+		if !f.obj {
+			b = append(append(append(b, '['), strconv.Itoa(f.n)...), ']')
+			continue
+		}
+		if len(b) > 0 {
+			b = append(b, '.')
+		}
+		b = AppendPathKey(b, f.key)
+	}
+	return string(b)
+}
+
+// maxPathBytes bounds a fault's path: it locates, it does not copy.
+const maxPathBytes = 120
+
+// AppendPathKey appends key to a field path: as it is when it is a plain
+// name (letters, digits, "_", "-", at most 64 bytes), else quoted and cut
+// at 40 bytes, so that a path is never a channel for a value.
+func AppendPathKey(b, key []byte) []byte {
+	plain := len(key) > 0 && len(key) <= 64
+	for _, ch := range key {
+		if !(ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z' || ch >= '0' && ch <= '9' || ch == '_' || ch == '-') {
+			plain = false
+			break
 		}
 	}
-	if len(b) > 80 {
-		b = append(b[:80], "…"...)
+	if plain {
+		return append(b, key...)
 	}
-	if len(b) == 0 {
-		return "the top level"
+	if len(key) > 40 {
+		cut := 40
+		for cut > 0 && !utf8.RuneStart(key[cut]) {
+			cut--
+		}
+		return append(strconv.AppendQuote(b, string(key[:cut])), "…"...)
 	}
-	return strconv.Quote(string(b))
+	return strconv.AppendQuote(b, string(key))
 }
 
 // push opens a frame, reusing the keys slice a frame at that depth had.
 func (c *jsonChecker) push(obj bool) error {
-	if len(c.stack) >= MaxJSONDepth {
-		return fmt.Errorf("%w: nested deeper than %d", ErrJSONB, MaxJSONDepth)
+	if len(c.stack) >= c.maxDepth {
+		// Named at the field whose value nests too deep (the value checked
+		// when there is no field): the levels below it are only "[0]"s.
+		return c.fault(c.maxDepth-MaxJSONDepth, ReasonTooDeep)
 	}
 	if len(c.stack) < cap(c.stack) {
 		c.stack = c.stack[:len(c.stack)+1]
 		f := &c.stack[len(c.stack)-1]
-		f.obj, f.key, f.keys, f.set = obj, nil, f.keys[:0], nil
+		f.obj, f.n, f.key, f.keys, f.set = obj, 0, nil, f.keys[:0], nil
 		return nil
 	}
 	c.stack = append(c.stack, jsonFrame{obj: obj})
@@ -186,7 +272,7 @@ func (c *jsonChecker) push(obj bool) error {
 
 func (c *jsonChecker) value() error {
 	if c.i >= len(c.raw) {
-		return errInvalidJSON
+		return c.syntax()
 	}
 	switch ch := c.raw[c.i]; {
 	case ch == '{':
@@ -194,7 +280,7 @@ func (c *jsonChecker) value() error {
 	case ch == '[':
 		return c.array()
 	case ch == '"':
-		_, _, err := c.str()
+		_, _, err := c.str(len(c.stack))
 		return err
 	case ch == '-' || (ch >= '0' && ch <= '9'):
 		return c.number()
@@ -205,47 +291,67 @@ func (c *jsonChecker) value() error {
 	case ch == 'n':
 		return c.literal("null")
 	}
-	return errInvalidJSON
+	return c.syntax()
 }
 
 func (c *jsonChecker) literal(lit string) error {
 	if len(c.raw)-c.i < len(lit) || string(c.raw[c.i:c.i+len(lit)]) != lit {
-		return errInvalidJSON
+		for k := 0; k < len(lit) && c.i < len(c.raw) && c.raw[c.i] == lit[k]; k++ {
+			c.i++
+		}
+		return c.syntax()
 	}
 	c.i += len(lit)
 	return nil
 }
 
 // str reads a string at c.i: its content between the quotes and whether
-// it holds escapes.
-func (c *jsonChecker) str() (content []byte, escaped bool, err error) {
+// it holds escapes. In strict mode its UTF-8 and escapes are checked too,
+// the fault located at depth's path.
+func (c *jsonChecker) str(depth int) (content []byte, escaped bool, err error) {
 	start := c.i + 1
 	for j := start; j < len(c.raw); j++ {
 		switch ch := c.raw[j]; {
 		case ch == '"':
 			c.i = j + 1
-			return c.raw[start:j], escaped, nil
+			content = c.raw[start:j]
+			if c.strict {
+				if !utf8.Valid(content) {
+					return nil, false, c.fault(depth, ReasonNotUTF8)
+				}
+				if escaped {
+					if err := checkEscapes(c.raw[start-1 : j+1]); err != nil {
+						return nil, false, c.fault(depth, err.Error())
+					}
+				}
+			}
+			return content, escaped, nil
 		case ch == '\\':
 			escaped = true
 			if j+1 >= len(c.raw) {
-				return nil, false, errInvalidJSON
+				c.i = len(c.raw)
+				return nil, false, c.syntax()
 			}
 			switch c.raw[j+1] {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 				j++
 			case 'u':
 				if _, ok := hex4(c.raw, j+2); !ok {
-					return nil, false, errInvalidJSON
+					c.i = j
+					return nil, false, c.syntax()
 				}
 				j += 5
 			default:
-				return nil, false, errInvalidJSON
+				c.i = j
+				return nil, false, c.syntax()
 			}
 		case ch < 0x20:
-			return nil, false, errInvalidJSON
+			c.i = j
+			return nil, false, c.syntax()
 		}
 	}
-	return nil, false, errInvalidJSON
+	c.i = len(c.raw)
+	return nil, false, c.syntax()
 }
 
 func (c *jsonChecker) number() error {
@@ -261,16 +367,20 @@ func (c *jsonChecker) number() error {
 		}
 		return j - k
 	}
+	bad := func() error {
+		c.i = j
+		return c.syntax()
+	}
 	switch {
 	case j < len(r) && r[j] == '0':
 		j++
 	case digits() == 0:
-		return errInvalidJSON
+		return bad()
 	}
 	if j < len(r) && r[j] == '.' {
 		j++
 		if digits() == 0 {
-			return errInvalidJSON
+			return bad()
 		}
 	}
 	if j < len(r) && (r[j] == 'e' || r[j] == 'E') {
@@ -279,15 +389,12 @@ func (c *jsonChecker) number() error {
 			j++
 		}
 		if digits() == 0 {
-			return errInvalidJSON
+			return bad()
 		}
 	}
 	c.i = j
-	if c.grammarOnly {
-		return nil
-	}
 	if err := checkNumber(string(r[start:j])); err != nil {
-		return fmt.Errorf("%w: number at %s: %v", ErrJSONB, c.path(len(c.stack)), err)
+		return c.fault(len(c.stack), err.Error())
 	}
 	return nil
 }
@@ -311,6 +418,7 @@ func (c *jsonChecker) array() error {
 		if done, err := c.afterMember(']'); done || err != nil {
 			return err
 		}
+		c.stack[len(c.stack)-1].n++
 	}
 }
 
@@ -329,9 +437,9 @@ func (c *jsonChecker) object() error {
 	for {
 		c.skipWS()
 		if c.i >= len(c.raw) || c.raw[c.i] != '"' {
-			return errInvalidJSON
+			return c.syntax()
 		}
-		content, escaped, err := c.str()
+		content, escaped, err := c.str(n - 1)
 		if err != nil {
 			return err
 		}
@@ -339,18 +447,18 @@ func (c *jsonChecker) object() error {
 		if escaped {
 			var s string
 			if json.Unmarshal(c.raw[c.i-len(content)-2:c.i], &s) != nil {
-				return errInvalidJSON
+				return c.syntax()
 			}
 			key = []byte(s)
 		}
 		f := &c.stack[n-1]
-		if f.seen(key) {
-			return fmt.Errorf("%w: key %.40q appears twice in the object at %s", ErrJSONB, key, c.path(n-1))
-		}
 		f.key = key
+		if f.seen(key) {
+			return c.fault(n, ReasonDuplicateKey)
+		}
 		c.skipWS()
 		if c.i >= len(c.raw) || c.raw[c.i] != ':' {
-			return errInvalidJSON
+			return c.syntax()
 		}
 		c.i++
 		c.skipWS()
@@ -369,7 +477,7 @@ func (c *jsonChecker) object() error {
 func (c *jsonChecker) afterMember(closing byte) (done bool, err error) {
 	c.skipWS()
 	if c.i >= len(c.raw) {
-		return false, errInvalidJSON
+		return false, c.syntax()
 	}
 	switch c.raw[c.i] {
 	case ',':
@@ -380,7 +488,7 @@ func (c *jsonChecker) afterMember(closing byte) (done bool, err error) {
 		c.stack = c.stack[:len(c.stack)-1]
 		return true, nil
 	}
-	return false, errInvalidJSON
+	return false, c.syntax()
 }
 
 // seen reports whether the object named key before, and records it.
@@ -437,16 +545,16 @@ func checkEscapes(raw []byte) error {
 			}
 			switch {
 			case r == 0:
-				return errors.New(`\u0000 in a string`)
+				return errors.New(ReasonNUL)
 			case r >= 0xDC00 && r <= 0xDFFF:
-				return errors.New("an unpaired surrogate escape in a string")
+				return errors.New(ReasonSurrogate)
 			case r >= 0xD800 && r <= 0xDBFF:
 				lo, ok := rune(0), false
 				if i+11 < len(raw) && raw[i+6] == '\\' && raw[i+7] == 'u' {
 					lo, ok = hex4(raw, i+8)
 				}
 				if !ok || lo < 0xDC00 || lo > 0xDFFF {
-					return errors.New("an unpaired surrogate escape in a string")
+					return errors.New(ReasonSurrogate)
 				}
 				i += 11
 				continue
@@ -503,17 +611,17 @@ func checkNumber(s string) error {
 			expText = expText[1:]
 		}
 		if len(expText) > 8 {
-			return errors.New("exponent out of range")
+			return errors.New("a number whose exponent is out of range")
 		}
 		var err error
 		if exp, err = strconv.Atoi(expText); err != nil {
-			return errors.New("malformed exponent")
+			return errors.New("a number with a malformed exponent")
 		}
 	}
 	intDigits := len(intPart) - lead + exp
 	fracDigits := len(digits) - trail - len(intPart) - exp
 	if intDigits > MaxJSONNumberDigits || fracDigits > MaxJSONNumberDigits {
-		return fmt.Errorf("more than %d digits before or after the point", MaxJSONNumberDigits)
+		return fmt.Errorf("a number with more than %d digits before or after the point", MaxJSONNumberDigits)
 	}
 	return nil
 }

@@ -28,12 +28,12 @@ func TestCheckJSONB(t *testing.T) {
 		`{"n":1e-1001}`:                          "digits",
 		`{"n":1e123456789}`:                      "exponent",
 		`{"amount":"10.00","amount":"99999.00"}`: "twice",
-		`{"a":{"b":1,"b":2}}`:                    `"a"`,
+		`{"a":{"b":1,"b":2}}`:                    `a.b: key named twice`,
 		`{"a":1,"\u0061":2}`:                     "twice",
 		`[1]`:                                    "object",
 		"{\"a\":\"\xff\"}":                       "UTF-8",
-		`{"a":`:                                  "invalid",
-		`{"a":` + strings.Repeat("[", 70) + strings.Repeat("]", 70) + `}`: "deeper",
+		`{"a":`:                                  "JSON ends early",
+		`{"a":` + strings.Repeat("[", 70) + strings.Repeat("]", 70) + `}`: "nested more than 64 levels deep",
 		`{"a":"` + strings.Repeat("x", MaxObjectBytes) + `"}`:             "bytes",
 	}
 	for _, s := range ok {

@@ -92,7 +92,7 @@ var currencies = func() map[string]bool {
 	return m
 }()
 
-// CheckText checks a text field's value: valid UTF-8, no control
+// CheckText checks a text field's value: valid UTF-8 (else ReasonNotUTF8), no control
 // characters (PostgreSQL's text refuses NUL; the others are a client bug),
 // at most max bytes. The message never quotes the value.
 func CheckText(s string, max int) error {
@@ -105,7 +105,10 @@ func CheckText(s string, max int) error {
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		if c >= 0x80 {
-			if !utf8.ValidString(s[i:]) || strings.ContainsFunc(s[i:], func(c rune) bool { return c < 0x20 || c == 0x7f }) {
+			if !utf8.ValidString(s[i:]) {
+				return errNotUTF8
+			}
+			if strings.ContainsFunc(s[i:], func(c rune) bool { return c < 0x20 || c == 0x7f }) {
 				return errControlCharacters
 			}
 			return nil
@@ -117,7 +120,10 @@ func CheckText(s string, max int) error {
 	return nil
 }
 
-var errControlCharacters = errors.New("contains control characters")
+var (
+	errControlCharacters = errors.New("contains control characters")
+	errNotUTF8           = errors.New(ReasonNotUTF8)
+)
 
 // CheckExternalID checks an external ID (the event's, its customer's or
 // its account's): CheckText, and not empty or only whitespace.

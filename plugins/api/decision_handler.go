@@ -5,14 +5,12 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"sort"
 	"strconv"
 	"time"
 
-	gojson "github.com/goccy/go-json"
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/speculapro/speculapro/internal/event"
@@ -86,8 +84,6 @@ func (a *decisionAPI) handleDecision(w http.ResponseWriter, r *http.Request, ws 
 	}
 	env, _, ferrs, err := a.parseTransaction(body, ws, arrived.UTC()) // the counterparty protected on env
 	switch {
-	case errors.Is(err, errMalformed), errors.Is(err, errUnknownField):
-		return writeError(w, http.StatusBadRequest, err)
 	case err != nil:
 		return writeError(w, http.StatusBadRequest, err)
 	case len(ferrs) > 0:
@@ -249,30 +245,31 @@ func outcomeOf(hits []rules.Hit) (event.Outcome, float64, []decisionRule) {
 	return out, score, fired
 }
 
-// parseTransaction reads one transaction with the ingest API's field
-// reader (the same fields, limits and messages), with paths from the
-// body's root.
+// parseTransaction reads one transaction as the ingest API reads an item
+// (request_wire.go's one check of the body, then the same field reader:
+// the same fields, limits and messages), with paths from the body's root.
+// Every fault of the transaction, an unknown field or a key named twice
+// included, is a field error; err only when the body is not one JSON
+// object.
 func (a *decisionAPI) parseTransaction(body []byte, ws event.UUID, now time.Time) (*event.Envelope, *wireCounterparty, []FieldError, error) {
-	var probe any
-	if gojson.Unmarshal(body, &probe) != nil {
-		var v map[string]json.RawMessage
-		if err := strictUnmarshal(body, &v); err != nil {
-			return nil, nil, nil, err
-		}
-		return nil, nil, nil, fmt.Errorf("%w: not a single JSON object", errMalformed)
+	fault, err := checkBody(body, framingObject)
+	if err != nil {
+		return nil, nil, nil, err
 	}
 	fr, err := newFieldReader(body, "")
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("%w: want one transaction as a JSON object", errMalformed)
 	}
+	fr.checked = fault == nil
 	// The field reader protects the counterparty as it parses it (the
 	// ingest API's own path), so nothing is read back or protected twice.
 	p := fr.transaction(ws, now, a.protector)
-	if unknown := fr.unknownFields(); len(unknown) > 0 {
-		return nil, nil, nil, fmt.Errorf("%w %s", errUnknownField, quoteAll(unknown))
+	errs := fr.withUnknown(p.errors)
+	if fault != nil {
+		errs = []FieldError{faultField("", fault)} // alone: request_wire.go
 	}
-	if len(p.errors) > 0 {
-		return nil, nil, p.errors, nil
+	if len(errs) > 0 {
+		return nil, nil, errs, nil
 	}
 	env := p.item.env
 	return &env, p.item.cp, nil, nil

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -47,17 +46,20 @@ func (a *ingestAPI) readEntity(w http.ResponseWriter, r *http.Request) (string, 
 	if err != nil {
 		return "", nil, writeError(w, code, err)
 	}
-	var probe map[string]json.RawMessage
-	if err := strictUnmarshal(body, &probe); err != nil {
-		return "", nil, writeError(w, http.StatusBadRequest, err)
+	// The one check of a body (request_wire.go); a fault in it refuses the
+	// body as a whole, named at its field.
+	fault, err := checkBody(body, framingObject)
+	if err == nil && fault != nil {
+		err = faultError(fault)
 	}
-	if err := event.CheckJSON(body); err != nil {
-		return "", nil, writeError(w, http.StatusBadRequest, fmt.Errorf("%w: %s", errMalformed, strings.TrimPrefix(err.Error(), event.ErrJSONB.Error()+": ")))
-	}
-	fr, err := newFieldReader(body, "")
 	if err != nil {
 		return "", nil, writeError(w, http.StatusBadRequest, err)
 	}
+	fr, err := newFieldReader(body, "")
+	if err != nil {
+		return "", nil, writeError(w, http.StatusBadRequest, fmt.Errorf("%w: want a JSON object", errMalformed))
+	}
+	fr.checked = true
 	return ext, fr, 0
 }
 

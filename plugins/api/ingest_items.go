@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"sort"
 	"strconv"
 	"strings"
@@ -188,15 +187,18 @@ func decodeBatch(body []byte, kind event.Kind, ws event.UUID, now time.Time, max
 // decodeBatchInto is decodeBatch writing the records into slab, which the
 // caller releases when no record can be read again.
 func decodeBatchInto(body []byte, kind event.Kind, ws event.UUID, now time.Time, maxItems int, prot *identity.Protector, slab *recordSlab) ([]parsedItem, error) {
-	// Duplicate keys, \u0000, numbers numeric cannot hold (event.CheckJSON):
-	// one pass over the body, which also proves it is JSON. A body that
-	// passes and is {"items": [...]} is split in place, its items slices of
-	// the body; anything else takes the careful path, which names the fault.
-	bodyErr := event.CheckJSON(body)
-	raws, ok := splitItems(body, bodyErr)
+	// One pass over the body (checkBody) proves it is JSON and finds a key
+	// named twice, a \u0000, a number numeric cannot hold or nesting too
+	// deep. A body that passes and is {"items": [...]} is split in place,
+	// its items slices of the body; anything else takes the careful path,
+	// which names the fault.
+	fault, err := checkBody(body, framingBatch)
+	if err != nil {
+		return nil, err
+	}
+	raws, ok := splitItems(body, fault)
 	if !ok {
-		var err error
-		if raws, err = readItems(body); err != nil {
+		if raws, err = readItems(body, fault); err != nil {
 			return nil, err
 		}
 	}
@@ -206,19 +208,18 @@ func decodeBatchInto(body []byte, kind event.Kind, ws event.UUID, now time.Time,
 	if len(raws) > maxItems {
 		return nil, fmt.Errorf("%w: %d items, at most %d per request", errTooManyItems, len(raws), maxItems)
 	}
-	// Only when the body failed is each item checked, so the fault is
-	// answered on its item, or refuses the request when it is outside
-	// every item.
-	itemJSONErr := make([]error, len(raws))
-	if bodyErr != nil {
+	// Only when the body failed is each item checked, so that every item's
+	// fault is answered on its item (the body's check stops at the first).
+	var itemFaults []*FieldError
+	if fault != nil {
+		itemFaults = make([]*FieldError, len(raws))
 		found := false
 		for i, raw := range raws {
-			if itemJSONErr[i] = event.CheckJSON(raw); itemJSONErr[i] != nil {
-				found = true
-			}
+			itemFaults[i] = checkItem(raw, i)
+			found = found || itemFaults[i] != nil
 		}
 		if !found {
-			return nil, fmt.Errorf("%w: %s", errMalformed, strings.TrimPrefix(bodyErr.Error(), event.ErrJSONB.Error()+": "))
+			return nil, faultError(fault)
 		}
 	}
 	out := slab.items(len(raws))
@@ -248,7 +249,7 @@ func decodeBatchInto(body []byte, kind event.Kind, ws event.UUID, now time.Time,
 	text := newBodyText(body)
 	var nested [4]*fieldReader
 	for i, raw := range raws {
-		*r = fieldReader{item: i + 1, present: true, slab: &members, nested: nested[:0], spares: r.spares}
+		*r = fieldReader{item: i + 1, present: true, slab: &members, nested: nested[:0], spares: r.spares, checked: itemFaults == nil}
 		if err := r.start(raw); err != nil {
 			return nil, err
 		}
@@ -261,32 +262,34 @@ func decodeBatchInto(body []byte, kind event.Kind, ws event.UUID, now time.Time,
 		out[i].item.index = i
 		// An unknown field (a typo must not silently drop data) or a JSON
 		// fault rejects its item alone, like any other validation error.
-		var extra []FieldError
-		if itemJSONErr[i] != nil {
-			extra = append(extra, FieldError{Field: itemPath(i), Message: strings.TrimPrefix(itemJSONErr[i].Error(), event.ErrJSONB.Error()+": ")})
+		errs := r.withUnknown(out[i].errors)
+		if itemFaults != nil && itemFaults[i] != nil {
+			errs = []FieldError{*itemFaults[i]} // alone: request_wire.go
 		}
-		for _, u := range r.unknownFields() {
-			extra = append(extra, FieldError{Field: u, Message: "unknown field"})
-		}
-		if len(extra) > 0 {
-			out[i] = parsedItem{item: item{index: i, externalID: out[i].item.externalID}, errors: append(out[i].errors, extra...)}
+		if len(errs) > 0 {
+			out[i] = parsedItem{item: item{index: i, externalID: out[i].item.externalID}, errors: errs}
 		}
 	}
 	return out, nil
 }
 
-// splitItems splits a body event.CheckJSON accepted (bodyErr nil) that is
-// exactly {"items": [...]} into its items without copying them; false for
-// any other body.
-func splitItems(body []byte, bodyErr error) ([][]byte, bool) {
-	if bodyErr != nil {
+// splitItems splits a body checkBody found no fault in that is exactly
+// {"items": [...]} into its items without copying them; false for any
+// other body.
+func splitItems(body []byte, fault *event.JSONFault) ([][]byte, bool) {
+	if fault != nil {
 		return nil, false
 	}
 	fields, ok := splitObject(body)
 	if !ok || len(fields) != 1 || string(fields[0].key) != "items" {
 		return nil, false
 	}
-	arr := fields[0].val
+	return splitArray(fields[0].val)
+}
+
+// splitArray splits a JSON array (JSON already checked) into its elements,
+// slices of arr; false when arr is not an array.
+func splitArray(arr []byte) ([][]byte, bool) {
 	if len(arr) < 2 || arr[0] != '[' {
 		return nil, false
 	}
@@ -316,23 +319,19 @@ func splitItems(body []byte, bodyErr error) ([][]byte, bool) {
 	}
 }
 
-// readItems reads {"items": [...]} from a body splitItems did not take,
-// with the request-level error that explains why it is refused.
-func readItems(body []byte) ([][]byte, error) {
-	var req map[string]json.RawMessage
-	// The fast decoder first; encoding/json only to explain a failure.
-	if gojson.Unmarshal(body, &req) != nil {
-		if err := strictUnmarshal(body, &req); err != nil {
-			return nil, err
-		}
-		return nil, fmt.Errorf("%w: not a single JSON object", errMalformed)
-	}
-	if req == nil {
+// readItems reads {"items": [...]} from a body (JSON, checkBody found no
+// syntax fault) splitItems did not take, with the request-level error that
+// explains why it is refused; a fault inside the items is left to them.
+func readItems(body []byte, fault *event.JSONFault) ([][]byte, error) {
+	fields, ok := splitObject(body)
+	if !ok {
 		return nil, fmt.Errorf("%w: want a JSON object with an items array", errMalformed)
 	}
 	var unknown []string
-	for k := range req {
-		if k != "items" {
+	seen := map[string]bool{}
+	for _, f := range fields {
+		if k := string(f.key); k != "items" && !seen[k] {
+			seen[k] = true
 			unknown = append(unknown, k)
 		}
 	}
@@ -340,15 +339,17 @@ func readItems(body []byte) ([][]byte, error) {
 		sort.Strings(unknown)
 		return nil, fmt.Errorf("%w %s", errUnknownField, quoteAll(unknown))
 	}
-	var raws []json.RawMessage
-	if err := gojson.Unmarshal(req["items"], &raws); err != nil || raws == nil {
+	if fault != nil && !strings.HasPrefix(fault.Path, "items[") {
+		return nil, faultError(fault) // items named twice, or the body's bytes
+	}
+	if len(fields) != 1 {
+		return nil, fmt.Errorf("%w: want a JSON object with an items array", errMalformed)
+	}
+	raws, ok := splitArray(fields[0].val)
+	if !ok {
 		return nil, fmt.Errorf("%w: items: want an array of objects", errMalformed)
 	}
-	out := make([][]byte, len(raws))
-	for i, r := range raws {
-		out[i] = r
-	}
-	return out, nil
+	return raws, nil
 }
 
 // itemPaths are "items[0]" to "items[999]", made once: every item needs
@@ -366,35 +367,6 @@ func itemPath(i int) string {
 		return itemPaths[i]
 	}
 	return "items[" + strconv.Itoa(i) + "]"
-}
-
-// strictUnmarshal decodes one JSON value and refuses trailing data.
-func strictUnmarshal(body []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("%w: %s", errMalformed, describeJSONError(err))
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return fmt.Errorf("%w: data after the JSON value", errMalformed)
-	}
-	return nil
-}
-
-// describeJSONError says where JSON broke without quoting the payload.
-func describeJSONError(err error) string {
-	var syn *json.SyntaxError
-	var typ *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &syn):
-		return fmt.Sprintf("invalid JSON at byte %d", syn.Offset)
-	case errors.As(err, &typ):
-		return fmt.Sprintf("JSON %s where an object was expected", typ.Value)
-	case errors.Is(err, io.EOF):
-		return "empty body"
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return "JSON ends early"
-	}
-	return "not JSON"
 }
 
 func quoteAll(ss []string) string {
@@ -429,6 +401,9 @@ type fieldReader struct {
 	// before the next item is read).
 	spares  []*fieldReader
 	present bool
+	// checked: the bytes read passed checkBody, so an object value needs
+	// no second look for what jsonb refuses.
+	checked bool
 }
 
 // objectPath is the path of the reader's object.
@@ -624,6 +599,11 @@ func joinPath(path, field string) string {
 		return path
 	}
 	return path + "." + field
+}
+
+// failAt reports a fault found inside field's value, at its path.
+func (r *fieldReader) failAt(field string, f *event.JSONFault) {
+	*r.errs = append(*r.errs, faultField(joinPath(r.objectPath(), field), f))
 }
 
 func (r *fieldReader) fail(field, msg string) {
@@ -933,8 +913,22 @@ func (r *fieldReader) object(field string) json.RawMessage {
 	if v == nil {
 		return nil
 	}
-	if err := event.CheckJSONB(v); err != nil {
-		r.fail(field, strings.TrimPrefix(err.Error(), event.ErrJSONB.Error()+": "))
+	var err error
+	switch {
+	case !r.checked:
+		err = event.CheckJSONB(v)
+	case len(v) > event.MaxObjectBytes:
+		err = fmt.Errorf("%d bytes, at most %d", len(v), event.MaxObjectBytes)
+	case v[0] != '{':
+		err = errors.New("want a JSON object")
+	}
+	if err != nil {
+		var f *event.JSONFault
+		if errors.As(err, &f) {
+			r.failAt(field, f)
+		} else {
+			r.fail(field, err.Error())
+		}
 		return nil
 	}
 	if !bytes.ContainsAny(v, " \t\r\n") {
@@ -951,9 +945,9 @@ func (r *fieldReader) sub(field string) *fieldReader {
 	var n *fieldReader
 	if k := len(r.nested); k < len(r.spares) {
 		n = r.spares[k]
-		*n = fieldReader{parent: r, name: field, errs: r.errs, slab: r.slab, text: r.text}
+		*n = fieldReader{parent: r, name: field, errs: r.errs, slab: r.slab, text: r.text, checked: r.checked}
 	} else {
-		n = &fieldReader{parent: r, name: field, errs: r.errs, slab: r.slab, text: r.text}
+		n = &fieldReader{parent: r, name: field, errs: r.errs, slab: r.slab, text: r.text, checked: r.checked}
 	}
 	r.nested = append(r.nested, n)
 	v := r.raw(field)
@@ -996,6 +990,15 @@ func (r *fieldReader) identifierNormalized(field, kindField string) (value, kind
 		return "", "", ""
 	}
 	return value, string(k), norm
+}
+
+// withUnknown is errs and an "unknown field" error for each field nobody
+// read.
+func (r *fieldReader) withUnknown(errs []FieldError) []FieldError {
+	for _, u := range r.unknownFields() {
+		errs = append(errs, FieldError{Field: u, Message: "unknown field"})
+	}
+	return errs
 }
 
 // unknownFields lists the paths of fields nobody read, nested ones included.

@@ -112,7 +112,8 @@ func TestDecodeRejectsWithFieldPaths(t *testing.T) {
 		{"external_id empty", withField(t, "external_id", `""`), "items[0].external_id", "must not be empty"},
 		{"external_id too long", withField(t, "external_id", `"`+strings.Repeat("x", 129)+`"`), "items[0].external_id", "at most 128"},
 		{"account missing", withField(t, "account_external_id", ""), "items[0].account_external_id", "required"},
-		{"reference control char", withField(t, "reference", `"a\u0000b"`), "items[0].reference", "control"},
+		{"reference control char", withField(t, "reference", `"a\u0001b"`), "items[0].reference", "control"},
+		{"reference NUL", withField(t, "reference", `"a\u0000b"`), "items[0].reference", `\u0000 in a string`},
 		{"metadata not object", withField(t, "metadata", `[1]`), "items[0].metadata", "object"},
 		{"bad IBAN checksum", withField(t, "counterparty", `{"identifier":"DE89370400440532013001","identifier_kind":"iban"}`), "items[0].counterparty.identifier", "checksum"},
 		{"bad kind", withField(t, "counterparty", `{"identifier":"12345678","identifier_kind":"email"}`), "items[0].counterparty.identifier_kind", "iban, account_number, phone"},
@@ -177,7 +178,7 @@ func TestDecodeRefusesWholeRequests(t *testing.T) {
 		{"item not object", `{"items":[1]}`, errMalformed, "items[0]"},
 		{"no items", `{"items":[]}`, errNoItems, "empty"},
 		{"unknown top-level field", `{"items":[` + validTxn + `],"workspace_id":"x"}`, errUnknownField, `"workspace_id"`},
-		{"duplicate top-level key", `{"items":[` + validTxn + `],"items":[` + validTxn + `]}`, errMalformed, `"items" appears twice`},
+		{"duplicate top-level key", `{"items":[` + validTxn + `],"items":[` + validTxn + `]}`, errMalformed, `items: key named twice`},
 		{"too many", string(batchOf(many...)), errTooManyItems, "at most 10"},
 	}
 	for _, tt := range tests {
@@ -310,14 +311,14 @@ func TestDecodeRefusesWhatTheDatabaseWould(t *testing.T) {
 		t.Fatal("validTxn has no amount 1249.90")
 	}
 	tests := map[string]struct{ item, field, msg string }{
-		"duplicate amount":   {dupAmount, "items[1]", `"amount" appears twice`},
-		"duplicate in meta":  {withField(t, "metadata", `{"a":1,"a":2}`), "items[1]", `"a" appears twice`},
-		"NUL in metadata":    {withField(t, "metadata", `{"note":"a\u0000b"}`), "items[1]", `\u0000`},
-		"huge number":        {withField(t, "metadata", `{"n":1e999999}`), "items[1]", "digits"},
-		"lone surrogate":     {withField(t, "metadata", `{"n":"\ud800"}`), "items[1]", "surrogate"},
+		"duplicate amount":   {dupAmount, "items[1].amount", `key named twice`},
+		"duplicate in meta":  {withField(t, "metadata", `{"a":1,"a":2}`), "items[1].metadata.a", `key named twice`},
+		"NUL in metadata":    {withField(t, "metadata", `{"note":"a\u0000b"}`), "items[1].metadata.note", `\u0000`},
+		"huge number":        {withField(t, "metadata", `{"n":1e999999}`), "items[1].metadata.n", "digits"},
+		"lone surrogate":     {withField(t, "metadata", `{"n":"\ud800"}`), "items[1].metadata.n", "surrogate"},
 		"whitespace id":      {withField(t, "external_id", `"   "`), "items[1].external_id", "whitespace"},
 		"whitespace account": {withField(t, "account_external_id", `"\u00a0"`), "items[1].account_external_id", "whitespace"},
-		"NUL in external_id": {withField(t, "external_id", `"t\u0000"`), "items[1]", `\u0000`},
+		"NUL in external_id": {withField(t, "external_id", `"t\u0000"`), "items[1].external_id", `\u0000`},
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
