@@ -126,7 +126,7 @@ func TestDecisionBadInput(t *testing.T) {
 		{"negative amount", s.key, with("amount", "-5"), 400, "amount", ""},
 		{"bad currency", s.key, with("currency", "EURO"), 400, "currency", ""},
 		{"bad counterparty identifier", s.key, with("counterparty", map[string]any{"identifier": "DE00 0000", "identifier_kind": "iban"}), 400, "counterparty.identifier", ""},
-		{"unknown field", s.key, with("amount_cents", 5), 400, "", "amount_cents"},
+		{"unknown field", s.key, with("amount_cents", 5), 400, "amount_cents", ""},
 		{"unknown key", "spk_" + strings.Repeat("a", 43), with("x", nil), 401, "", "API key"},
 		{"no key", "", with("x", nil), 401, "", "API key"},
 		{"body over the limit", s.key, with("metadata", map[string]any{"pad": strings.Repeat("x", 70<<10)}), 413, "", "larger than"},

@@ -74,6 +74,7 @@ func TestDecisionOpenAPIResponses(t *testing.T) {
 		{"200", decided},
 		{"200", degraded},
 		{"400", rejectedDecision{Error: "validation failed", Errors: []FieldError{{Field: "amount", Message: "required"}}}},
+		{"400", errorResponse{Error: errMalformed.Error() + ": " + event.ReasonEndsEarly}},
 		{"401", errorResponse{Error: errUnauthenticated.Error()}},
 	}
 	for _, s := range samples {
