@@ -3,6 +3,7 @@ package event
 import (
 	"crypto/sha256"
 	"encoding/binary"
+	"unsafe"
 )
 
 // ContentHashLen is the length of a ContentHash.
@@ -19,34 +20,49 @@ const ContentHashLen = 8
 // reach the next version within the idempotency TTL, and stored rows keep it
 // for good. A decision the envelope carries is not content.
 func ContentHash(e *Envelope) [ContentHashLen]byte {
-	// Each part length-prefixed, all in one buffer hashed at once (on the
-	// stack for a usual item; sha256.Sum256 allocates nothing).
-	var in [1024]byte
-	b := in[:0]
-	write := func(s string) {
-		b = binary.BigEndian.AppendUint32(b, uint32(len(s)))
-		b = append(b, s...)
+	parts := [...]string{
+		string(e.Kind), e.ExternalID, e.AccountExternalID, e.CustomerExternalID, e.Amount, e.Currency,
+		string(e.Direction), e.Type, e.Status, e.Reference, e.Channel, string(e.Metadata), string(e.Attributes),
+		"", "", "",
 	}
-	write(string(e.Kind))
-	write(e.ExternalID)
-	write(e.AccountExternalID)
-	write(e.CustomerExternalID)
-	write(e.Amount)
-	write(e.Currency)
-	write(string(e.Direction))
-	write(e.Type)
-	write(e.Status)
-	write(e.Reference)
-	write(e.Channel)
-	write(string(e.Metadata))
-	write(string(e.Attributes))
+	n := len(parts) - 3
 	if cp := e.Counterparty; cp != nil {
-		write(cp.Name)
-		write(cp.IdentifierKind)
-		write(cp.IdentifierFP)
+		parts[n], parts[n+1], parts[n+2] = cp.Name, cp.IdentifierKind, cp.IdentifierFP
+		n += 3
 	}
-	sum := sha256.Sum256(b)
+	// Each part length-prefixed. A usual item is written to one buffer on
+	// the stack and hashed at once (sha256.Sum256 allocates nothing); a
+	// larger one is streamed to a digest rather than grown onto the heap.
+	size := 0
+	for _, p := range parts[:n] {
+		size += 4 + len(p)
+	}
+	var sum [sha256.Size]byte
+	if size <= contentHashStack {
+		var in [contentHashStack]byte
+		b := in[:0]
+		for _, p := range parts[:n] {
+			b = binary.BigEndian.AppendUint32(b, uint32(len(p)))
+			b = append(b, p...)
+		}
+		sum = sha256.Sum256(b)
+	} else {
+		h := sha256.New()
+		var prefix [4]byte
+		for _, p := range parts[:n] {
+			binary.BigEndian.PutUint32(prefix[:], uint32(len(p)))
+			h.Write(prefix[:])
+			// Read in place: a digest neither keeps nor writes what it hashes.
+			h.Write(unsafe.Slice(unsafe.StringData(p), len(p)))
+		}
+		h.Sum(sum[:0])
+	}
 	var out [ContentHashLen]byte
 	copy(out[:], sum[:])
 	return out
 }
+
+// contentHashStack is the largest content ContentHash hashes from the
+// stack: a transaction with a counterparty and a few hundred bytes of
+// metadata.
+const contentHashStack = 1024
