@@ -18,9 +18,9 @@ func TestWorkerBadInput(t *testing.T) {
 		prod := s.with(map[string]string{"SP_WEBHOOK_ALLOW_INSECURE": ""})
 		for _, tt := range []struct{ url, want string }{
 			{"not a url", "not an absolute http:// or https:// URL with a host"},
-			{"https://127.0.0.1:8443/hook", "loopback, private, link-local or unspecified"},
-			{"https://169.254.169.254/latest/meta-data", "loopback, private, link-local or unspecified"},
-			{"https://localhost/hook", "loopback, private, link-local or unspecified"},
+			{"https://127.0.0.1:8443/hook", "127.0.0.1 is loopback (127.0.0.0/8): webhooks reach only public (global unicast) addresses"},
+			{"https://169.254.169.254/latest/meta-data", "169.254.169.254 is link-local (169.254.0.0/16): webhooks reach only public"},
+			{"https://localhost/hook", "a localhost name is loopback"},
 			{"http://hooks.example.com/hook", "only https:// webhook URLs are allowed"},
 		} {
 			_, stderr, code := runBin(t, prod, "webhook", "add", "--workspace", s.ws.String(), "--url", tt.url)
@@ -48,7 +48,7 @@ func TestWorkerBadInput(t *testing.T) {
 			t.Errorf("%d of 3 deliveries to an http:// loopback URL failed at once saying why", n)
 		}
 		if n := s.count(t, `SELECT count(*) FROM speculapro.webhook_deliveries
- WHERE endpoint_id = $1 AND status = 'failed' AND attempts = 1 AND last_error LIKE '%loopback, private, link-local or unspecified%'`, tlsLoop); n != 3 {
+ WHERE endpoint_id = $1 AND status = 'failed' AND attempts = 1 AND last_error LIKE '%127.0.0.1 is loopback (127.0.0.0/8)%'`, tlsLoop); n != 3 {
 			t.Errorf("%d of 3 deliveries to an https:// loopback URL failed at once saying why", n)
 		}
 		if got := len(rcv.requests("/")); got != 0 {

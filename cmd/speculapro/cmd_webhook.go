@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"slices"
 	"strings"
@@ -35,7 +36,9 @@ func webhookCommand() *cli.Command {
 		Usage: "Manage a workspace's webhook endpoints (the worker delivers to them)",
 		Description: "Connects as SP_DB_URL (the speculapro_app role; row-level security applies). Signing secrets\n" +
 			"are stored encrypted with SP_ENCRYPTION_KEY and printed once, when made. URLs must be https://\n" +
-			"to a public address unless SP_WEBHOOK_ALLOW_INSECURE=true (local stacks and tests).",
+			"to a public address: `add` resolves the host and refuses loopback, private, link-local and every other\n" +
+			"special-purpose address. SP_WEBHOOK_ALLOW_INSECURE=true allows http:// and loopback (local stacks and\n" +
+			"tests); SP_WEBHOOK_ALLOW_PRIVATE_NETWORKS lists private ranges of your own network.",
 		Subcommands: []*cli.Command{
 			{
 				Name:  "add",
@@ -154,10 +157,28 @@ func parseEventTypes(raw string) ([]string, error) {
 	return out, nil
 }
 
-func insecureAllowed() bool { return config.WebhookAllowInsecure.Value() == "true" }
+// addressPolicy is the worker's address policy, from the same settings, so
+// `add` refuses what the worker would refuse.
+func addressPolicy() (webhook.Policy, error) {
+	p, err := webhook.NewPolicy(config.WebhookAllowInsecure.Value() == "true", config.WebhookAllowPrivate.Value())
+	if err != nil {
+		return webhook.Policy{}, fmt.Errorf("%s: %w", config.WebhookAllowPrivate.Name, err)
+	}
+	return p, nil
+}
+
+// lookupTimeout bounds resolving an endpoint's host at registration.
+const lookupTimeout = 10 * time.Second
 
 func runWebhookAdd(ctx context.Context, stdout io.Writer, ws event.UUID, rawURL, events string) error {
-	if err := webhook.CheckURL(rawURL, insecureAllowed()); err != nil {
+	policy, err := addressPolicy()
+	if err != nil {
+		return err
+	}
+	lctx, cancel := context.WithTimeout(ctx, lookupTimeout)
+	err = policy.CheckRegistration(lctx, rawURL, net.DefaultResolver)
+	cancel()
+	if err != nil {
 		return fmt.Errorf("--url: %w", err)
 	}
 	types, err := parseEventTypes(events)

@@ -68,7 +68,8 @@ var (
 	WebhookBackoffMax     = Setting{"SP_WEBHOOK_BACKOFF_MAX", "6h", "Longest wait between two attempts at a delivery"}
 	WebhookSuspendAfter   = Setting{"SP_WEBHOOK_SUSPEND_AFTER", "20", "Deliveries failed in a row (every attempt used) after which an endpoint is suspended (disabled, with the reason); 0 never suspends"}
 	WebhookSecretGrace    = Setting{"SP_WEBHOOK_SECRET_GRACE", "24h", "How long `speculapro webhook rotate-secret` keeps the old secret signing beside the new one"}
-	WebhookAllowInsecure  = Setting{"SP_WEBHOOK_ALLOW_INSECURE", "false", "true allows http:// and loopback or private-network webhook URLs: local stacks and tests only; production accepts only https:// to public addresses"}
+	WebhookAllowInsecure  = Setting{"SP_WEBHOOK_ALLOW_INSECURE", "false", "true allows http:// and loopback webhook URLs (never private or link-local ranges: see SP_WEBHOOK_ALLOW_PRIVATE_NETWORKS): local stacks and tests only; production accepts only https:// to public addresses"}
+	WebhookAllowPrivate   = Setting{"SP_WEBHOOK_ALLOW_PRIVATE_NETWORKS", "", "Comma-separated CIDR ranges of your own network webhooks may reach although not public, e.g. 10.20.0.0/16,fd00:20::/48; only those ranges, never loopback (SP_WEBHOOK_ALLOW_INSECURE's alone)"}
 	SMTPURL               = Setting{"SP_SMTP_URL", "", "Mail server for email notifications: smtp://[user:pass@]host[:587]?from=alerts@example.com (STARTTLS required; &ca_file=/path.pem for a private CA); empty: email notifications fail with that reason"}
 
 	EncryptionKey  = Setting{"SP_ENCRYPTION_KEY", "", "AES-256 key ring for identifiers: <key-id>:<64 hex chars>, comma-separated, first encrypts, all decrypt (rotation); required outside `speculapro dev`"}
@@ -99,7 +100,7 @@ func All() []Setting {
 		HTTPAddr, DataDir, LogLevel, IngestAddr, IngestIdempotencyTTL,
 		WorkerPartitionsAhead, WorkerSenders, WorkerLease, WebhookTimeout, WebhookMaxAttempts,
 		WebhookBackoffInitial, WebhookBackoffMax, WebhookSuspendAfter, WebhookSecretGrace,
-		WebhookAllowInsecure, SMTPURL,
+		WebhookAllowInsecure, WebhookAllowPrivate, SMTPURL,
 		DecisionAddr, DecisionTimeout, DecisionFallback, DecisionRemember, DecisionBufferCount, DecisionBufferBytes, DecisionSpoolPrefix,
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i].Name < all[j].Name })

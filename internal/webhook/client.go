@@ -28,12 +28,12 @@ var ErrRedirect = errors.New("the endpoint answered with a redirect, which is no
 
 // NewClient is the HTTP client deliveries use: timeout bounds a whole
 // attempt (connecting, sending, the answer's head); redirects are returned,
-// not followed; no proxy from the environment; TLS 1.2 or newer; and unless
-// allowInsecure, every connection's resolved address must be public.
-func NewClient(timeout time.Duration, allowInsecure bool) *http.Client {
+// not followed; no proxy from the environment; TLS 1.2 or newer; and every
+// connection's resolved address must pass targets.CheckAddr.
+func NewClient(timeout time.Duration, targets Policy) *http.Client {
 	tr := &http.Transport{
 		Proxy:                 nil,
-		DialContext:           dialer(allowInsecure),
+		DialContext:           targets.dialer(),
 		TLSClientConfig:       &tls.Config{MinVersion: tls.VersionTLS12},
 		ForceAttemptHTTP2:     true,
 		MaxIdleConns:          1024,

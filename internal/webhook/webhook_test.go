@@ -46,7 +46,7 @@ func TestCheckURL(t *testing.T) {
 		{"https://" + strings.Repeat("a", 3000) + ".com/", false, ErrNotAURL},
 	}
 	for _, tt := range tests {
-		err := CheckURL(tt.url, tt.insecure)
+		err := Policy{AllowInsecure: tt.insecure}.CheckURL(tt.url)
 		if tt.want == nil && err != nil || tt.want != nil && !errors.Is(err, tt.want) {
 			t.Errorf("CheckURL(%.40q, insecure=%t) = %v, want %v", tt.url, tt.insecure, err, tt.want)
 		}
@@ -133,7 +133,7 @@ func TestClientGuardsRedirectsAndBounds(t *testing.T) {
 	}))
 	defer srv.Close()
 
-	prod := NewClient(2*time.Second, false)
+	prod := NewClient(2*time.Second, Policy{})
 	_, err := Post(context.Background(), prod, srv.URL+"/x", nil, []byte("{}"))
 	if !errors.Is(err, ErrBlockedAddress) {
 		t.Fatalf("production client to loopback: %v, want ErrBlockedAddress", err)
@@ -142,7 +142,7 @@ func TestClientGuardsRedirectsAndBounds(t *testing.T) {
 		t.Errorf("error quotes the URL: %v", err)
 	}
 
-	local := NewClient(5*time.Second, true)
+	local := NewClient(5*time.Second, Policy{AllowInsecure: true})
 	res, err := Post(context.Background(), local, srv.URL+"/redirect", nil, []byte("{}"))
 	if !errors.Is(err, ErrRedirect) || res.Status != http.StatusFound || hops != 0 {
 		t.Fatalf("redirect: status %d err %v hops %d", res.Status, err, hops)

@@ -28,6 +28,7 @@ const (
 	osFieldMaxBackoff     = "max_backoff"
 	osFieldSuspendAfter   = "suspend_after"
 	osFieldAllowInsecure  = "allow_insecure"
+	osFieldAllowPrivate   = "allow_private_networks"
 	osFieldSMTPURL        = "smtp_url"
 	osFieldParallel       = "parallel"
 	osFieldEncryptionKey  = identity.FieldEncryptionKey
@@ -62,8 +63,9 @@ event's ID, the same on every attempt and for every endpoint), `+"`X-SpeculaPro-
 `+"`X-SpeculaPro-Signature: t=<unix seconds>,v1=<hex>[,v1=<hex>]`"+`: each v1 is HMAC-SHA256 over `+"`<t>.<body>`"+` with a
 secret valid now, the endpoint's current one and, during the grace period after a rotation, its previous one.
 Redirects are not followed and fail the delivery; at most 512 bytes of an answer are kept (in `+"`last_error`"+`) and
-64 KiB read. Unless `+"`allow_insecure`"+`, only https:// URLs are sent to and every connection's resolved address
-must be public (not loopback, private, link-local, CGNAT, multicast or unspecified).
+64 KiB read. Only https:// URLs are sent to, and every connection's resolved address must be public: global unicast,
+outside every IANA special-purpose block (an IPv6 address carrying an IPv4 one is judged by that one too).
+`+"`allow_insecure`"+` adds http:// and loopback; `+"`allow_private_networks`"+` adds the ranges it lists.
 
 ### Notifications
 
@@ -105,8 +107,12 @@ its pending deliveries wait until `+"`speculapro webhook enable`"+`.
 				Description("Deliveries failed in a row after which an endpoint is suspended; 0 never suspends.").
 				Default(20),
 			service.NewBoolField(osFieldAllowInsecure).
-				Description("Allow http:// and loopback or private addresses: local stacks and tests only.").
+				Description("Allow http:// and loopback addresses: local stacks and tests only. Private, link-local and other special-purpose ranges stay refused (see `allow_private_networks`).").
 				Default(false),
+			service.NewStringField(osFieldAllowPrivate).
+				Description("Comma-separated CIDR ranges of your own network that webhooks and notification webhooks may reach although they are not public (private-use, CGNAT, unique local and the like), e.g. `10.20.0.0/16,fd00:20::/48`. Only the ranges listed; never loopback (that is `allow_insecure`'s), unspecified, multicast or broadcast space.").
+				Example("10.20.0.0/16").
+				Default(""),
 			service.NewStringField(osFieldSMTPURL).
 				Description("Mail server for email notifications: `smtp://[user:pass@]host[:587]?from=alerts@example.com[&ca_file=/ca.pem]`. Empty: email notifications fail (and are retried) with that reason.").
 				Secret().
@@ -154,7 +160,7 @@ type outboxSend struct {
 	maxAttempts   int
 	policy        retry.Policy
 	suspendAfter  int
-	allowInsecure bool
+	addressPolicy webhook.Policy
 	smtp          *smtpConfig // nil: not configured
 	keys          *identity.Keyring
 	parallel      int
@@ -196,8 +202,16 @@ func newOutboxSend(conf *service.ParsedConfig, mgr *service.Resources, maxInFlig
 	if o.suspendAfter, err = conf.FieldInt(osFieldSuspendAfter); err != nil {
 		return nil, err
 	}
-	if o.allowInsecure, err = conf.FieldBool(osFieldAllowInsecure); err != nil {
+	allowInsecure, err := conf.FieldBool(osFieldAllowInsecure)
+	if err != nil {
 		return nil, err
+	}
+	privateNets, err := conf.FieldString(osFieldAllowPrivate)
+	if err != nil {
+		return nil, err
+	}
+	if o.addressPolicy, err = webhook.NewPolicy(allowInsecure, privateNets); err != nil {
+		return nil, fmt.Errorf("outbox_send: %s: %w", osFieldAllowPrivate, err)
 	}
 	rawSMTP, err := conf.FieldString(osFieldSMTPURL)
 	if err != nil {
@@ -219,7 +233,7 @@ func newOutboxSend(conf *service.ParsedConfig, mgr *service.Resources, maxInFlig
 		return nil, err
 	}
 	o.parallel = max(o.parallel, 1)
-	o.client = webhook.NewClient(o.timeout, o.allowInsecure)
+	o.client = webhook.NewClient(o.timeout, o.addressPolicy)
 	m := mgr.Metrics()
 	o.deliveries = m.NewCounter(metricDeliveries, "outbox", "event_type", "outcome")
 	o.duration = m.NewTimer(metricAttemptDuration, "outbox")
@@ -411,7 +425,7 @@ func (o *outboxSend) send(ctx context.Context, j *job, eps map[event.UUID]*endpo
 			o.settle(j, 0, ep.err)
 			return
 		}
-		if err := webhook.CheckURL(ep.url, o.allowInsecure); err != nil {
+		if err := o.addressPolicy.CheckURL(ep.url); err != nil {
 			o.settle(j, 0, err)
 			return
 		}
@@ -428,7 +442,7 @@ func (o *outboxSend) send(ctx context.Context, j *job, eps map[event.UUID]*endpo
 	}
 	switch j.channel {
 	case "webhook":
-		if err := webhook.CheckURL(j.recipient, o.allowInsecure); err != nil {
+		if err := o.addressPolicy.CheckURL(j.recipient); err != nil {
 			o.settle(j, 0, err)
 			return
 		}
