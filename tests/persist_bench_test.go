@@ -362,17 +362,18 @@ func benchCopyCeiling(b *testing.B, g *loadgen.Generator, n, workers, batch int)
 			cpID, cpName = &id, &c.Name
 		}
 		accountID, customerID := event.AccountID(e.WorkspaceID, e.AccountExternalID), event.CustomerID(e.WorkspaceID, e.CustomerExternalID)
+		hash := event.ContentHash(&e)
 		rows[i] = []any{e.ID, e.WorkspaceID, e.ExternalID, accountID,
 			customerID, cpID, amount, e.Currency, string(e.Direction),
-			e.Type, e.Status, e.OccurredAt, received, e.Reference, cpName, e.Channel, []byte(e.Metadata)}
+			e.Type, e.Status, e.OccurredAt, received, e.Reference, cpName, e.Channel, []byte(e.Metadata), hash[:]}
 		cp := `\N`
 		if cpID != nil {
 			cp = cpID.String()
 		}
-		chunk = fmt.Appendf(chunk, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+		chunk = fmt.Appendf(chunk, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\\\\x%x\n",
 			e.ID, e.WorkspaceID, copyText(e.ExternalID), accountID, customerID, cp, e.Amount, copyText(e.Currency),
 			copyText(string(e.Direction)), copyText(e.Type), copyText(e.Status), e.OccurredAt.Format(time.RFC3339Nano),
-			received.Format(time.RFC3339Nano), copyText(e.Reference), copyTextPtr(cpName), copyText(e.Channel), copyText(string(e.Metadata)))
+			received.Format(time.RFC3339Nano), copyText(e.Reference), copyTextPtr(cpName), copyText(e.Channel), copyText(string(e.Metadata)), hash[:])
 		if (i+1)%batch == 0 || i == n-1 {
 			text = append(text, chunk)
 			chunk = nil
@@ -406,7 +407,7 @@ func benchCopyCeiling(b *testing.B, g *loadgen.Generator, n, workers, batch int)
 // persister's, but the decision's (which loadgen's transactions lack).
 var ceilingColumns = []string{"id", "workspace_id", "external_id", "account_id", "customer_id", "counterparty_id",
 	"amount", "currency", "direction", "kind", "status", "occurred_at", "received_at", "reference",
-	"counterparty_name", "channel", "metadata"}
+	"counterparty_name", "channel", "metadata", "content_hash"}
 
 // copyText is s as a COPY text field: \N when empty (as the persister
 // stores an empty optional text), backslash, tab and line ends escaped.
