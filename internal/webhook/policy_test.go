@@ -150,7 +150,7 @@ func TestCheckURLRefusesDisguisedHosts(t *testing.T) {
 			t.Errorf("CheckURL's error quotes the URL: %v", err)
 		}
 	}
-	for _, ok := range []string{"https://8.8.8.8/hook", "https://[2606:4700:4700::1111]:8443/hook", "https://hooks.example.com./hook", "https://bücher.example/hook"} {
+	for _, ok := range []string{"https://8.8.8.8/hook", "https://[2606:4700:4700::1111]:8443/hook", "https://hooks.example.com./hook", "https://bücher.example/hook", "https://my_hook.example.com/hook", "https://HOOKS.Example.com/hook"} {
 		if err := (Policy{}).CheckURL(ok); err != nil {
 			t.Errorf("CheckURL(%s): %v", ok, err)
 		}

@@ -105,9 +105,13 @@ func (p Policy) checkURL(raw string) (string, error) {
 		}
 		return "", nil
 	}
-	name, err := idna.Lookup.ToASCII(host)
-	if err != nil {
-		return "", fmt.Errorf("webhook URL: %w (the host is not a valid name: %v)", ErrNotAURL, err)
+	name := host
+	if !isASCII(host) {
+		// What net/http does before dialling: an ASCII host as it is,
+		// any other mapped for lookup (full-width digits become digits).
+		if name, err = idna.Lookup.ToASCII(host); err != nil {
+			return "", fmt.Errorf("webhook URL: %w (the host is not a valid name: %v)", ErrNotAURL, err)
+		}
 	}
 	name = strings.ToLower(name)
 	bare := strings.TrimSuffix(name, ".")
@@ -130,6 +134,15 @@ func (p Policy) checkURL(raw string) (string, error) {
 		}
 	}
 	return name, nil
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
 }
 
 // endsInNumber reports whether a host's last label is a number (decimal,
