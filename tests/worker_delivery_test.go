@@ -77,11 +77,11 @@ SELECT $1, 'alert.created:' || g || ':' || c.channel, 'alert.created', c.channel
 		byKey := map[string][]received{}
 		for _, r := range got {
 			byKey[r.key] = append(byKey[r.key], r)
-			if err := webhook.Verify(r.signature, r.body, e.secret, now, 10*time.Minute); err != nil {
-				t.Fatalf("%s: delivery %s: signature %q does not verify: %v", e.path, r.key, r.signature, err)
+			if err := webhook.Verify(r.header, r.body, e.secret, now, 10*time.Minute); err != nil {
+				t.Fatalf("%s: delivery %s: signature %q does not verify: %v", e.path, r.key, r.header.Get(webhook.HeaderSignature), err)
 			}
 			if r.event != "alert.created" || jsonOf(r.body)["id"] != r.key {
-				t.Fatalf("%s: event %q, idempotency key %s for body id %v", e.path, r.event, r.key, jsonOf(r.body)["id"])
+				t.Fatalf("%s: event %q, webhook-id %s for body id %v", e.path, r.event, r.key, jsonOf(r.body)["id"])
 			}
 		}
 		want := 1

@@ -167,13 +167,13 @@ func startWorker(t testing.TB, name string, env map[string]string) *binProcess {
 
 // received is one request a receiver got.
 type received struct {
-	path      string
-	key       string // Idempotency-Key
-	delivery  string
-	event     string
-	signature string
-	body      []byte
-	at        time.Time
+	path     string
+	key      string // webhook-id (a notification's Idempotency-Key)
+	delivery string
+	event    string
+	header   http.Header
+	body     []byte
+	at       time.Time
 }
 
 // receiver is a real HTTP server on loopback that records every request.
@@ -209,8 +209,12 @@ func (r *receiver) url(path string) string { return "http://" + r.addr + path }
 
 func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	body, _ := io.ReadAll(req.Body)
-	rec := received{path: req.URL.Path, key: req.Header.Get("Idempotency-Key"), delivery: req.Header.Get("X-SpeculaPro-Delivery"),
-		event: req.Header.Get("X-SpeculaPro-Event"), signature: req.Header.Get("X-SpeculaPro-Signature"), body: body, at: time.Now()}
+	key := req.Header.Get("webhook-id")
+	if key == "" {
+		key = req.Header.Get("Idempotency-Key")
+	}
+	rec := received{path: req.URL.Path, key: key, delivery: req.Header.Get("X-SpeculaPro-Delivery"),
+		event: req.Header.Get("X-SpeculaPro-Event"), header: req.Header.Clone(), body: body, at: time.Now()}
 	r.mu.Lock()
 	r.got = append(r.got, rec)
 	r.perKey[rec.path+" "+rec.key]++

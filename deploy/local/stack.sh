@@ -13,7 +13,8 @@
 #   Kafka 127.0.0.1:19092 (controller 127.0.0.1:19093), auto topic creation off
 #
 # It also installs the prometheus package for promtool (make test checks the alert rules with it); it
-# starts no Prometheus.
+# starts no Prometheus. And a Python venv in .cache/pyvenv/ (Debian's python3 and python3-venv) holding
+# the Standard Webhooks library from PyPI, with which the worker tests verify real deliveries.
 #
 # Runs as root on Debian 12 (no systemd). Safe to run again while everything is up. State,
 # logs and "started by us" markers live in deploy/local/.run/, the Kafka jars in
@@ -50,6 +51,10 @@ REDIS_WAIT=20
 KAFKA_WAIT=180   # a JVM start takes ~10s idle, but over 60s when the 2 cores are saturated by tests
 KAFKA_STOP_WAIT=45
 MVN_WAIT=900
+
+# The receivers' library the webhook tests verify deliveries with (tests/worker_stdwebhooks_test.go).
+STANDARDWEBHOOKS_VERSION=1.1.0
+PYVENV="$REPO_ROOT/.cache/pyvenv"
 
 log() { printf 'stack: %s\n' "$*"; }
 die() { printf 'stack: ERROR: %s\n' "$*" >&2; exit 1; }
@@ -99,6 +104,8 @@ ensure_packages() {
   # promtool checks and unit-tests deploy/observability/alerts.yaml; the observability test runs
   # its own prometheus on a free port.
   { have prometheus && have promtool; } || need+=(prometheus)
+  # Debian's python3 makes venvs only with python3-venv (ensurepip); a pyenv python3 on PATH is not used.
+  { [[ -x /usr/bin/python3 ]] && /usr/bin/python3 -c 'import ensurepip, venv' 2>/dev/null; } || need+=(python3-venv)
   ((${#need[@]} == 0)) && return 0
 
   log "installing missing packages: ${need[*]}"
@@ -118,6 +125,20 @@ stop_packaged_prometheus() {
     /etc/init.d/prometheus stop >/dev/null 2>&1 || true
     have update-rc.d && { update-rc.d prometheus disable >/dev/null 2>&1 || true; }
   fi
+}
+
+# The venv with the pinned standardwebhooks: made or repaired only when the library is not there
+# at that version, so a warm `up` never touches PyPI.
+ensure_pyvenv() {
+  local want="$STANDARDWEBHOOKS_VERSION"
+  [[ -x "$PYVENV/bin/python" ]] && "$PYVENV/bin/python" -c \
+    'import importlib.metadata as m, sys; sys.exit(m.version("standardwebhooks") != sys.argv[1])' "$want" 2>/dev/null &&
+    return 0
+  log "installing standardwebhooks $want into $PYVENV"
+  mkdir -p "$(dirname "$PYVENV")"
+  /usr/bin/python3 -m venv "$PYVENV" || die "python3 -m venv $PYVENV failed (Debian package python3-venv)"
+  "$PYVENV/bin/python" -m pip install --quiet --disable-pip-version-check "standardwebhooks==$want" ||
+    die "pip install standardwebhooks==$want into $PYVENV failed"
 }
 
 # A second message locale, so tests can prove that nothing classifies PostgreSQL's errors by their
@@ -490,6 +511,7 @@ main() {
       [[ $EUID -eq 0 ]] || die "run as root (apt-get, pg_ctlcluster)"
       lock
       ensure_packages
+      ensure_pyvenv
       ensure_test_locale
       pg_up
       redis_up

@@ -70,6 +70,7 @@ var (
 	WebhookSecretGrace    = Setting{"SP_WEBHOOK_SECRET_GRACE", "24h", "How long `speculapro webhook rotate-secret` keeps the old secret signing beside the new one"}
 	WebhookAllowInsecure  = Setting{"SP_WEBHOOK_ALLOW_INSECURE", "false", "true allows http:// and loopback webhook URLs (never private or link-local ranges: see SP_WEBHOOK_ALLOW_PRIVATE_NETWORKS): local stacks and tests only; production accepts only https:// to public addresses"}
 	WebhookAllowPrivate   = Setting{"SP_WEBHOOK_ALLOW_PRIVATE_NETWORKS", "", "Comma-separated CIDR ranges of your own network webhooks may reach although not public, e.g. 10.20.0.0/16,fd00:20::/48; only those ranges, never loopback (SP_WEBHOOK_ALLOW_INSECURE's alone)"}
+	WebhookLegacyHeaders  = Setting{"SP_WEBHOOK_LEGACY_HEADERS", "true", "true also sends the previous signing scheme's Idempotency-Key and X-SpeculaPro-Signature beside the Standard Webhooks headers, for receivers not yet verifying webhook-signature (until 2027-06-30); set false once every receiver does"}
 	SMTPURL               = Setting{"SP_SMTP_URL", "", "Mail server for email notifications: smtp://[user:pass@]host[:587]?from=alerts@example.com (STARTTLS required; &ca_file=/path.pem for a private CA); empty: email notifications fail with that reason"}
 
 	EncryptionKey  = Setting{"SP_ENCRYPTION_KEY", "", "AES-256 key ring for identifiers: <key-id>:<64 hex chars>, comma-separated, first encrypts, all decrypt (rotation); required outside `speculapro dev`"}
@@ -100,7 +101,7 @@ func All() []Setting {
 		HTTPAddr, DataDir, LogLevel, IngestAddr, IngestIdempotencyTTL,
 		WorkerPartitionsAhead, WorkerSenders, WorkerLease, WebhookTimeout, WebhookMaxAttempts,
 		WebhookBackoffInitial, WebhookBackoffMax, WebhookSuspendAfter, WebhookSecretGrace,
-		WebhookAllowInsecure, WebhookAllowPrivate, SMTPURL,
+		WebhookAllowInsecure, WebhookAllowPrivate, WebhookLegacyHeaders, SMTPURL,
 		DecisionAddr, DecisionTimeout, DecisionFallback, DecisionRemember, DecisionBufferCount, DecisionBufferBytes, DecisionSpoolPrefix,
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i].Name < all[j].Name })

@@ -2,7 +2,7 @@ package webhook
 
 import (
 	"crypto/rand"
-	"encoding/hex"
+	"encoding/base64"
 	"fmt"
 
 	"github.com/speculapro/speculapro/internal/event"
@@ -10,18 +10,23 @@ import (
 )
 
 // secretPrefix marks a signing secret, so one pasted in the wrong place is
-// recognisable.
+// recognisable; the Standard Webhooks libraries strip it.
 const secretPrefix = "whsec_"
 
-// NewSecret is a fresh signing secret: "whsec_" and 64 hex characters (256
-// random bits). Receivers use the whole string, prefix included, as the HMAC
-// key.
+// secretBytes is the size of a new secret's key: 256 random bits, within
+// the 24 to 64 bytes receivers' libraries expect.
+const secretBytes = 32
+
+// NewSecret is a fresh signing secret: "whsec_" and the standard, padded
+// base64 of 32 random bytes, the form the Standard Webhooks libraries take
+// as is (SigningKey). Secrets of the earlier form, "whsec_" and 64 hex
+// characters, stay valid: hex digits are base64 too.
 func NewSecret() (string, error) {
-	b := make([]byte, 32)
+	b := make([]byte, secretBytes)
 	if _, err := rand.Read(b); err != nil {
 		return "", fmt.Errorf("generating a webhook secret: %w", err)
 	}
-	return secretPrefix + hex.EncodeToString(b), nil
+	return secretPrefix + base64.StdEncoding.EncodeToString(b), nil
 }
 
 // FieldSecret is the field a signing secret is encrypted for: the

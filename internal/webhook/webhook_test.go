@@ -2,12 +2,14 @@ package webhook
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -56,35 +58,159 @@ func TestCheckURL(t *testing.T) {
 	}
 }
 
-func TestSignAndVerify(t *testing.T) {
-	body := []byte(`{"type":"alert.created","id":"x"}`)
-	at := time.Unix(1764547200, 0)
-	h := Sign(at, body, "whsec_new", "whsec_old")
-	if !strings.HasPrefix(h, "t=1764547200,v1=") || len(Signatures(h)) != 2 {
-		t.Fatalf("header %q", h)
-	}
-	// A fixed vector a receiver can check its own code against:
-	// printf '%s' '1764547200.{"type":"alert.created","id":"x"}' | openssl dgst -sha256 -hmac whsec_new
-	if want := "t=1764547200,v1=" + mac("whsec_new", "1764547200", body); !strings.HasPrefix(h, want) {
-		t.Fatalf("header %q does not start with %q", h, want)
-	}
-	for _, secret := range []string{"whsec_new", "whsec_old"} {
-		if err := Verify(h, body, secret, at.Add(time.Minute), 5*time.Minute); err != nil {
-			t.Errorf("Verify with %s: %v", secret, err)
+// The Standard Webhooks libraries' own test vectors (the JavaScript, Go,
+// PHP, C# and Java libraries share the first, the Rust library has the
+// second): our signature must be theirs byte for byte.
+func TestSignMatchesStandardWebhooksVectors(t *testing.T) {
+	for _, v := range []struct {
+		secret, id string
+		ts         int64
+		body, want string
+	}{
+		{"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330,
+			`{"test": 2432232314}`, "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="},
+		{"whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD", "msg_27UH4WbU6Z5A5EzD8u03UvzRbpk", 1649367553,
+			`{"email":"test@example.com","username":"test_user"}`, "v1,tZ1I4/hDygAJgO5TYxiSd6Sd0kDW6hPenDe+bTa3Kkw="},
+	} {
+		got, err := Sign(v.id, time.Unix(v.ts, 0), []byte(v.body), v.secret)
+		if err != nil || got != v.want {
+			t.Errorf("Sign(%s, %d) = %q, %v; want %q", v.id, v.ts, got, err, v.want)
+		}
+		h := headers(v.id, v.ts, got)
+		if err := Verify(h, []byte(v.body), v.secret, time.Unix(v.ts, 0).Add(Tolerance), Tolerance); err != nil {
+			t.Errorf("Verify of the vector %s: %v", v.id, err)
 		}
 	}
-	if err := Verify(h, body, "whsec_other", at, 5*time.Minute); !errors.Is(err, ErrSignatureMismatch) {
-		t.Errorf("Verify with another secret = %v", err)
+}
+
+func headers(id string, ts int64, sig string) http.Header {
+	h := http.Header{}
+	h.Set(HeaderID, id)
+	h.Set(HeaderTimestamp, strconv.FormatInt(ts, 10))
+	h.Set(HeaderSignature, sig)
+	return h
+}
+
+// During a rotation's grace period the new secret and the old one both
+// sign, in that order, and either verifies; what a receiver deduplicates on
+// (webhook-id) and the timestamp are signed, so changing either refuses.
+func TestSignAndVerifyRotation(t *testing.T) {
+	newSecret, oldSecret := mustSecret(t), mustSecret(t)
+	body := []byte(`{"type":"alert.created","id":"0193f5a2-7c00-7abc-8def-0123456789ab"}`)
+	const id = "0193f5a2-7c00-7abc-8def-0123456789ab"
+	at := time.Unix(1764547200, 0)
+	h := http.Header{}
+	if err := SetHeaders(h, id, at, body, []string{newSecret, oldSecret}, false); err != nil {
+		t.Fatal(err)
 	}
-	if err := Verify(h, append(body, ' '), "whsec_new", at, 5*time.Minute); !errors.Is(err, ErrSignatureMismatch) {
-		t.Errorf("Verify of a changed body = %v", err)
+	sigs := Signatures(h.Get(HeaderSignature))
+	if len(sigs) != 2 || h.Get(HeaderID) != id || h.Get(HeaderTimestamp) != "1764547200" {
+		t.Fatalf("headers %v", h)
 	}
-	if err := Verify(h, body, "whsec_new", at.Add(time.Hour), 5*time.Minute); !errors.Is(err, ErrStaleTimestamp) {
-		t.Errorf("Verify an hour later = %v", err)
+	if one, _ := Sign(id, at, body, newSecret); "v1,"+sigs[0] != one {
+		t.Errorf("the first signature is not the new secret's: %q vs %q", sigs[0], one)
 	}
-	if err := Verify("v1=abc", body, "whsec_new", at, 5*time.Minute); !errors.Is(err, ErrBadSignatureHeader) {
-		t.Errorf("Verify without t = %v", err)
+	if h.Get(HeaderIdempotency) != "" || h.Get(HeaderLegacySignature) != "" {
+		t.Errorf("legacy headers without legacy: %v", h)
 	}
+	for _, secret := range []string{newSecret, oldSecret} {
+		if err := Verify(h, body, secret, at.Add(time.Minute), Tolerance); err != nil {
+			t.Errorf("Verify with a signing secret: %v", err)
+		}
+	}
+	with := func(k, v string) http.Header {
+		c := h.Clone()
+		c.Set(k, v)
+		return c
+	}
+	for _, tt := range []struct {
+		name string
+		h    http.Header
+		body []byte
+		sec  string
+		now  time.Time
+		want error
+	}{
+		{"another secret", h, body, mustSecret(t), at, ErrSignatureMismatch},
+		{"a changed body", h, append(body[:len(body):len(body)], ' '), newSecret, at, ErrSignatureMismatch},
+		{"a changed id", with(HeaderID, "0193f5a2-7c00-7abc-8def-0123456789ac"), body, newSecret, at, ErrSignatureMismatch},
+		{"a changed timestamp", with(HeaderTimestamp, "1764547260"), body, newSecret, at, ErrSignatureMismatch},
+		{"six minutes later", h, body, newSecret, at.Add(6 * time.Minute), ErrStaleTimestamp},
+		{"six minutes earlier", h, body, newSecret, at.Add(-6 * time.Minute), ErrStaleTimestamp},
+		{"no id", with(HeaderID, ""), body, newSecret, at, ErrMissingHeaders},
+		{"a timestamp that is no number", with(HeaderTimestamp, "soon"), body, newSecret, at, ErrBadSignatureHeader},
+		{"only other versions", with(HeaderSignature, "v1a,"+sigs[0]+" v2,"+sigs[0]), body, newSecret, at, ErrSignatureMismatch},
+		{"a bad secret", h, body, "whsec_short", at, ErrBadSecret},
+	} {
+		if err := Verify(tt.h, tt.body, tt.sec, tt.now, Tolerance); !errors.Is(err, tt.want) {
+			t.Errorf("Verify with %s = %v, want %v", tt.name, err, tt.want)
+		}
+	}
+	// A receiver's library skips what it cannot use and accepts any match.
+	mixed := with(HeaderSignature, "v1,Ceo5qEr07ixe2NLpvHk3FH9bwy/WavXrAFQ/9tdO6mc= v2,"+sigs[0]+" v1,"+sigs[1])
+	if err := Verify(mixed, body, oldSecret, at, Tolerance); err != nil {
+		t.Errorf("Verify of a list with foreign entries: %v", err)
+	}
+	if _, err := Sign("evt.1", at, body, newSecret); !errors.Is(err, ErrBadMessageID) {
+		t.Errorf("Sign with a dotted id = %v", err)
+	}
+}
+
+// While legacy headers are on, the earlier scheme rides along unchanged:
+// Idempotency-Key is webhook-id, X-SpeculaPro-Signature the hex HMAC over
+// "<t>.<body>" keyed with the whole secret string.
+func TestLegacyHeaders(t *testing.T) {
+	body := []byte(`{"type":"alert.created","id":"x"}`)
+	at := time.Unix(1764547200, 0)
+	// printf '%s' '1764547200.{"type":"alert.created","id":"x"}' | openssl dgst -sha256 -hmac whsec_new
+	const want = "t=1764547200,v1=a2b8c03eb14a44b103c349f8a529f376b02e37ae39092c84a1801c6802460786"
+	if got := SignLegacy(at, body, "whsec_new"); got != want {
+		t.Errorf("SignLegacy = %q, want %q", got, want)
+	}
+	h := http.Header{}
+	secret := mustSecret(t)
+	if err := SetHeaders(h, "x", at, body, []string{secret}, true); err != nil {
+		t.Fatal(err)
+	}
+	if h.Get(HeaderIdempotency) != "x" || h.Get(HeaderLegacySignature) != SignLegacy(at, body, secret) {
+		t.Errorf("legacy headers %v", h)
+	}
+	if err := Verify(h, body, secret, at, Tolerance); err != nil {
+		t.Errorf("the standard signature beside the legacy one: %v", err)
+	}
+}
+
+// A secret of the earlier form (whsec_ and 64 hex digits) keeps signing:
+// hex digits are base64, so the libraries read it as 48 bytes of key.
+func TestHexSecretStaysValid(t *testing.T) {
+	secret := "whsec_" + strings.Repeat("0123456789abcdef", 4)
+	key, err := SigningKey(secret)
+	if err != nil || len(key) != 48 {
+		t.Fatalf("SigningKey of a hex secret = %d bytes, %v", len(key), err)
+	}
+	at := time.Unix(1764547200, 0)
+	sig, err := Sign("evt_1", at, []byte("{}"), secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Verify(headers("evt_1", at.Unix(), sig), []byte("{}"), secret, at, Tolerance); err != nil {
+		t.Errorf("Verify with a hex secret: %v", err)
+	}
+	for _, bad := range []string{"", "whsec_", "whsec_new", "whsec_" + base64.StdEncoding.EncodeToString(make([]byte, 16)),
+		"whsec_" + base64.StdEncoding.EncodeToString(make([]byte, 65))} {
+		if _, err := SigningKey(bad); !errors.Is(err, ErrBadSecret) {
+			t.Errorf("SigningKey(%.20q) = %v, want ErrBadSecret", bad, err)
+		}
+	}
+}
+
+func mustSecret(t *testing.T) string {
+	t.Helper()
+	s, err := NewSecret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 func TestSecretRoundTrip(t *testing.T) {
@@ -94,8 +220,11 @@ func TestSecretRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, err := NewSecret()
-	if err != nil || !strings.HasPrefix(s, "whsec_") || len(s) != 6+64 {
+	if err != nil || !strings.HasPrefix(s, "whsec_") {
 		t.Fatalf("NewSecret = %q, %v", s, err)
+	}
+	if key, err := SigningKey(s); err != nil || len(key) != secretBytes {
+		t.Fatalf("NewSecret's key is %d bytes (%v), want %d", len(key), err, secretBytes)
 	}
 	ws := event.UUID{1}
 	sealed, err := SealSecret(keys, ws, s)
@@ -158,9 +287,10 @@ func TestClientGuardsRedirectsAndBounds(t *testing.T) {
 }
 
 // The receiver-side shell snippet on docs/worker-webhooks.md ("Verifying a
-// delivery") must work as written: run it (bash, openssl) on a delivery
-// signed here, with the right secret, the old secret of a rotation, a wrong
-// one, and a tampered body.
+// delivery") must work as written: run it (bash, base64, od, openssl) on
+// deliveries signed here: with the new secret and the old one of a
+// rotation, a secret of the hex form, a wrong secret, a tampered body, a
+// changed webhook-id and a timestamp beyond the tolerance.
 func TestVerificationSnippetOnWebhookPage(t *testing.T) {
 	const page = "../../docs/worker-webhooks.md"
 	doc, err := os.ReadFile(page)
@@ -172,19 +302,36 @@ func TestVerificationSnippetOnWebhookPage(t *testing.T) {
 	if !ok || !ok2 {
 		t.Fatalf("%s lacks the verify-snippet markers around a ```sh block", page)
 	}
-	if _, err := exec.LookPath("openssl"); err != nil {
-		t.Fatalf("openssl is needed to run the page's snippet: %v", err)
+	for _, tool := range []string{"openssl", "base64", "od"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s is needed to run the page's snippet: %v", tool, err)
+		}
 	}
-	body := []byte(`{"type":"alert.created","id":"0193f5a2-7c00-7abc-8def-0123456789ab","alert":{"title":"Café & <b>"}}`)
-	sig := Sign(time.Now(), body, "whsec_new", "whsec_old")
-	run := func(secret string, body []byte) string {
+	const id = "0193f5a2-7c00-7abc-8def-0123456789ab"
+	body := []byte(`{"type":"alert.created","id":"` + id + `","alert":{"title":"Café & <b>"}}`)
+	newSecret, oldSecret, wrong := mustSecret(t), mustSecret(t), mustSecret(t)
+	hexSecret := "whsec_" + strings.Repeat("5b1e0c9d", 8)
+	now := time.Now()
+	rotating, err := Sign(id, now, body, newSecret, oldSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ofHex, err := Sign(id, now, body, hexSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale, err := Sign(id, now.Add(-6*time.Minute), body, newSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(secret, id string, ts time.Time, sig string, body []byte) string {
 		dir := t.TempDir()
 		if err := os.WriteFile(filepath.Join(dir, "body.json"), body, 0o644); err != nil {
 			t.Fatal(err)
 		}
 		cmd := exec.Command("bash", "-c", script)
 		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "SECRET="+secret, "SIG="+sig)
+		cmd.Env = append(os.Environ(), "SECRET="+secret, "ID="+id, "TS="+strconv.FormatInt(ts.Unix(), 10), "SIG="+sig)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("snippet: %v\n%s", err, out)
@@ -192,17 +339,22 @@ func TestVerificationSnippetOnWebhookPage(t *testing.T) {
 		return strings.TrimSpace(string(out))
 	}
 	for _, tt := range []struct {
-		secret string
-		body   []byte
-		want   string
+		name, secret, id string
+		ts               time.Time
+		sig              string
+		body             []byte
+		want             string
 	}{
-		{"whsec_new", body, "valid"},
-		{"whsec_old", body, "valid"},
-		{"whsec_wrong", body, "invalid"},
-		{"whsec_new", append([]byte(nil), append(body, '\n')...), "invalid"},
+		{"the new secret", newSecret, id, now, rotating, body, "valid"},
+		{"the old secret", oldSecret, id, now, rotating, body, "valid"},
+		{"a hex secret", hexSecret, id, now, ofHex, body, "valid"},
+		{"a wrong secret", wrong, id, now, rotating, body, "invalid"},
+		{"a tampered body", newSecret, id, now, rotating, append(body[:len(body):len(body)], '\n'), "invalid"},
+		{"a changed id", newSecret, "0193f5a2-7c00-7abc-8def-0123456789ac", now, rotating, body, "invalid"},
+		{"a stale timestamp", newSecret, id, now.Add(-6 * time.Minute), stale, body, "invalid"},
 	} {
-		if got := run(tt.secret, tt.body); got != tt.want {
-			t.Errorf("snippet with %s on %d bytes printed %q, want %q", tt.secret, len(tt.body), got, tt.want)
+		if got := run(tt.secret, tt.id, tt.ts, tt.sig, tt.body); got != tt.want {
+			t.Errorf("snippet with %s printed %q, want %q", tt.name, got, tt.want)
 		}
 	}
 }

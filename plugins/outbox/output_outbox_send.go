@@ -29,6 +29,7 @@ const (
 	osFieldSuspendAfter   = "suspend_after"
 	osFieldAllowInsecure  = "allow_insecure"
 	osFieldAllowPrivate   = "allow_private_networks"
+	osFieldLegacyHeaders  = "legacy_headers"
 	osFieldSMTPURL        = "smtp_url"
 	osFieldParallel       = "parallel"
 	osFieldEncryptionKey  = identity.FieldEncryptionKey
@@ -57,11 +58,15 @@ attempt number: a row whose lease ran out and was taken over is left to its new 
 
 ### Webhooks
 
-A POST of the event's JSON (the row's payload, byte for byte the signed body) with the headers
-`+"`Content-Type: application/json`"+`, `+"`X-SpeculaPro-Event`"+` (e.g. alert.created), `+"`Idempotency-Key`"+` (the
-event's ID, the same on every attempt and for every endpoint), `+"`X-SpeculaPro-Delivery`"+` (the delivery's ID) and
-`+"`X-SpeculaPro-Signature: t=<unix seconds>,v1=<hex>[,v1=<hex>]`"+`: each v1 is HMAC-SHA256 over `+"`<t>.<body>`"+` with a
-secret valid now, the endpoint's current one and, during the grace period after a rotation, its previous one.
+A POST of the event's JSON (the row's payload, byte for byte the signed body), signed as the Standard Webhooks
+specification describes: `+"`webhook-id`"+` (the event's ID, the same on every attempt and for every endpoint),
+`+"`webhook-timestamp`"+` (the attempt's Unix seconds) and `+"`webhook-signature`"+`, one `+"`v1,<base64>`"+` per secret valid
+now, space-separated (the endpoint's current one and, during the grace period after a rotation, its previous one),
+each HMAC-SHA256 over `+"`<id>.<timestamp>.<body>`"+` keyed with the base64-decoded part of the secret after `+"`whsec_`"+`.
+Beside them `+"`Content-Type: application/json`"+`, `+"`X-SpeculaPro-Event`"+` (e.g. alert.created) and
+`+"`X-SpeculaPro-Delivery`"+` (the delivery's ID), and with `+"`legacy_headers`"+` the previous scheme's `+"`Idempotency-Key`"+`
+(the event's ID) and `+"`X-SpeculaPro-Signature: t=<unix seconds>,v1=<hex>[,v1=<hex>]`"+` (HMAC-SHA256 over
+`+"`<t>.<body>`"+` keyed with the whole secret).
 Redirects are not followed and fail the delivery; at most 512 bytes of an answer are kept (in `+"`last_error`"+`) and
 64 KiB read. Only https:// URLs are sent to, and every connection's resolved address must be public: global unicast,
 outside every IANA special-purpose block (an IPv6 address carrying an IPv4 one is judged by that one too).
@@ -113,6 +118,9 @@ its pending deliveries wait until `+"`speculapro webhook enable`"+`.
 				Description("Comma-separated CIDR ranges of your own network that webhooks and notification webhooks may reach although they are not public (private-use, CGNAT, unique local and the like), e.g. `10.20.0.0/16,fd00:20::/48`. Only the ranges listed; never loopback (that is `allow_insecure`'s), unspecified, multicast or broadcast space.").
 				Example("10.20.0.0/16").
 				Default(""),
+			service.NewBoolField(osFieldLegacyHeaders).
+				Description("Also send the previous signing scheme's `Idempotency-Key` and `X-SpeculaPro-Signature`, for receivers not yet verifying `webhook-signature`. That signature does not cover the key such a receiver deduplicates on, so turn this off once every receiver verifies `webhook-signature`.").
+				Default(true),
 			service.NewStringField(osFieldSMTPURL).
 				Description("Mail server for email notifications: `smtp://[user:pass@]host[:587]?from=alerts@example.com[&ca_file=/ca.pem]`. Empty: email notifications fail (and are retried) with that reason.").
 				Secret().
@@ -161,6 +169,7 @@ type outboxSend struct {
 	policy        retry.Policy
 	suspendAfter  int
 	addressPolicy webhook.Policy
+	legacyHeaders bool
 	smtp          *smtpConfig // nil: not configured
 	keys          *identity.Keyring
 	parallel      int
@@ -212,6 +221,9 @@ func newOutboxSend(conf *service.ParsedConfig, mgr *service.Resources, maxInFlig
 	}
 	if o.addressPolicy, err = webhook.NewPolicy(allowInsecure, privateNets); err != nil {
 		return nil, fmt.Errorf("outbox_send: %s: %w", osFieldAllowPrivate, err)
+	}
+	if o.legacyHeaders, err = conf.FieldBool(osFieldLegacyHeaders); err != nil {
+		return nil, err
 	}
 	rawSMTP, err := conf.FieldString(osFieldSMTPURL)
 	if err != nil {
@@ -433,9 +445,11 @@ func (o *outboxSend) send(ctx context.Context, j *job, eps map[event.UUID]*endpo
 		h.Set("Content-Type", "application/json")
 		h.Set("User-Agent", "SpeculaPro-Webhook/1")
 		h.Set(webhook.HeaderEvent, j.eventType)
-		h.Set(webhook.HeaderIdempotency, j.eventID)
 		h.Set(webhook.HeaderDelivery, j.id.String())
-		h.Set(webhook.HeaderSignature, webhook.Sign(time.Now(), j.body, ep.secrets...))
+		if err := webhook.SetHeaders(h, j.eventID, time.Now(), j.body, ep.secrets, o.legacyHeaders); err != nil {
+			o.settle(j, 0, err)
+			return
+		}
 		res, err := webhook.Post(actx, o.client, ep.url, h, j.body)
 		o.settleHTTP(j, res, err)
 		return
