@@ -194,7 +194,7 @@ func TestCheckRegistrationResolves(t *testing.T) {
 	}{
 		{Policy{}, "https://hooks.example.com/hook", ""},
 		{Policy{}, "https://hooks.example.com./hook", ""},
-		{Policy{}, "https://internal.example.com/hook", "resolves to 10.1.2.3 is private-use (10.0.0.0/8)"},
+		{Policy{}, "https://internal.example.com/hook", "the host resolves to 10.1.2.3, which is private-use (10.0.0.0/8): webhooks reach only public"},
 		{Policy{}, "https://mixed.example.com/hook", "169.254.169.254"},
 		{Policy{}, "https://mapped.example.com/hook", "127.0.0.1"},
 		{Policy{}, "https://nowhere.example.com/hook", "looking up the host"},

@@ -246,7 +246,11 @@ func (p Policy) CheckRegistration(ctx context.Context, raw string, r Resolver) e
 	}
 	for _, ip := range addrs {
 		if err := p.CheckAddr(ip); err != nil {
-			return fmt.Errorf("webhook URL: the host resolves to %w", err)
+			var r *refusal
+			if errors.As(err, &r) {
+				r.subject = "the host resolves to " + r.subject + ", which"
+			}
+			return fmt.Errorf("webhook URL: %w", err)
 		}
 	}
 	return nil
