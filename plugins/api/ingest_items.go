@@ -342,8 +342,11 @@ func readItems(body []byte, fault *event.JSONFault) ([][]byte, error) {
 	if fault != nil && !strings.HasPrefix(fault.Path, "items[") {
 		return nil, faultError(fault) // items named twice, or the body's bytes
 	}
-	if len(fields) != 1 {
+	switch {
+	case len(fields) == 0:
 		return nil, fmt.Errorf("%w: want a JSON object with an items array", errMalformed)
+	case len(fields) > 1: // items named twice, a fault in the first named first
+		return nil, faultError(&event.JSONFault{Path: "items", Reason: event.ReasonDuplicateKey})
 	}
 	raws, ok := splitArray(fields[0].val)
 	if !ok {

@@ -113,9 +113,13 @@ func TestBothAPIsRefuseBodiesAlike(t *testing.T) {
 			}
 		})
 	}
-	// A batch's own keys: named twice is refused as the request's fault.
-	_, err := decodeBatch([]byte(`{"items":[`+validTxn+`],"items":[]}`), event.KindTransaction, testWS, testNow, 10, testProt)
-	if want := "malformed request body: items: " + event.ReasonDuplicateKey; err == nil || err.Error() != want {
-		t.Errorf("items named twice: %v, want %q", err, want)
+	// A batch's own keys: named twice is refused as the request's fault,
+	// whatever fault an item holds before it.
+	dupAmount := strings.Replace(validTxn, `"amount":"1249.90"`, `"amount":"1","amount":"2"`, 1)
+	for _, body := range []string{`{"items":[` + validTxn + `],"items":[]}`, `{"items":[` + dupAmount + `],"items":[]}`} {
+		_, err := decodeBatch([]byte(body), event.KindTransaction, testWS, testNow, 10, testProt)
+		if want := "malformed request body: items: " + event.ReasonDuplicateKey; err == nil || err.Error() != want {
+			t.Errorf("items named twice: %v, want %q", err, want)
+		}
 	}
 }
