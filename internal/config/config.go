@@ -89,6 +89,13 @@ var (
 	DecisionBufferCount = Setting{"SP_DECISION_BUFFER_COUNT", "100000", "Most decided transactions waiting in memory (up to 30 s) for Kafka before more go straight to the Redis spool"}
 	DecisionBufferBytes = Setting{"SP_DECISION_BUFFER_BYTES", "268435456", "Most bytes of decided transactions waiting in memory for Kafka (256 MiB)"}
 	DecisionSpoolPrefix = Setting{"SP_DECISION_SPOOL_PREFIX", "", "Prefix of the spool list spool:{decisions}; give each environment sharing one Redis its own"}
+	DecisionMaxActive   = Setting{"SP_DECISION_MAX_ACTIVE_REQUESTS", "256", "Most decision requests worked on at once by one process; beyond it 503 with Retry-After"}
+	DecisionWSShare     = Setting{"SP_DECISION_WORKSPACE_SHARE", "0.125", "Share (0 to 1) of SP_DECISION_MAX_ACTIVE_REQUESTS one workspace may take (32 of 256); a request beyond it waits up to half SP_DECISION_TIMEOUT for one of its workspace's to end, then is answered 429 with Retry-After; the other workspaces are unaffected"}
+
+	IngestWSShare       = Setting{"SP_INGEST_WORKSPACE_SHARE", "0.5", "Share (0 to 1) of the ingest API's in-flight body budget (32 MiB) one workspace's requests may announce; beyond it that workspace is answered 429 with Retry-After, the others unaffected"}
+	IngestKeyShare      = Setting{"SP_INGEST_API_KEY_SHARE", "0.25", "Share (0 to 1) of the ingest API's in-flight body budget one API key's requests may announce; beyond it 429 with Retry-After"}
+	IngestMinBodyRate   = Setting{"SP_INGEST_MIN_BODY_RATE", "16384", "Slowest an ingest request body may arrive, in bytes a second over each SP_INGEST_MIN_BODY_RATE_WINDOW; a slower one is answered 408 and its connection closed (0: no minimum)"}
+	IngestMinRateWindow = Setting{"SP_INGEST_MIN_BODY_RATE_WINDOW", "5s", "How long an ingest request body may stall or trickle below SP_INGEST_MIN_BODY_RATE before it is cut off"}
 )
 
 // All returns every setting, sorted by name.
@@ -103,6 +110,7 @@ func All() []Setting {
 		WebhookBackoffInitial, WebhookBackoffMax, WebhookSuspendAfter, WebhookSecretGrace,
 		WebhookAllowInsecure, WebhookAllowPrivate, WebhookLegacyHeaders, SMTPURL,
 		DecisionAddr, DecisionTimeout, DecisionFallback, DecisionRemember, DecisionBufferCount, DecisionBufferBytes, DecisionSpoolPrefix,
+		DecisionMaxActive, DecisionWSShare, IngestWSShare, IngestKeyShare, IngestMinBodyRate, IngestMinRateWindow,
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i].Name < all[j].Name })
 	return all

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/redpanda-data/benthos/v4/public/service"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/speculapro/speculapro/internal/config"
 	"github.com/speculapro/speculapro/internal/event"
@@ -33,6 +34,8 @@ const (
 	daFieldRemember         = "remember"
 	daFieldMaxBodyBytes     = "max_body_bytes"
 	daFieldReload           = "reload_interval"
+	daFieldActive           = "max_active_requests"
+	daFieldWSShare          = "workspace_share"
 
 	// daMaxBodyDefault: one transaction is a few hundred bytes; its metadata
 	// at most 16 KiB.
@@ -52,10 +55,11 @@ const (
 // Metric names of the decision API (the spool's metrics, in docs/kafka.md,
 // are redis_spool's).
 const (
-	metricDecisionLatency  = "speculapro_decision_latency_ns"     // timer, label outcome
-	metricDecisionOutcomes = "speculapro_decision_outcomes_total" // labels workspace, outcome
-	metricDecisionDegraded = "speculapro_decision_degraded_total" // labels workspace, reason
-	metricDecisionRequests = "speculapro_decision_requests_total" // label code
+	metricDecisionLatency   = "speculapro_decision_latency_ns"      // timer, label outcome
+	metricDecisionOutcomes  = "speculapro_decision_outcomes_total"  // labels workspace, outcome
+	metricDecisionDegraded  = "speculapro_decision_degraded_total"  // labels workspace, reason
+	metricDecisionRequests  = "speculapro_decision_requests_total"  // label code
+	metricDecisionThrottled = "speculapro_decision_throttled_total" // label share
 )
 
 func decisionAPISpec() *service.ConfigSpec {
@@ -76,7 +80,8 @@ the score is the sum of the fired rules' scores.
 
 Answered within `+"`timeout`"+` of the request's arrival: when the rules or Redis cannot finish in time the answer is
 `+"`fallback`"+` with `+"`\"degraded\": true`"+`, never a late answer or a 5xx (only an API key that cannot be checked,
-PostgreSQL down, is answered 503). The answer given is the decision stored.
+PostgreSQL down, and a node with `+"`max_active_requests`"+` in flight are answered 503). The answer given is the
+decision stored. A workspace with its `+"`workspace_share`"+` of the requests in flight is answered 429.
 
 The same external_id again is answered with the first decision (`+"`\"repeated\": true`"+`), remembered in Redis for
 `+"`remember`"+`; two concurrent first requests are decided once (SET NX decides which answer stands).
@@ -98,6 +103,20 @@ Each decided transaction leaves as a message (the envelope with its `+"`decision
 			service.NewDurationField(daFieldRemember).Description("SP_DECISION_REMEMBER: how long a decision is remembered for a repeat of its external_id.").Default(config.DecisionRemember.Default),
 			service.NewIntField(daFieldMaxBodyBytes).Description("The largest request body, in bytes.").Default(daMaxBodyDefault).Advanced(),
 			service.NewDurationField(daFieldReload).Description("How often the rules are probed for changes.").Default("5s").Advanced(),
+			service.NewIntField(daFieldActive).
+				Description("SP_DECISION_MAX_ACTIVE_REQUESTS: the most requests worked on at once by the process, from the body's first byte to the answer; one beyond it is answered 503 with Retry-After at once instead of making every decision late. The default is about ten times what one node's two cores keep in flight at the rate they can decide.").
+				Default(config.DecisionMaxActive.Default).
+				Example("${SP_DECISION_MAX_ACTIVE_REQUESTS:"+config.DecisionMaxActive.Default+"}"),
+			service.NewFloatField(daFieldWSShare).
+				Description("SP_DECISION_WORKSPACE_SHARE: the share (0 to 1) of `max_active_requests` one workspace's requests may take (at least one). A request beyond it waits, in arrival order, up to half the `timeout` for one of its workspace's own to end, and is then answered 429 with Retry-After: a workspace flooding the API is slowed to what its share decides, waiting rather than spinning through refusals on the cores every workspace shares, and the others' decisions stay on time.").
+				Default(0.125).
+				Example("${SP_DECISION_WORKSPACE_SHARE:0.125}"),
+			service.NewIntField(iaFieldMinRate).
+				Description("The slowest a request body may arrive, in bytes a second: within every `min_body_rate_window` at least this many bytes a second must arrive (a body that is complete sooner is not held to it), or the request is answered 408. 0 leaves only the whole request's 30 s.").
+				Default(16384).Advanced(),
+			service.NewDurationField(iaFieldRateWindow).
+				Description("The window `min_body_rate` is measured over: how long a body may stall or trickle before it is cut off.").
+				Default("5s").Advanced(),
 		).
 		Fields(identity.KeyFields()...)
 }
@@ -151,14 +170,17 @@ type decisionAPI struct {
 
 func newDecisionAPI(conf *service.ParsedConfig, mgr *service.Resources) (*decisionAPI, error) {
 	a := &decisionAPI{
-		requestFront: requestFront{component: "decision_api", log: mgr.Logger(), keys: newKeyCache(), readTimeout: 30 * time.Second},
-		latency:      mgr.Metrics().NewTimer(metricDecisionLatency, "outcome"),
-		outcomes:     mgr.Metrics().NewCounter(metricDecisionOutcomes, "workspace", "outcome"),
-		degraded:     mgr.Metrics().NewCounter(metricDecisionDegraded, "workspace", "reason"),
-		requests:     mgr.Metrics().NewCounter(metricDecisionRequests, "code"),
-		out:          make(chan *service.Message, daQueue),
-		applyCh:      make(chan applyReq, daQueue),
-		closing:      make(chan struct{}),
+		requestFront: requestFront{
+			component: "decision_api", log: mgr.Logger(), keys: newKeyCache(), readTimeout: 30 * time.Second,
+			throttled: mgr.Metrics().NewCounter(metricDecisionThrottled, "share"),
+		},
+		latency:  mgr.Metrics().NewTimer(metricDecisionLatency, "outcome"),
+		outcomes: mgr.Metrics().NewCounter(metricDecisionOutcomes, "workspace", "outcome"),
+		degraded: mgr.Metrics().NewCounter(metricDecisionDegraded, "workspace", "reason"),
+		requests: mgr.Metrics().NewCounter(metricDecisionRequests, "code"),
+		out:      make(chan *service.Message, daQueue),
+		applyCh:  make(chan applyReq, daQueue),
+		closing:  make(chan struct{}),
 	}
 	a.answered = func(_ string, code int, _ time.Time) { a.requests.Incr(1, strconv.Itoa(code)) }
 	var err error
@@ -194,6 +216,25 @@ func newDecisionAPI(conf *service.ParsedConfig, mgr *service.Resources) (*decisi
 	}
 	a.maxBody = int64(maxBody)
 	a.fallback = event.Outcome(fallback)
+	active, err := conf.FieldInt(daFieldActive)
+	if err != nil {
+		return nil, err
+	}
+	wsShare, err := conf.FieldFloat(daFieldWSShare)
+	if err != nil {
+		return nil, err
+	}
+	if active < 1 || !(wsShare > 0 && wsShare <= 1) {
+		return nil, fmt.Errorf("decision_api: %s must be at least 1, %s more than 0 and at most 1", daFieldActive, daFieldWSShare)
+	}
+	a.working = semaphore.NewWeighted(int64(active))
+	a.workspaceWorking = newTenantShares(shareOf(int64(active), wsShare, 1))
+	// Half the answer's time: a request that got its turn still has the
+	// other half to be decided.
+	a.shareWait = a.timeout / 2
+	if a.minBodyRate, a.rateWindow, err = minBodyRateFromParsed(conf); err != nil {
+		return nil, fmt.Errorf("decision_api: %w", err)
+	}
 	if a.timeout <= 0 || a.remember <= 0 || a.reload <= 0 || a.maxBody < 1024 {
 		return nil, fmt.Errorf("decision_api: %s, %s and %s must be positive, %s at least 1 KiB",
 			daFieldTimeout, daFieldRemember, daFieldReload, daFieldMaxBodyBytes)

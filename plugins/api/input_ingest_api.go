@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redpanda-data/benthos/v4/public/service"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/speculapro/speculapro/internal/config"
 	"github.com/speculapro/speculapro/internal/identity"
@@ -31,6 +32,10 @@ const (
 	iaFieldRedisPrefix  = "redis_key_prefix"
 	iaFieldIdemTTL      = "idempotency_ttl"
 	iaFieldAccountProcs = "account_event_processors"
+	iaFieldWSShare      = "workspace_share"
+	iaFieldKeyShare     = "api_key_share"
+	iaFieldMinRate      = "min_body_rate"
+	iaFieldRateWindow   = "min_body_rate_window"
 
 	// iaRejectPrefix and iaRejectErroredPrefix start the error of an item
 	// the pipeline refused for its content: a reject output's message
@@ -107,9 +112,25 @@ Messages carry metadata `+"`ingest_topic`"+` (`+"`txn.ingested`"+` or `+"`accoun
 				Description("The largest request body, in bytes.").
 				Default(maxBodyBytesDefault),
 			service.NewIntField(iaFieldInFlight).
-				Description("The most request-body bytes in flight at once, until each request is answered (waiting for Kafka included); a request beyond it is answered 503 with Retry-After before its body is read. It bounds the memory requests hold: a request takes about 10 bytes of memory per body byte while it is decoded and waits (copies of the items, their envelopes, the messages, and the garbage collector's headroom), so the default 32 MiB (six 5 MiB requests) keeps the process under 500 MB (TestIngestInFlightLimit; 64 MiB measured 700 MB).").
+				Description("The most request-body bytes in flight at once, until each request is answered (waiting for Kafka included). A body holds what has arrived of it (its buffer grows in steps of at least 64 KiB, each taken from this budget first), not what its Content-Length announces, so bodies that announce much and send little hold almost nothing; a request whose next step does not fit is answered 503 with Retry-After. It bounds the memory requests hold: a request takes about 10 bytes of memory per body byte while it is decoded and waits (copies of the items, their envelopes, the messages, and the garbage collector's headroom), so the default 32 MiB (six 5 MiB requests) keeps the process under 500 MB (TestIngestInFlightLimit; 64 MiB measured 700 MB).").
 				Default(32<<20).
 				Advanced(),
+			service.NewFloatField(iaFieldWSShare).
+				Description("The share (0 to 1) of `max_in_flight_bytes` one workspace's requests may announce (Content-Length, or `max_body_bytes` when a request gives none) until they are answered; never less than `max_body_bytes`. A request beyond it is answered 429 with Retry-After, so one workspace's slow or numerous requests are refused to it alone while the others keep the rest of the budget.").
+				Default(0.5).
+				Example("${SP_INGEST_WORKSPACE_SHARE:0.5}"),
+			service.NewFloatField(iaFieldKeyShare).
+				Description("The share (0 to 1) of `max_in_flight_bytes` the requests of one API key may announce, as `workspace_share` does for a workspace: one client system of a workspace cannot take the workspace's whole share.").
+				Default(0.25).
+				Example("${SP_INGEST_API_KEY_SHARE:0.25}"),
+			service.NewIntField(iaFieldMinRate).
+				Description("The slowest a request body may arrive, in bytes a second: within every `min_body_rate_window` at least this many bytes a second must arrive (a body that is complete sooner is not held to it), or the request is answered 408 and its connection closed. 0 leaves only the whole request's 60 s.").
+				Default(16384).
+				Example("${SP_INGEST_MIN_BODY_RATE:16384}"),
+			service.NewDurationField(iaFieldRateWindow).
+				Description("The window `min_body_rate` is measured over: how long a body may stall or trickle before it is cut off.").
+				Default("5s").
+				Example("${SP_INGEST_MIN_BODY_RATE_WINDOW:5s}"),
 			service.NewIntField(iaFieldActive).
 				Description("The most batch requests worked on at once; the others wait, in the order they arrived, for one of them to be answered (at most the ack timeout, then 503 with Retry-After). On a busy machine requests finish in turn instead of all sharing the cores, the resend check and Kafka at once, which makes a slow request's wait twice the median's; and only these requests' items are held decoded.").
 				Default(iaActiveDefault).
@@ -136,6 +157,23 @@ Messages carry metadata `+"`ingest_topic`"+` (`+"`txn.ingested`"+` or `+"`accoun
 				Example("${SP_INGEST_IDEMPOTENCY_TTL:"+config.IngestIdempotencyTTL.Default+"}"),
 		).
 		Fields(identity.KeyFields()...)
+}
+
+// minBodyRateFromParsed reads the minimum body rate and its window, the
+// same fields in both APIs.
+func minBodyRateFromParsed(conf *service.ParsedConfig) (int64, time.Duration, error) {
+	rate, err := conf.FieldInt(iaFieldMinRate)
+	if err != nil {
+		return 0, 0, err
+	}
+	window, err := conf.FieldDuration(iaFieldRateWindow)
+	if err != nil {
+		return 0, 0, err
+	}
+	if rate < 0 || window < time.Second {
+		return 0, 0, fmt.Errorf("%s must not be negative, %s at least 1s", iaFieldMinRate, iaFieldRateWindow)
+	}
+	return int64(rate), window, nil
 }
 
 func init() {
@@ -199,6 +237,7 @@ func newIngestAPIFromParsed(conf *service.ParsedConfig, mgr *service.Resources) 
 			keys:        newKeyCache(),
 			readTimeout: bodyReadTimeout,
 			overloaded:  mgr.Metrics().NewCounter("speculapro_ingest_overloaded_total"),
+			throttled:   mgr.Metrics().NewCounter("speculapro_ingest_throttled_total", "share"),
 		},
 		items:    mgr.Metrics().NewCounter("speculapro_ingest_items_total", "endpoint", "outcome"),
 		requests: mgr.Metrics().NewCounter("speculapro_ingest_requests_total", "endpoint", "code"),
@@ -235,9 +274,25 @@ func newIngestAPIFromParsed(conf *service.ParsedConfig, mgr *service.Resources) 
 	if err != nil {
 		return nil, err
 	}
-	a.inFlight = &byteBudget{max: int64(inFlight)}
-	if a.inFlight.max < a.maxBody {
+	if int64(inFlight) < a.maxBody {
 		return nil, fmt.Errorf("ingest_api: %s must be at least %s", iaFieldInFlight, iaFieldMaxBodyBytes)
+	}
+	a.inFlight = semaphore.NewWeighted(int64(inFlight))
+	wsShare, err := conf.FieldFloat(iaFieldWSShare)
+	if err != nil {
+		return nil, err
+	}
+	keyShare, err := conf.FieldFloat(iaFieldKeyShare)
+	if err != nil {
+		return nil, err
+	}
+	if !(wsShare > 0 && wsShare <= 1 && keyShare > 0 && keyShare <= 1) {
+		return nil, fmt.Errorf("ingest_api: %s and %s must be more than 0 and at most 1", iaFieldWSShare, iaFieldKeyShare)
+	}
+	a.workspaceBytes = newTenantShares(shareOf(int64(inFlight), wsShare, a.maxBody))
+	a.keyBytes = newTenantShares(shareOf(int64(inFlight), keyShare, a.maxBody))
+	if a.minBodyRate, a.rateWindow, err = minBodyRateFromParsed(conf); err != nil {
+		return nil, fmt.Errorf("ingest_api: %w", err)
 	}
 	active, err := conf.FieldInt(iaFieldActive)
 	if err != nil {

@@ -8,11 +8,12 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redpanda-data/benthos/v4/public/service"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/speculapro/speculapro/internal/apikey"
 	"github.com/speculapro/speculapro/internal/event"
@@ -49,10 +50,29 @@ type requestFront struct {
 	maxBody     int64
 	readTimeout time.Duration // a whole request, body included, must arrive within it
 
-	// inFlight, when set, bounds the body bytes of the requests being
-	// answered (see admitted); overloaded counts the requests it refused.
-	inFlight   *byteBudget
-	overloaded *service.MetricCounter
+	// The ingest API's body budgets (see admitted), nil in the decision
+	// API: inFlight holds the bytes that have arrived of every request
+	// being answered (max_in_flight_bytes), workspaceBytes and keyBytes the
+	// announced sizes of each tenant's.
+	inFlight                 *semaphore.Weighted
+	workspaceBytes, keyBytes *tenantShares
+	// The decision API's request budgets, nil in the ingest API: requests
+	// worked on at once, by the whole API and by each workspace.
+	// A request beyond its workspace's share waits up to shareWait for one
+	// of the workspace's own to end: a flood that does not honour
+	// Retry-After is slowed to the pace of its share, waiting, instead of
+	// spinning through 429s on the cores every workspace shares.
+	working          *semaphore.Weighted
+	workspaceWorking *tenantShares
+	shareWait        time.Duration
+	// minBodyRate (bytes a second, 0: none) must arrive within every
+	// rateWindow of a body.
+	minBodyRate int64
+	rateWindow  time.Duration
+	// overloaded counts the requests the process-wide budget refused,
+	// throttled (by share) those a tenant's share refused.
+	overloaded, throttled *service.MetricCounter
+	throttleLogged        atomic.Int64 // UnixNano of the last over-share WARN
 
 	// answered records each request's outcome in the API's own metrics,
 	// labelled by the route, never by the path a client sent.
@@ -77,7 +97,7 @@ func (f *requestFront) handler(routes []route) http.Handler {
 			r = r.WithContext(context.WithValue(r.Context(), arrivalKey{}, arrived))
 			var code int
 			if rt.authed {
-				ws, err := f.authenticate(r)
+				ws, keyID, err := f.authenticate(r)
 				switch {
 				case errors.Is(err, errUnauthenticated):
 					w.Header().Set("WWW-Authenticate", `Bearer realm="speculapro"`)
@@ -92,7 +112,7 @@ func (f *requestFront) handler(routes []route) http.Handler {
 					}
 					code = writeError(w, http.StatusServiceUnavailable, errAuthUnavailable)
 				default:
-					code = f.admitted(w, r, func() int { return rt.handle(w, r, ws) })
+					code = f.admitted(w, r, ws, keyID, func(r *http.Request) int { return rt.handle(w, r, ws) })
 				}
 			} else {
 				code = rt.handle(w, r, event.UUID{})
@@ -105,24 +125,25 @@ func (f *requestFront) handler(routes []route) http.Handler {
 	return mux
 }
 
-// authenticate returns the workspace of the request's bearer key.
-func (f *requestFront) authenticate(r *http.Request) (event.UUID, error) {
+// authenticate returns the workspace of the request's bearer key, and the
+// key's hash, which names the key in the key's share.
+func (f *requestFront) authenticate(r *http.Request) (event.UUID, string, error) {
 	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return event.UUID{}, errUnauthenticated
+		return event.UUID{}, "", errUnauthenticated
 	}
 	hash, err := apikey.Hash(strings.TrimSpace(token))
 	if err != nil {
-		return event.UUID{}, errUnauthenticated
+		return event.UUID{}, "", errUnauthenticated
 	}
 	ws, err := f.keys.resolve(r.Context(), hash, f.lookupKey)
 	if err != nil {
-		return event.UUID{}, err
+		return event.UUID{}, "", err
 	}
 	if ws == nil {
-		return event.UUID{}, errUnauthenticated
+		return event.UUID{}, "", errUnauthenticated
 	}
-	return *ws, nil
+	return *ws, string(hash), nil
 }
 
 // lookupKey asks PostgreSQL which active workspace holds a key hash (nil:
@@ -137,71 +158,124 @@ func (f *requestFront) lookupKey(ctx context.Context, hash []byte) (*event.UUID,
 	return ws, nil
 }
 
-// admitted runs handle while the request's body fits in the in-flight
-// budget (max_in_flight_bytes), when the API has one: a request reserves its
-// Content-Length (the largest body when it gives none) until it is answered,
-// waiting for Kafka included, so requests in flight, and the memory they
-// hold, stay bounded. Over the budget the answer is 503 with Retry-After,
-// and the body is never kept (it is read and discarded, so the client gets
-// the answer rather than a reset connection); a request that says it is
-// larger than max_body_bytes is 413 at once.
-func (f *requestFront) admitted(w http.ResponseWriter, r *http.Request, handle func() int) int {
-	if f.inFlight == nil || r.Method != http.MethodPost && r.Method != http.MethodPut {
-		return handle()
+// admitted runs handle within the API's budgets, each refusing without
+// waiting (see the fields of requestFront):
+//   - body bytes (the ingest API's POST and PUT): a request that says it is
+//     larger than max_body_bytes is 413 at once. Its announced size
+//     (max_body_bytes when it gives none) counts against its API key's and
+//     its workspace's shares until it is answered, so one tenant's slow or
+//     numerous bodies spend only that tenant's share: beyond it 429 with
+//     Retry-After. The process-wide budget holds only what has arrived
+//     (readBody), so bodies that announce much and send little hold almost
+//     none of it; when it is full the answer is 503 with Retry-After.
+//   - requests worked on (the decision API): one slot of the workspace's
+//     share, waited for at most shareWait (then 429), and one of the whole
+//     API's (503 when none is free).
+//
+// A refused body is read to the end without being kept (at the minimum
+// rate), so the client reads the answer rather than a reset connection.
+func (f *requestFront) admitted(w http.ResponseWriter, r *http.Request, ws event.UUID, keyID string, handle func(*http.Request) int) int {
+	if f.working != nil {
+		ctx, cancel := context.WithTimeout(r.Context(), f.shareWait)
+		ok := f.workspaceWorking.acquire(ctx, ws.String(), 1)
+		cancel()
+		if !ok {
+			return f.throttle(w, r, ws, "workspace", fmt.Errorf("this workspace has too many requests being worked on (at most %d); send it again in a second", f.workspaceWorking.limit))
+		}
+		defer f.workspaceWorking.release(ws.String(), 1)
+		if !f.working.TryAcquire(1) {
+			return f.refuse(w, r, http.StatusServiceUnavailable, errors.New("too many requests being worked on; send it again in a second"))
+		}
+		defer f.working.Release(1)
+		return handle(r)
 	}
-	n := f.maxBody
+	if f.inFlight == nil || r.Method != http.MethodPost && r.Method != http.MethodPut {
+		return handle(r)
+	}
 	if r.ContentLength > f.maxBody {
 		return writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("request body larger than %d bytes", f.maxBody))
 	}
+	n := f.maxBody
 	if r.ContentLength >= 0 {
 		n = max(r.ContentLength, 1)
 	}
-	if !f.inFlight.tryAcquire(n) {
-		f.overloaded.Incr(1)
-		// Read the body to the end without keeping it (a 32 KiB buffer), so
-		// the client reads the 503 instead of a reset connection.
-		_, _ = io.Copy(io.Discard, http.MaxBytesReader(w, r.Body, f.maxBody))
-		w.Header().Set("Retry-After", "1")
-		return writeError(w, http.StatusServiceUnavailable, errors.New("too many requests in flight; send it again in a second"))
+	if !f.keyBytes.tryAcquire(keyID, n) {
+		return f.throttle(w, r, ws, "api_key", fmt.Errorf("this API key has too many request bytes in flight (at most %d); send it again in a second", f.keyBytes.limit))
 	}
-	defer f.inFlight.release(n)
-	return handle()
-}
-
-// byteBudget is a counting semaphore of bytes that never waits.
-type byteBudget struct {
-	mu        sync.Mutex
-	used, max int64
-}
-
-func (b *byteBudget) tryAcquire(n int64) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.used+n > b.max {
-		return false
+	defer f.keyBytes.release(keyID, n)
+	if !f.workspaceBytes.tryAcquire(ws.String(), n) {
+		return f.throttle(w, r, ws, "workspace", fmt.Errorf("this workspace has too many request bytes in flight (at most %d); send it again in a second", f.workspaceBytes.limit))
 	}
-	b.used += n
-	return true
+	defer f.workspaceBytes.release(ws.String(), n)
+	lease := &bodyLease{budget: f.inFlight}
+	defer lease.release()
+	return handle(r.WithContext(context.WithValue(r.Context(), leaseKey{}, lease)))
 }
 
-func (b *byteBudget) release(n int64) {
-	b.mu.Lock()
-	b.used -= n
-	b.mu.Unlock()
+// leaseKey holds a request's *bodyLease in its context.
+type leaseKey struct{}
+
+// throttle answers a request over its tenant's share 429, counted by the
+// share and logged (at most every 10 s) with the workspace.
+func (f *requestFront) throttle(w http.ResponseWriter, r *http.Request, ws event.UUID, share string, err error) int {
+	if f.throttled != nil {
+		f.throttled.Incr(1, share)
+	}
+	now := time.Now().UnixNano()
+	if last := f.throttleLogged.Load(); now-last >= int64(10*time.Second) && f.throttleLogged.CompareAndSwap(last, now) {
+		f.log.With("workspace", ws.String(), "share", share).Warnf("%s: a tenant is over its share, answering 429", f.component)
+	}
+	return f.refuse(w, r, http.StatusTooManyRequests, err)
 }
 
-// readBody reads at most maxBody bytes of a JSON body. On failure it
-// returns the status to answer and an error in our own words.
+// refuse reads the body to its end without keeping it (at the minimum rate,
+// at most max_body_bytes) and answers code with Retry-After.
+func (f *requestFront) refuse(w http.ResponseWriter, r *http.Request, code int, err error) int {
+	paced := f.pacedBody(w, r)
+	_, _ = io.Copy(io.Discard, paced)
+	paced.restore()
+	w.Header().Set("Retry-After", "1")
+	return writeError(w, code, err)
+}
+
+// pacedBody is the request's body, at most max_body_bytes, read at no less
+// than the minimum rate.
+func (f *requestFront) pacedBody(w http.ResponseWriter, r *http.Request) *pacedBody {
+	arrived, ok := r.Context().Value(arrivalKey{}).(time.Time)
+	if !ok {
+		arrived = time.Now()
+	}
+	return newPacedBody(http.MaxBytesReader(w, r.Body, f.maxBody), w, f.minBodyRate, f.rateWindow, arrived.Add(f.readTimeout))
+}
+
+// readBody reads at most maxBody bytes of a JSON body, at no less than the
+// minimum rate, holding what arrives of the in-flight budget (the lease
+// admitted put in the context, when the API has one). On failure it returns
+// the status to answer and an error in our own words.
 func (f *requestFront) readBody(w http.ResponseWriter, r *http.Request) ([]byte, int, error) {
 	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(strings.ToLower(ct), "application/json") {
 		return nil, http.StatusUnsupportedMediaType, fmt.Errorf("content type %.40q: send application/json", ct)
 	}
-	body, err := readAllSized(http.MaxBytesReader(w, r.Body, f.maxBody), r.ContentLength, f.maxBody)
+	lease, _ := r.Context().Value(leaseKey{}).(*bodyLease)
+	paced := f.pacedBody(w, r)
+	defer paced.restore()
+	body, err := readAllSized(paced, r.ContentLength, f.maxBody, lease)
 	var tooBig *http.MaxBytesError
 	var netErr net.Error
 	switch {
+	case errors.Is(err, errBudgetFull):
+		if f.overloaded != nil {
+			f.overloaded.Incr(1)
+		}
+		lease.release()
+		_, _ = io.Copy(io.Discard, paced)
+		w.Header().Set("Retry-After", "1")
+		return nil, http.StatusServiceUnavailable, errors.New("too many requests in flight; send it again in a second")
 	case errors.As(err, &tooBig):
 		return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("request body larger than %d bytes", f.maxBody)
+	case errors.As(err, &netErr) && netErr.Timeout() && paced.tooSlow():
+		f.log.Debugf("%s: reading a request body: %v", f.component, err)
+		return nil, http.StatusRequestTimeout, fmt.Errorf("%w: less than %d bytes a second over %v", errBodyTooSlow, f.minBodyRate, f.rateWindow)
 	case errors.As(err, &netErr) && netErr.Timeout():
 		// The error names both sockets' addresses: log it, answer in our
 		// own words.
@@ -212,37 +286,6 @@ func (f *requestFront) readBody(w http.ResponseWriter, r *http.Request) ([]byte,
 		return nil, http.StatusBadRequest, errors.New("cannot read the request body (the connection broke or the body is not what Content-Length says)")
 	}
 	return body, 0, nil
-}
-
-// readAllSized is io.ReadAll into one buffer of the announced size (a
-// body of 175 KB would otherwise be copied through a dozen doubling
-// buffers), read on to EOF so that a body longer than it says still fails
-// as the limit or the framing says. The buffer is the request's alone and
-// never reused: the ingest API's items read their strings and metadata
-// from it in place (bodyText).
-func readAllSized(rd io.Reader, contentLength, max int64) ([]byte, error) {
-	if contentLength <= 0 || contentLength > max {
-		return io.ReadAll(rd)
-	}
-	buf := make([]byte, contentLength, contentLength+1)
-	if _, err := io.ReadFull(rd, buf); err != nil {
-		if errors.Is(err, io.EOF) {
-			err = io.ErrUnexpectedEOF
-		}
-		return nil, err
-	}
-	var one [1]byte
-	switch _, err := io.ReadFull(rd, one[:]); {
-	case errors.Is(err, io.EOF):
-		return buf, nil
-	case err != nil:
-		return nil, err
-	}
-	rest, err := io.ReadAll(rd)
-	if err != nil {
-		return nil, err
-	}
-	return append(append(buf, one[0]), rest...), nil
 }
 
 // listen opens addr (so a taken address fails Connect at once) and serves

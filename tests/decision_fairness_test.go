@@ -1,0 +1,144 @@
+package tests
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/speculapro/speculapro/internal/testenv"
+)
+
+// decisionStatuses sends n decisions of run at rate a second with key, each
+// at its scheduled time, and returns the latencies (from the scheduled
+// time), the statuses and how many answers were degraded.
+func decisionStatuses(base, key, run string, n int, rate float64) (lat []time.Duration, codes map[int]int, degraded int) {
+	codes = map[int]int{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := range n {
+		at := start.Add(time.Duration(float64(i) / rate * float64(time.Second)))
+		time.Sleep(time.Until(at))
+		body, _ := json.Marshal(decisionTxn(run, i, time.Now().UTC()))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			code, a, err := postDecision(base, key, body)
+			l := time.Since(at)
+			mu.Lock()
+			defer mu.Unlock()
+			lat = append(lat, l)
+			if err != nil {
+				code = 0
+			}
+			codes[code]++
+			if a.Degraded {
+				degraded++
+			}
+		}()
+	}
+	wg.Wait()
+	return lat, codes, degraded
+}
+
+// decisionFlood is clients clients each sending decisions back to back
+// with key, ignoring Retry-After, until stop or max requests in all; it
+// records every status.
+func decisionFlood(base, key string, clients, maxRequests int, stop <-chan struct{}) map[int]int {
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: clients}}
+	codes := map[int]int{}
+	var mu sync.Mutex
+	sent := 0
+	var wg sync.WaitGroup
+	for c := range clients {
+		wg.Add(1)
+		// Each flooder ends at stop or once maxRequests are sent in all.
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				mu.Lock()
+				if sent >= maxRequests {
+					mu.Unlock()
+					return
+				}
+				sent++
+				mu.Unlock()
+				body, _ := json.Marshal(decisionTxn(fmt.Sprintf("flood-%d", c), i, time.Now().UTC()))
+				req, _ := http.NewRequest(http.MethodPost, base+"/v1/decisions", bytes.NewReader(body))
+				req.Header.Set("Authorization", "Bearer "+key)
+				req.Header.Set("Content-Type", "application/json")
+				code := 0
+				if resp, err := client.Do(req); err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					code = resp.StatusCode
+				}
+				mu.Lock()
+				codes[code]++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return codes
+}
+
+// TestDecisionFloodCannotStarveOthers: one workspace floods the decision
+// API from 300 clients sending back to back (ignoring Retry-After) while a
+// second workspace sends 50 decisions a second. The flooding workspace is
+// answered 429 beyond its share; the steady one is never answered 429 or
+// 503 and none of its decisions is degraded. Its p99 alone and beside the
+// flood are logged.
+func TestDecisionFloodCannotStarveOthers(t *testing.T) {
+	s := newDecisionStack(t, "decision-fair", testenv.KafkaBrokers(t), testenv.RedisURL(t), "")
+	_, steadyKey := ingestWorkspace(t, s.db.AppURL)
+	s.startDecision(t, "decision", nil)
+	base := "http://" + s.addr
+
+	const rate, n = 50.0, 250 // 5 s
+	const floodClients = 300
+	decisionStatuses(base, steadyKey, "warm", 50, rate)
+	alone, codesAlone, degradedAlone := decisionStatuses(base, steadyKey, "alone", n, rate)
+
+	stop := make(chan struct{})
+	flood := make(chan map[int]int, 1)
+	go func() { flood <- decisionFlood(base, s.key, floodClients, 200_000, stop) }()
+	time.Sleep(2 * time.Second) // the flood is at full strength first
+	beside, codes, degraded := decisionStatuses(base, steadyKey, "beside", n, rate)
+	close(stop)
+	var floodCodes map[int]int
+	select {
+	case floodCodes = <-flood:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the flood did not stop within 30 s")
+	}
+
+	p99Alone, p99Beside := quantileOf(alone, 0.99), quantileOf(beside, 0.99)
+	t.Logf("steady workspace at %v/s: alone p50 %v p99 %v %v (degraded %d); beside the flood p50 %v p99 %v %v (degraded %d); p99 ratio %.2f",
+		rate, quantileOf(alone, 0.5), p99Alone, codesAlone, degradedAlone, quantileOf(beside, 0.5), p99Beside, codes, degraded,
+		float64(p99Beside)/float64(max(p99Alone, time.Millisecond)))
+	t.Logf("flooding workspace: answers by status %v", floodCodes)
+
+	if codesAlone[http.StatusOK] != n || degradedAlone > 0 {
+		t.Fatalf("alone: answers %v, %d degraded", codesAlone, degradedAlone)
+	}
+	if codes[http.StatusOK] != n {
+		t.Errorf("beside the flood the steady workspace was answered %v, want 200 to all %d", codes, n)
+	}
+	if degraded > 0 {
+		t.Errorf("beside the flood %d of the steady workspace's decisions were degraded", degraded)
+	}
+	if floodCodes[http.StatusTooManyRequests] == 0 {
+		t.Errorf("the flooding workspace was never answered 429: %v", floodCodes)
+	}
+}
