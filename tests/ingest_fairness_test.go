@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"sync"
@@ -228,6 +229,111 @@ func TestIngestSlowTenantCannotStarveOthers(t *testing.T) {
 		}
 		return nil
 	})
+	if code := p.stop(t); code != 0 {
+		t.Errorf("exit code %d after SIGTERM", code)
+	}
+}
+
+// ingestFlood is clients clients each sending batches of items
+// transactions back to back with key, ignoring Retry-After, until stop or
+// maxRequests in all; it returns the statuses.
+func ingestFlood(base, key string, clients, items, maxRequests int, at time.Time, stop <-chan struct{}) map[int]int {
+	client := &http.Client{Timeout: time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: clients}}
+	codes := map[int]int{}
+	var mu sync.Mutex
+	sent := 0
+	var wg sync.WaitGroup
+	for c := range clients {
+		wg.Add(1)
+		// Each flooder ends at stop or once maxRequests are sent in all.
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				mu.Lock()
+				if sent >= maxRequests {
+					mu.Unlock()
+					return
+				}
+				sent++
+				mu.Unlock()
+				batch := make([]map[string]any, items)
+				for j := range batch {
+					batch[j] = ingestTxn(j, at)
+					batch[j]["external_id"] = fmt.Sprintf("flood-%d-%d-%d", c, i, j)
+				}
+				body, _ := json.Marshal(map[string]any{"items": batch})
+				req, _ := http.NewRequest(http.MethodPost, base+"/v1/transactions", bytes.NewReader(body))
+				req.Header.Set("Authorization", "Bearer "+key)
+				req.Header.Set("Content-Type", "application/json")
+				code := 0
+				if resp, err := client.Do(req); err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					code = resp.StatusCode
+				}
+				mu.Lock()
+				codes[code]++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return codes
+}
+
+// TestIngestFloodCannotStarveOthers: a workspace floods the ingest API from
+// 24 clients sending 200-item batches back to back (four times the requests
+// worked on at once) while another sends 20-item batches at a steady 10 a
+// second. The steady workspace is never answered 429 or 503 and every one of
+// its items is accepted: waiting workspaces take turns, so it waits for one
+// turn rather than behind the whole flood. Its p99 alone and beside the
+// flood are logged.
+func TestIngestFloodCannotStarveOthers(t *testing.T) {
+	k := newPersistKafka(t)
+	db := dbtest.New(t)
+	_, floodKey := ingestWorkspace(t, db.AppURL)
+	_, key := ingestWorkspace(t, db.AppURL)
+	addr := testenv.FreeAddr(t)
+	base := "http://" + addr
+	p := newBinProcess(t)
+	p.start(t, ingestEnv(k.brokers, k.prefix, k.group, db, addr), p.runArgs("pipelines/ingest.yaml")...)
+	ingestWaitReady(t, p, base)
+
+	const rate, items = 10.0, 20
+	at := persistBase
+	next := 0
+	steadyIngest(base, key, rate, time.Second, items, &next, at)
+	alone, codesAlone, acceptedAlone := steadyIngest(base, key, rate, 8*time.Second, items, &next, at)
+
+	stop := make(chan struct{})
+	flood := make(chan map[int]int, 1)
+	go func() { flood <- ingestFlood(base, floodKey, 24, 200, 5000, at, stop) }()
+	time.Sleep(2 * time.Second)
+	beside, codes, accepted := steadyIngest(base, key, rate, 8*time.Second, items, &next, at)
+	close(stop)
+	var floodCodes map[int]int
+	select {
+	case floodCodes = <-flood:
+	case <-time.After(time.Minute):
+		t.Fatal("the flood did not stop within a minute")
+	}
+
+	p99Alone, p99Beside := quantileOf(alone, 0.99), quantileOf(beside, 0.99)
+	t.Logf("steady workspace, %v requests/s of %d items: alone p50 %v p99 %v %v; beside the flood p50 %v p99 %v %v; p99 ratio %.2f",
+		rate, items, quantileOf(alone, 0.5), p99Alone, codesAlone, quantileOf(beside, 0.5), p99Beside, codes,
+		float64(p99Beside)/float64(max(p99Alone, time.Millisecond)))
+	t.Logf("flooding workspace: answers by status %v", floodCodes)
+	if codesAlone[http.StatusOK] != len(alone) || acceptedAlone != len(alone)*items {
+		t.Fatalf("alone: answers %v, %d items accepted of %d", codesAlone, acceptedAlone, len(alone)*items)
+	}
+	if codes[http.StatusOK] != len(beside) || accepted != len(beside)*items {
+		t.Errorf("beside the flood: answers %v, %d items accepted of %d", codes, accepted, len(beside)*items)
+	}
 	if code := p.stop(t); code != 0 {
 		t.Errorf("exit code %d after SIGTERM", code)
 	}

@@ -13,6 +13,7 @@ import (
 	_ "github.com/redpanda-data/benthos/v4/public/components/pure"
 	"github.com/redpanda-data/benthos/v4/public/service"
 
+	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/testenv"
 )
 
@@ -89,9 +90,10 @@ func TestEngineFailuresReachTheirItems(t *testing.T) {
 // order they arrived; one that waits longer than the ack timeout is
 // refused (the handler answers 503 with Retry-After).
 func TestActiveRequestsTakeTurns(t *testing.T) {
-	a := &ingestAPI{active: make(chan struct{}, 1), ackTimeout: time.Minute, closing: make(chan struct{})}
+	a := &ingestAPI{turns: newTurnTaker(1), ackTimeout: time.Minute, closing: make(chan struct{})}
+	var ws event.UUID
 	ctx := context.Background()
-	if !a.enter(ctx) {
+	if !a.enter(ctx, ws) {
 		t.Fatal("the first request waits with no other in")
 	}
 	const waiting = 4
@@ -99,7 +101,7 @@ func TestActiveRequestsTakeTurns(t *testing.T) {
 	for i := range waiting {
 		// Each waiter owns its slot once in, and gives it back at once.
 		go func() {
-			if a.enter(ctx) {
+			if a.enter(ctx, ws) {
 				order <- i
 				a.leave()
 			}
@@ -115,16 +117,16 @@ func TestActiveRequestsTakeTurns(t *testing.T) {
 	}
 
 	a.ackTimeout = 50 * time.Millisecond
-	if !a.enter(ctx) {
+	if !a.enter(ctx, ws) {
 		t.Fatal("the slot was not given back")
 	}
-	if a.enter(ctx) {
+	if a.enter(ctx, ws) {
 		t.Error("a request was let in beyond max_active_requests")
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
 	a.ackTimeout = time.Minute
-	if a.enter(cctx) {
+	if a.enter(cctx, ws) {
 		t.Error("a request whose client gave up was let in")
 	}
 }

@@ -74,7 +74,7 @@ func (a *ingestAPI) handleBatch(kind event.Kind) func(http.ResponseWriter, *http
 			return writeError(w, code, err)
 		}
 		// After the body is read: a client sending slowly holds no slot.
-		if !a.enter(r.Context()) {
+		if !a.enter(r.Context(), ws) {
 			w.Header().Set("Retry-After", "1")
 			return writeError(w, http.StatusServiceUnavailable, errors.New("too many requests being worked on; send it again in a second"))
 		}
@@ -126,30 +126,16 @@ func (a *ingestAPI) handleBatch(kind event.Kind) func(http.ResponseWriter, *http
 	}
 }
 
-// enter waits, in arrival order, until the request may be worked on
-// (max_active_requests): false when the client gave up, the API is
-// closing or no slot came free within the ack timeout (the requests being
-// worked on wait for a Kafka that does not answer).
-func (a *ingestAPI) enter(ctx context.Context) bool {
-	select {
-	case a.active <- struct{}{}:
-		return true
-	default:
-	}
-	timer := time.NewTimer(a.ackTimeout)
-	defer timer.Stop()
-	select {
-	case a.active <- struct{}{}:
-		return true
-	case <-ctx.Done():
-	case <-timer.C:
-	case <-a.closing:
-	}
-	return false
+// enter waits until the request may be worked on (max_active_requests),
+// taking turns with the other workspaces waiting (turnTaker): false when the
+// client gave up, the API is closing or no turn came within the ack timeout
+// (the requests being worked on wait for a Kafka that does not answer).
+func (a *ingestAPI) enter(ctx context.Context, ws event.UUID) bool {
+	return a.turns.enter(ctx, ws.String(), a.ackTimeout, a.closing)
 }
 
-// leave gives the request's slot to the next in line.
-func (a *ingestAPI) leave() { <-a.active }
+// leave gives the request's turn to the next in line.
+func (a *ingestAPI) leave() { a.turns.leave() }
 
 // answerBuffers are the buffers batch answers are written in (one is about
 // 120 bytes an item), reused: the writer copies what it is given.

@@ -132,7 +132,7 @@ Messages carry metadata `+"`ingest_topic`"+` (`+"`txn.ingested`"+` or `+"`accoun
 				Default("5s").
 				Example("${SP_INGEST_MIN_BODY_RATE_WINDOW:5s}"),
 			service.NewIntField(iaFieldActive).
-				Description("The most batch requests worked on at once; the others wait, in the order they arrived, for one of them to be answered (at most the ack timeout, then 503 with Retry-After). On a busy machine requests finish in turn instead of all sharing the cores, the resend check and Kafka at once, which makes a slow request's wait twice the median's; and only these requests' items are held decoded.").
+				Description("The most batch requests worked on at once; the others wait for one of them to be answered (at most the ack timeout, then 503 with Retry-After), the waiting workspaces taking turns and each workspace's requests in the order they arrived, so one workspace's many requests delay another's by one turn, not by all of them. On a busy machine requests finish in turn instead of all sharing the cores, the resend check and Kafka at once, which makes a slow request's wait twice the median's; and only these requests' items are held decoded.").
 				Default(iaActiveDefault).
 				Advanced(),
 			service.NewDurationField(iaFieldAckTimeout).
@@ -214,10 +214,10 @@ type ingestAPI struct {
 	redisLogged atomic.Int64 // UnixNano of the last Redis WARN
 	dbLogged    atomic.Int64 // UnixNano of the last stored-ID lookup WARN
 
-	// active holds a slot for each batch request being worked on
-	// (max_active_requests); the others wait to send into it, first come,
-	// first served, as a channel's waiting senders are.
-	active chan struct{}
+	// turns are the batch requests worked on at once
+	// (max_active_requests); the others wait in line, workspaces taking
+	// turns.
+	turns *turnTaker
 
 	// jobs hands batches from handlers to ReadBatch; unbuffered so a batch
 	// is only ever in the pipeline's hands or its handler's, never parked.
@@ -301,7 +301,7 @@ func newIngestAPIFromParsed(conf *service.ParsedConfig, mgr *service.Resources) 
 	if active < 1 {
 		return nil, fmt.Errorf("ingest_api: %s must be at least 1", iaFieldActive)
 	}
-	a.active = make(chan struct{}, active)
+	a.turns = newTurnTaker(active)
 	a.idem = &idemStore{}
 	if a.redisURL, err = conf.FieldString(iaFieldRedisURL); err != nil {
 		return nil, err

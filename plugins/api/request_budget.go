@@ -243,3 +243,101 @@ func (p *pacedBody) restore() {
 // tooSlow reports whether the read deadline that ran out was the minimum
 // rate's rather than the whole request's.
 func (p *pacedBody) tooSlow() bool { return p.paced }
+
+// turnTaker hands out a fixed number of turns (requests worked on at once)
+// to tenants waiting for one: a turn that comes free goes to the tenant next
+// in round-robin order among those waiting, and within a tenant to its
+// longest waiting request. A tenant with a hundred requests in line delays
+// another tenant's next request by one turn, not by a hundred. Safe for
+// concurrent use.
+type turnTaker struct {
+	mu     sync.Mutex
+	free   int
+	queues map[string][]chan struct{} // each waiting tenant's requests, oldest first
+	order  []string                   // the waiting tenants, next to be served first
+}
+
+func newTurnTaker(turns int) *turnTaker {
+	return &turnTaker{free: turns, queues: map[string][]chan struct{}{}}
+}
+
+// enter waits until tenant's request may be worked on: false when ctx is
+// done, wait ran out or stop was closed first.
+func (q *turnTaker) enter(ctx context.Context, tenant string, wait time.Duration, stop <-chan struct{}) bool {
+	q.mu.Lock()
+	if q.free > 0 && len(q.order) == 0 {
+		q.free--
+		q.mu.Unlock()
+		return true
+	}
+	// Buffered: leave hands the turn over without waiting for the waiter.
+	turn := make(chan struct{}, 1)
+	if len(q.queues[tenant]) == 0 {
+		q.order = append(q.order, tenant)
+	}
+	q.queues[tenant] = append(q.queues[tenant], turn)
+	q.mu.Unlock()
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case <-turn:
+		return true
+	case <-ctx.Done():
+	case <-timer.C:
+	case <-stop:
+	}
+	q.mu.Lock()
+	inLine := q.remove(tenant, turn)
+	q.mu.Unlock()
+	if !inLine {
+		// The turn was handed over as the wait ended: pass it on.
+		q.leave()
+	}
+	return false
+}
+
+// remove takes turn out of tenant's line; false when it is no longer there
+// (handed over). The caller holds mu.
+func (q *turnTaker) remove(tenant string, turn chan struct{}) bool {
+	line := q.queues[tenant]
+	for i, c := range line {
+		if c != turn {
+			continue
+		}
+		line = append(line[:i:i], line[i+1:]...)
+		if len(line) > 0 {
+			q.queues[tenant] = line
+			return true
+		}
+		delete(q.queues, tenant)
+		for j, t := range q.order {
+			if t == tenant {
+				q.order = append(q.order[:j:j], q.order[j+1:]...)
+				break
+			}
+		}
+		return true
+	}
+	return false
+}
+
+// leave gives a turn back: to the next waiting tenant's oldest request, or
+// to the free turns when nobody waits.
+func (q *turnTaker) leave() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.order) == 0 {
+		q.free++
+		return
+	}
+	tenant := q.order[0]
+	q.order = q.order[1:]
+	line := q.queues[tenant]
+	line[0] <- struct{}{}
+	if len(line) > 1 {
+		q.queues[tenant] = line[1:]
+		q.order = append(q.order, tenant)
+	} else {
+		delete(q.queues, tenant)
+	}
+}

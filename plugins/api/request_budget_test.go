@@ -3,6 +3,7 @@ package api
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -244,4 +245,80 @@ func repeat(n, times int) []int {
 		out[i] = n
 	}
 	return out
+}
+
+// TestTurnTakerRoundRobin: with one turn held, requests that arrive in
+// line are let in tenant by tenant, each tenant's in arrival order.
+func TestTurnTakerRoundRobin(t *testing.T) {
+	cases := []struct {
+		name     string
+		arrivals string // one letter a request, its tenant
+		want     string // the order they are let in
+	}{
+		{"one tenant: first come, first served", "aaaa", "aaaa"},
+		{"a flood beside one request", "hhhhw", "hwhhh"},
+		{"three tenants", "aabbc", "abcab"},
+		{"a tenant arriving late still gets the next turn", "hhhhhhw", "hwhhhhh"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			q := newTurnTaker(1)
+			ctx := context.Background()
+			if !q.enter(ctx, "first", time.Second, nil) {
+				t.Fatal("the first request waits with no other in")
+			}
+			let := make(chan string, len(c.arrivals))
+			for _, tenant := range c.arrivals {
+				// Each waiter owns its turn once in, and gives it back at once.
+				go func() {
+					if q.enter(ctx, string(tenant), time.Minute, nil) {
+						let <- string(tenant)
+						q.leave()
+					}
+				}()
+				time.Sleep(20 * time.Millisecond) // in line before the next arrives
+			}
+			q.leave()
+			got := ""
+			for range c.arrivals {
+				got += <-let
+			}
+			if got != c.want {
+				t.Errorf("let in %s, want %s", got, c.want)
+			}
+			if !q.enter(ctx, "last", time.Second, nil) || q.enter(ctx, "other", 10*time.Millisecond, nil) {
+				t.Error("the turn was not given back whole")
+			}
+		})
+	}
+}
+
+// TestTurnTakerGivesUp: a request that stops waiting leaves the line, and a
+// turn handed to it as it gave up goes to the next in line.
+func TestTurnTakerGivesUp(t *testing.T) {
+	q := newTurnTaker(1)
+	ctx := context.Background()
+	q.enter(ctx, "a", time.Second, nil)
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if q.enter(cctx, "b", time.Minute, nil) {
+		t.Error("a request whose client gave up was let in")
+	}
+	stop := make(chan struct{})
+	close(stop)
+	if q.enter(ctx, "b", time.Minute, stop) {
+		t.Error("a request was let in after stop")
+	}
+	if q.enter(ctx, "b", 20*time.Millisecond, nil) {
+		t.Error("a request was let in beyond the turns")
+	}
+	q.leave()
+	if !q.enter(ctx, "c", 10*time.Millisecond, nil) {
+		t.Error("the turn given back did not reach the next request")
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.order) != 0 || len(q.queues) != 0 {
+		t.Errorf("lines left behind: %v %v", q.order, q.queues)
+	}
 }
