@@ -173,7 +173,7 @@ func TestIngestSlowTenantCannotStarveOthers(t *testing.T) {
 	next := 0
 	// Warm up (key lookup, connections), then the tenant alone.
 	steadyIngest(base, key, rate, time.Second, items, &next, at)
-	alone, codesAlone, acceptedAlone := steadyIngest(base, key, rate, 5*time.Second, items, &next, at)
+	alone, codesAlone, acceptedAlone := steadyIngest(base, key, rate, 10*time.Second, items, &next, at)
 
 	attack := &slowBodyAttack{answers: map[int]int{}}
 	stop := make(chan struct{})
@@ -183,7 +183,7 @@ func TestIngestSlowTenantCannotStarveOthers(t *testing.T) {
 		attack.run(addr, hostileKey, 8, 4<<20, stop, 200)
 	}()
 	time.Sleep(2 * time.Second) // the hostile bodies are in flight first
-	attacked, codes, accepted := steadyIngest(base, key, rate, 12*time.Second, items, &next, at)
+	attacked, codes, accepted := steadyIngest(base, key, rate, 10*time.Second, items, &next, at)
 	close(stop)
 	select {
 	case <-done:
