@@ -10,7 +10,8 @@ import (
 )
 
 // The limits of what an event may hold: the ONE definition, used by the
-// ingest API (to refuse an item), by Decode (to dead-let a record another
+// ingest and decision APIs (to refuse an item or a decision, through their
+// one request parser), by Decode (to dead-let a record another
 // producer wrote) and by the load generator (which writes through Encode).
 // Each is what the API documents and what the table holds: a record inside
 // them is one PostgreSQL stores, so a record the database would refuse
