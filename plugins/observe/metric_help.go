@@ -69,12 +69,15 @@ var metricHelp = map[string]string{
 	"speculapro_ingest_items_total":      "Items the ingest API answered, by endpoint and outcome (accepted, duplicate, conflict, rejected, retry).",
 	"speculapro_ingest_requests_total":   "Requests the ingest API answered, by endpoint and HTTP status code.",
 	"speculapro_ingest_request_duration": "Time from a request's arrival to its answer, by endpoint (seconds as a histogram, nanoseconds as a summary).",
+	"speculapro_ingest_overloaded_total": "Requests the ingest API refused with 503 because its in-flight body budget was full.",
+	"speculapro_ingest_throttled_total":  "Requests the ingest API refused with 429 because their workspace's or API key's share of the in-flight body budget was full, by share.",
 
 	// Decision API.
 	"speculapro_decision_latency_ns":             "Time to answer a decision, by outcome.",
 	"speculapro_decision_outcomes_total":         "Decisions answered, by workspace and outcome.",
 	"speculapro_decision_degraded_total":         "Decisions answered with the fallback because the running totals could not be read in time, by workspace and reason.",
 	"speculapro_decision_requests_total":         "Decision requests answered, by HTTP status code.",
+	"speculapro_decision_throttled_total":        "Decision requests refused with 429 because their workspace had its whole share of the requests worked on at once, by share.",
 	"speculapro_decision_buffer_events":          "Decided transactions waiting in memory for Kafka.",
 	"speculapro_decision_spool_events":           "Decided transactions parked in the Redis spool, waiting for Kafka (zero normally).",
 	"speculapro_decision_events_spooled_total":   "Decided transactions parked in the Redis spool because Kafka did not take them in time.",
