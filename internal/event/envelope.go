@@ -301,6 +301,12 @@ func Encode(e Envelope) ([]byte, error) {
 // version is checked before blaming the shape. It runs only on failures, with
 // encoding/json, whose error types describe() knows not to quote.
 func classify(b []byte) error {
+	// Nesting deeper than a JSON library goes fails it as if the bytes were
+	// not JSON; said as what it is.
+	var f *JSONFault
+	if errors.As(CheckJSONIn(b, 1), &f) && f.Reason == ReasonTooDeep {
+		return fmt.Errorf("%w: %s: %s", ErrOutOfLimits, f.Path, f.Reason)
+	}
 	err := json.Unmarshal(b, new(Envelope))
 	if err == nil {
 		// Only a decoder disagreeing with encoding/json gets here.

@@ -104,3 +104,20 @@ func TestDecodeYearOne(t *testing.T) {
 		t.Errorf("a usual record: %v", err)
 	}
 }
+
+// TestDecodeTooDeep: a record whose metadata nests deeper than the JSON
+// libraries go (10,000 levels) is refused for its nesting, named at its
+// field, not as invalid JSON; one just over MaxJSONDepth likewise.
+func TestDecodeTooDeep(t *testing.T) {
+	for _, n := range []int{MaxJSONDepth + 1, 20000} {
+		deep := strings.Repeat("[ ", n) + strings.Repeat("] ", n)
+		in := strings.Replace(sampleTransaction, `"metadata":{`, `"metadata":{"deep": `+deep+`, `, 1)
+		if in == sampleTransaction {
+			t.Fatal("sample lacks metadata")
+		}
+		_, err := DecodeAt([]byte(in), sampleNow)
+		if !errors.Is(err, ErrOutOfLimits) || !strings.Contains(err.Error(), "metadata: ") || !strings.HasSuffix(err.Error(), ReasonTooDeep) {
+			t.Errorf("%d levels: Decode = %v, want ErrOutOfLimits naming metadata and ending %q", n, err, ReasonTooDeep)
+		}
+	}
+}
