@@ -104,7 +104,9 @@ VALUES ($1, $2, 'decision benchmark', 'transaction', $3, 'high', $4, false, 10)`
 	if profile != "" {
 		args = append(args, "--set", "http.debug_endpoints=true")
 	}
-	p := s.startDecision(b, "decision", withBenchGOGC(nil), args...)
+	// One workspace measures the node's capacity, so its share is the whole
+	// node: the default share would answer the highest steps 429.
+	p := s.startDecision(b, "decision", withBenchGOGC(map[string]string{"SP_DECISION_WORKSPACE_SHARE": "1"}), args...)
 	nothing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var v map[string]any
 		_ = json.NewDecoder(r.Body).Decode(&v)
