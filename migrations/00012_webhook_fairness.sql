@@ -6,10 +6,11 @@
 CREATE INDEX webhook_deliveries_endpoint_due_idx
     ON speculapro.webhook_deliveries (endpoint_id, next_attempt_at) WHERE status = 'pending';
 
--- Deliveries in flight (claimed, lease running, outcome not yet recorded), counted per endpoint
--- against its concurrency limit on every claim: a small index, as few rows are ever in flight.
+-- Deliveries in flight (claimed, lease running, outcome not yet recorded), counted per workspace
+-- and per endpoint against their concurrency limits on every claim: a small index, as few rows are
+-- ever in flight.
 CREATE INDEX webhook_deliveries_in_flight_idx
-    ON speculapro.webhook_deliveries (endpoint_id) WHERE status = 'pending' AND claimed_by IS NOT NULL;
+    ON speculapro.webhook_deliveries (workspace_id, endpoint_id) WHERE status = 'pending' AND claimed_by IS NOT NULL;
 
 -- failing_since: when the endpoint's current run of failed attempts began (NULL while its last
 -- attempt succeeded); the worker suspends an endpoint that has failed every attempt for

@@ -23,7 +23,10 @@ func TestWorkerCrashKillsOneOfTwo(t *testing.T) {
 	}
 	s := newWorkerStack(t)
 	rcv := newReceiver(t)
-	rcv.delay = 300 * time.Millisecond // sends stay in flight long enough to be killed mid-send
+	// Sends stay in flight long enough to be killed mid-send, and the work
+	// (each worker sends 100 at once, each row recorded as it ends)
+	// outlasts the five kills.
+	rcv.delay = time.Second
 	ep, _ := s.addEndpoint(t, rcv.url("/delay/crash"))
 	keys := s.queueDeliveries(t, ep, n)
 	env := s.with(map[string]string{"SP_WORKER_LEASE": "6s", "SP_WEBHOOK_TIMEOUT": "2s", "SP_WORKER_SENDERS": "1"})
@@ -51,7 +54,7 @@ func TestWorkerCrashKillsOneOfTwo(t *testing.T) {
 			}
 			return nil
 		})
-		time.Sleep(150 * time.Millisecond) // inside the receiver's 300 ms: requests are on the wire
+		time.Sleep(150 * time.Millisecond) // inside the receiver's second: requests are on the wire
 		victim.kill(t)
 		held := heldBy(victim)
 		inFlightAtKills += len(held)

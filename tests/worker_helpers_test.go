@@ -64,6 +64,11 @@ func workerStackOn(t testing.TB, db *dbtest.DB) *workerStack {
 		"SP_WEBHOOK_BACKOFF_MAX":     "4s",
 		"SP_WEBHOOK_TIMEOUT":         "5s",
 		"SP_WORKER_LEASE":            "15s",
+		// As many at once to one endpoint as a worker sends: the tests of
+		// delivery, crashes and throughput load a single endpoint; the
+		// per-endpoint limit has its own test.
+		"SP_WEBHOOK_ENDPOINT_CONCURRENCY":  "400",
+		"SP_WEBHOOK_WORKSPACE_CONCURRENCY": "1600",
 	}
 	return s
 }

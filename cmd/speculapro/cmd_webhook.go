@@ -313,7 +313,7 @@ func runWebhookSetEnabled(ctx context.Context, stdout io.Writer, ws event.UUID, 
 	query := `UPDATE speculapro.webhook_endpoints SET enabled = false, disabled_reason = 'disabled by an operator', updated_at = now()
  WHERE id = $1 AND workspace_id = $2`
 	if enabled {
-		query = `UPDATE speculapro.webhook_endpoints SET enabled = true, disabled_reason = NULL, consecutive_failures = 0, updated_at = now()
+		query = `UPDATE speculapro.webhook_endpoints SET enabled = true, disabled_reason = NULL, consecutive_failures = 0, failing_since = NULL, updated_at = now()
  WHERE id = $1 AND workspace_id = $2`
 	}
 	err = inWorkspace(ctx, config.DBURL.Value(), ws, func(tx pgx.Tx) error {

@@ -60,13 +60,16 @@ var (
 	StreamReplayTTL = Setting{"SP_STREAM_REPLAY_TTL", "30m", "How long the stream remembers it has counted an event, so a replay inside it changes no running total; beyond it a replayed event counts again"}
 
 	WorkerPartitionsAhead = Setting{"SP_WORKER_PARTITIONS_AHEAD", "3", "Months after the current one whose transactions and account_events partitions the worker keeps created (checked at start and hourly)"}
-	WorkerSenders         = Setting{"SP_WORKER_SENDERS", "4", "Batches of outbox rows one worker sends at once (each batch's rows are sent in parallel); add workers to share the load further"}
+	WorkerSenders         = Setting{"SP_WORKER_SENDERS", "4", "Batch slots of one worker: it sends up to 100 outbox rows per slot at once, each recorded as it ends; add workers to share the load further"}
 	WorkerLease           = Setting{"SP_WORKER_LEASE", "2m", "How long a claimed outbox row is held by its worker; a row of a worker that died is sent again once it runs out. Must exceed SP_WEBHOOK_TIMEOUT"}
 	WebhookTimeout        = Setting{"SP_WEBHOOK_TIMEOUT", "10s", "Longest one webhook, notification or email attempt may take, connecting included"}
-	WebhookMaxAttempts    = Setting{"SP_WEBHOOK_MAX_ATTEMPTS", "12", "Attempts per webhook delivery or notification before it is marked failed (12 with the default backoff: about 20 hours)"}
-	WebhookBackoffInitial = Setting{"SP_WEBHOOK_BACKOFF_INITIAL", "1m", "Wait before a delivery's second attempt; it doubles per attempt (with 20 % jitter) up to SP_WEBHOOK_BACKOFF_MAX"}
-	WebhookBackoffMax     = Setting{"SP_WEBHOOK_BACKOFF_MAX", "6h", "Longest wait between two attempts at a delivery"}
-	WebhookSuspendAfter   = Setting{"SP_WEBHOOK_SUSPEND_AFTER", "20", "Deliveries failed in a row (every attempt used) after which an endpoint is suspended (disabled, with the reason); 0 never suspends"}
+	WebhookMaxAttempts    = Setting{"SP_WEBHOOK_MAX_ATTEMPTS", "12", "Attempts per webhook delivery or notification before it is marked failed (12 with the default backoff: about 3 days)"}
+	WebhookBackoffInitial = Setting{"SP_WEBHOOK_BACKOFF_INITIAL", "5m", "Wait before a delivery's second attempt; it doubles per attempt (with 20 % jitter) up to SP_WEBHOOK_BACKOFF_MAX"}
+	WebhookBackoffMax     = Setting{"SP_WEBHOOK_BACKOFF_MAX", "24h", "Longest wait between two attempts at a delivery"}
+	WebhookSuspendAfter   = Setting{"SP_WEBHOOK_SUSPEND_AFTER", "20", "Deliveries failed in a row (every attempt used) after which an endpoint is suspended (disabled, with the reason); 0 never suspends on a count"}
+	WebhookSuspendFailing = Setting{"SP_WEBHOOK_SUSPEND_AFTER_FAILING", "120h", "How long an endpoint may fail every attempt (no 2xx since its first failure) before it is suspended; 0s never suspends on time"}
+	WebhookEndpointLimit  = Setting{"SP_WEBHOOK_ENDPOINT_CONCURRENCY", "4", "Most deliveries of one webhook endpoint in flight at once, across all workers: what one slow or hanging endpoint can hold"}
+	WebhookTenantLimit    = Setting{"SP_WEBHOOK_WORKSPACE_CONCURRENCY", "16", "Most deliveries of one workspace's webhook endpoints together in flight at once: what one tenant's slow or hanging endpoints can hold"}
 	WebhookSecretGrace    = Setting{"SP_WEBHOOK_SECRET_GRACE", "24h", "How long `speculapro webhook rotate-secret` keeps the old secret signing beside the new one"}
 	WebhookAllowInsecure  = Setting{"SP_WEBHOOK_ALLOW_INSECURE", "false", "true allows http:// and loopback webhook URLs (never private or link-local ranges: see SP_WEBHOOK_ALLOW_PRIVATE_NETWORKS): local stacks and tests only; production accepts only https:// to public addresses"}
 	WebhookAllowPrivate   = Setting{"SP_WEBHOOK_ALLOW_PRIVATE_NETWORKS", "", "Comma-separated CIDR ranges of your own network webhooks may reach although not public, e.g. 10.20.0.0/16,fd00:20::/48; only those ranges, never loopback (SP_WEBHOOK_ALLOW_INSECURE's alone)"}
@@ -107,7 +110,7 @@ func All() []Setting {
 		PersistWorkers, PersistBatchMax, StreamGroup, StreamReplayTTL, EncryptionKey, FingerprintKey,
 		HTTPAddr, DataDir, LogLevel, IngestAddr, IngestIdempotencyTTL,
 		WorkerPartitionsAhead, WorkerSenders, WorkerLease, WebhookTimeout, WebhookMaxAttempts,
-		WebhookBackoffInitial, WebhookBackoffMax, WebhookSuspendAfter, WebhookSecretGrace,
+		WebhookBackoffInitial, WebhookBackoffMax, WebhookSuspendAfter, WebhookSuspendFailing, WebhookEndpointLimit, WebhookTenantLimit, WebhookSecretGrace,
 		WebhookAllowInsecure, WebhookAllowPrivate, WebhookLegacyHeaders, SMTPURL,
 		DecisionAddr, DecisionTimeout, DecisionFallback, DecisionRemember, DecisionBufferCount, DecisionBufferBytes, DecisionSpoolPrefix,
 		DecisionMaxActive, DecisionWSShare, IngestWSShare, IngestKeyShare, IngestMinBodyRate, IngestMinRateWindow,

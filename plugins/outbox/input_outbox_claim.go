@@ -22,6 +22,8 @@ const (
 	ocFieldPollInterval  = "poll_interval"
 	ocFieldLease         = "lease"
 	ocFieldStatsInterval = "stats_interval"
+	ocFieldEndpointLimit = "endpoint_concurrency"
+	ocFieldTenantLimit   = "workspace_concurrency"
 )
 
 // Metadata of every message outbox_claim emits; outbox_send reads it.
@@ -63,6 +65,13 @@ are the rows a dead worker had in flight. Webhook deliveries of a disabled (or s
 are not claimed until it is enabled again. The outboxes are claimed in turn, so a backlog in one does not starve
 the other; when nothing is due the input waits `+"`poll_interval`"+`.
 
+Webhook deliveries are claimed fairly: each enabled endpoint has at most `+"`endpoint_concurrency`"+` deliveries in
+flight (claimed, lease running, outcome not yet recorded), counted across every worker, and a claim takes each
+endpoint's oldest due deliveries up to that limit and fills the batch round-robin, one delivery per workspace and
+then per endpoint in turn. So an endpoint that hangs holds at most `+"`endpoint_concurrency`"+` deliveries while
+the others' go out, and its backlog never fills a batch. A workspace's endpoints together have at most
+`+"`workspace_concurrency`"+` in flight, so a tenant that registers many hanging endpoints cannot take every sender.
+
 The message body is the row's payload (the event's JSON, sent as is); its metadata: `+"`outbox`"+` (webhook or
 notification), `+"`outbox_id`"+`, `+"`workspace_id`"+`, `+"`attempt`"+`, `+"`event_type`"+`, and for webhooks
 `+"`event_id`"+` and `+"`endpoint_id`"+`, for notifications `+"`channel`"+` and `+"`recipient`"+`. A batch that the
@@ -85,6 +94,12 @@ row: the keep-up signal) and `+"`speculapro_worker_endpoints_suspended`"+`.`).
 			service.NewDurationField(ocFieldLease).
 				Description("How long a claimed row is held: it must outlast a batch's sending (the output's `timeout`) and recording.").
 				Default("2m"),
+			service.NewIntField(ocFieldEndpointLimit).
+				Description("Most deliveries of one webhook endpoint in flight at once, across all workers: what one slow or hanging endpoint can hold.").
+				Default(4),
+			service.NewIntField(ocFieldTenantLimit).
+				Description("Most deliveries of one workspace's endpoints together in flight at once: what one tenant's slow or hanging endpoints can hold (two workers claiming at the same moment may each fill it).").
+				Default(16),
 			service.NewDurationField(ocFieldStatsInterval).
 				Description("How often the queue gauges are measured.").
 				Default("5s").
@@ -112,6 +127,8 @@ type outboxClaim struct {
 	poll          time.Duration
 	lease         time.Duration
 	statsInterval time.Duration
+	endpointLimit int
+	tenantLimit   int
 	log           *service.Logger
 
 	next     int // the outbox to claim from first, in turn
@@ -158,6 +175,18 @@ func newOutboxClaim(conf *service.ParsedConfig, mgr *service.Resources) (*outbox
 	if in.statsInterval, err = conf.FieldDuration(ocFieldStatsInterval); err != nil {
 		return nil, err
 	}
+	if in.endpointLimit, err = conf.FieldInt(ocFieldEndpointLimit); err != nil {
+		return nil, err
+	}
+	if in.endpointLimit < 1 || in.endpointLimit > 1000 {
+		return nil, fmt.Errorf("outbox_claim: %s must be 1 to 1000, got %d", ocFieldEndpointLimit, in.endpointLimit)
+	}
+	if in.tenantLimit, err = conf.FieldInt(ocFieldTenantLimit); err != nil {
+		return nil, err
+	}
+	if in.tenantLimit < in.endpointLimit || in.tenantLimit > 100000 {
+		return nil, fmt.Errorf("outbox_claim: %s must be %s (%d) to 100000, got %d", ocFieldTenantLimit, ocFieldEndpointLimit, in.endpointLimit, in.tenantLimit)
+	}
 	m := mgr.Metrics()
 	in.depth = m.NewGauge(metricQueueDepth, "outbox")
 	in.oldest = m.NewGauge(metricOldestPending, "outbox")
@@ -182,15 +211,53 @@ func (in *outboxClaim) Connect(ctx context.Context) error {
 // the UPDATE that takes the lease commit together, so a row is locked only
 // for the statement, and held afterwards by its lease alone.
 const (
+	// Webhooks, fairly. ready locks the endpoints being claimed for (SKIP
+	// LOCKED: one claimer per endpoint at a time, so two workers cannot both
+	// fill the same endpoint's free slots); free is the endpoint's limit less
+	// its deliveries in flight (lease running, claimed_by set until the
+	// outcome is recorded), tenant the same for its workspace; picked is each
+	// endpoint's oldest due deliveries up to free, numbered per endpoint
+	// (turn); due takes the batch one turn at a time, interleaving workspaces
+	// first and then their endpoints, each workspace up to its tenant slots.
 	claimWebhooks = `
-WITH due AS (
-    SELECT d.id
-      FROM speculapro.webhook_deliveries d
-      JOIN speculapro.webhook_endpoints e ON e.id = d.endpoint_id AND e.enabled
-     WHERE d.status = 'pending' AND d.next_attempt_at <= now()
-     ORDER BY d.next_attempt_at
+WITH ready AS (
+    SELECT e.id, e.workspace_id
+      FROM speculapro.webhook_endpoints e
+     WHERE e.enabled AND EXISTS (
+           SELECT 1 FROM speculapro.webhook_deliveries d
+            WHERE d.endpoint_id = e.id AND d.status = 'pending' AND d.next_attempt_at <= now())
+       FOR NO KEY UPDATE OF e SKIP LOCKED
+), tenant AS (
+    SELECT w.workspace_id, $5::int - (
+           SELECT count(*)::int FROM speculapro.webhook_deliveries f
+            WHERE f.workspace_id = w.workspace_id AND f.status = 'pending' AND f.claimed_by IS NOT NULL
+              AND f.next_attempt_at > now()) AS n
+      FROM (SELECT DISTINCT workspace_id FROM ready) w
+), picked AS (
+    SELECT r.workspace_id, d.id, d.next_attempt_at,
+           row_number() OVER (PARTITION BY r.id ORDER BY d.next_attempt_at, d.id) AS turn
+      FROM ready r
+     CROSS JOIN LATERAL (
+           SELECT $4::int - count(*)::int AS n
+             FROM speculapro.webhook_deliveries f
+            WHERE f.workspace_id = r.workspace_id AND f.endpoint_id = r.id AND f.status = 'pending' AND f.claimed_by IS NOT NULL
+              AND f.next_attempt_at > now()) free
+     CROSS JOIN LATERAL (
+           SELECT d.id, d.next_attempt_at
+             FROM speculapro.webhook_deliveries d
+            WHERE d.endpoint_id = r.id AND d.status = 'pending' AND d.next_attempt_at <= now()
+            ORDER BY d.next_attempt_at
+            LIMIT greatest(free.n, 0)
+              FOR UPDATE OF d SKIP LOCKED) d
+), due AS (
+    SELECT p.id
+      FROM (SELECT id, workspace_id, next_attempt_at,
+                   row_number() OVER (PARTITION BY workspace_id ORDER BY turn, next_attempt_at, id) AS ws_turn
+              FROM picked) p
+      JOIN tenant t ON t.workspace_id = p.workspace_id
+     WHERE p.ws_turn <= t.n
+     ORDER BY p.ws_turn, p.next_attempt_at, p.id
      LIMIT $1
-       FOR UPDATE OF d SKIP LOCKED
 )
 UPDATE speculapro.webhook_deliveries d
    SET next_attempt_at = now() + make_interval(secs => $2), attempts = d.attempts + 1, claimed_by = $3
@@ -248,7 +315,22 @@ func (in *outboxClaim) ReadBatch(ctx context.Context) (service.MessageBatch, ser
 		case <-ctx.Done():
 			return nil, nil, ctx.Err()
 		case <-time.After(wait):
+		case <-slotsFreed:
 		}
+	}
+}
+
+// slotsFreed wakes a waiting claim when outbox_send has recorded outcomes
+// in this process: an endpoint whose deliveries were all in flight may
+// have free slots now, and its backlog should not wait out poll_interval.
+// Other processes' outcomes are seen at the next poll.
+var slotsFreed = make(chan struct{}, 1)
+
+// signalSlotsFreed never blocks: one pending wake-up is enough.
+func signalSlotsFreed() {
+	select {
+	case slotsFreed <- struct{}{}:
+	default:
 	}
 }
 
@@ -264,7 +346,11 @@ func (in *outboxClaim) claim(ctx context.Context, outbox string) (service.Messag
 	}
 	qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	rows, err := in.pool.Query(qctx, query, in.batchSize, in.lease.Seconds(), workerID())
+	args := []any{in.batchSize, in.lease.Seconds(), workerID()}
+	if outbox == outboxWebhook {
+		args = append(args, in.endpointLimit, in.tenantLimit)
+	}
+	rows, err := in.pool.Query(qctx, query, args...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("claiming %s rows: %w", outbox, err)
 	}

@@ -27,6 +27,7 @@ const (
 	osFieldInitialBackoff = "initial_backoff"
 	osFieldMaxBackoff     = "max_backoff"
 	osFieldSuspendAfter   = "suspend_after"
+	osFieldSuspendFailing = "suspend_after_failing"
 	osFieldAllowInsecure  = "allow_insecure"
 	osFieldAllowPrivate   = "allow_private_networks"
 	osFieldLegacyHeaders  = "legacy_headers"
@@ -42,9 +43,14 @@ const backoffJitter = 0.2
 // maxErrorText bounds last_error.
 const maxErrorText = 1000
 
-// errPermanent marks a failure no retry can fix (a malformed recipient, an
-// unknown channel): the row is failed at once.
-var errPermanent = errors.New("cannot be sent")
+var (
+	// errPermanent marks a failure no retry can fix (a malformed recipient,
+	// an unknown channel): the row is failed at once.
+	errPermanent = errors.New("cannot be sent")
+	// errOutputClosing refuses a batch that arrives while the output
+	// closes: the input hands its rows back.
+	errOutputClosing = errors.New("outbox_send is closing")
+)
 
 func outboxSendSpec() *service.ConfigSpec {
 	return service.NewConfigSpec().
@@ -52,9 +58,11 @@ func outboxSendSpec() *service.ConfigSpec {
 		Categories("Services").
 		Summary("Sends the outbox rows `outbox_claim` claimed (signed webhooks, webhook and email notifications) and records each outcome in PostgreSQL.").
 		Description(`
-A batch's rows are sent in parallel (at most `+"`parallel`"+` at once), each attempt bounded by `+"`timeout`"+`; then every
-outcome is recorded in one database transaction, and only for rows this worker still holds (same `+"`claimed_by`"+` and
-attempt number: a row whose lease ran out and was taken over is left to its new holder).
+Every row is sent on its own (at most `+"`parallel`"+` × `+"`max_in_flight`"+` at once per worker), each attempt bounded by
+`+"`timeout`"+`, and its outcome is recorded as soon as it ends: a batch is not held back by its slowest row. Outcomes
+that end together are recorded together, in one database transaction, and only for rows this worker still holds
+(same `+"`claimed_by`"+` and attempt number: a row whose lease ran out and was taken over is left to its new holder).
+How many deliveries of one endpoint are in flight at once is bounded by `+"`outbox_claim`"+`'s `+"`endpoint_concurrency`"+`.
 
 ### Webhooks
 
@@ -85,7 +93,8 @@ A 2xx (an accepted mail) is delivered (`+"`sent`"+` for notifications). Any othe
 `+"`initial_backoff`"+` doubling per attempt up to `+"`max_backoff`"+`, 20 % jitter (internal/retry's policy), until
 `+"`max_attempts`"+` attempts, then `+"`failed`"+` with the last error and status. A redirect, a refused address, a
 malformed recipient fail at once. A 410 Gone fails the delivery and disables the endpoint; an endpoint with
-`+"`suspend_after`"+` deliveries failed in a row is suspended (disabled, `+"`disabled_reason`"+` says why), logged as
+`+"`suspend_after`"+` deliveries failed in a row, or whose every attempt has failed for `+"`suspend_after_failing`"+`, is
+suspended (disabled, `+"`disabled_reason`"+` says why), logged as
 `+"`level=WARN msg=\"worker: endpoint suspended\"`"+` and counted in `+"`speculapro_worker_endpoint_suspensions_total`"+`;
 its pending deliveries wait until `+"`speculapro webhook enable`"+`.
 
@@ -104,13 +113,16 @@ its pending deliveries wait until `+"`speculapro webhook enable`"+`.
 				Default(12),
 			service.NewDurationField(osFieldInitialBackoff).
 				Description("Wait before a row's second attempt; it doubles per attempt.").
-				Default("1m"),
+				Default("5m"),
 			service.NewDurationField(osFieldMaxBackoff).
 				Description("Longest wait between two attempts at a row.").
-				Default("6h"),
+				Default("24h"),
 			service.NewIntField(osFieldSuspendAfter).
-				Description("Deliveries failed in a row after which an endpoint is suspended; 0 never suspends.").
+				Description("Deliveries failed in a row (every attempt used) after which an endpoint is suspended; 0 never suspends on a count.").
 				Default(20),
+			service.NewDurationField(osFieldSuspendFailing).
+				Description("How long an endpoint may fail every attempt (no 2xx since its first failure) before it is suspended; 0s never suspends on time.").
+				Default("120h"),
 			service.NewBoolField(osFieldAllowInsecure).
 				Description("Allow http:// and loopback addresses: local stacks and tests only. Private, link-local and other special-purpose ranges stay refused (see `allow_private_networks`).").
 				Default(false),
@@ -130,11 +142,11 @@ its pending deliveries wait until `+"`speculapro webhook enable`"+`.
 				Secret().
 				Example("${SP_ENCRYPTION_KEY}"),
 			service.NewIntField(osFieldParallel).
-				Description("Most rows of one batch sent at once.").
+				Description("Rows sent at once per batch slot: one worker sends at most `parallel` × `max_in_flight` rows at once.").
 				Default(100).
 				Advanced(),
 			service.NewOutputMaxInFlightField().
-				Description("Batches sent at once.").
+				Description("Batch slots: batches handed to the output at once (their rows are sent and recorded each on its own).").
 				Default(4),
 			startupTimeoutField(),
 		).
@@ -143,6 +155,7 @@ output:
   outbox_send:
     timeout: ${SP_WEBHOOK_TIMEOUT:10s}
     max_attempts: ${SP_WEBHOOK_MAX_ATTEMPTS:12}
+    suspend_after_failing: ${SP_WEBHOOK_SUSPEND_AFTER_FAILING:120h}
 `)
 }
 
@@ -168,6 +181,7 @@ type outboxSend struct {
 	maxAttempts   int
 	policy        retry.Policy
 	suspendAfter  int
+	suspendTime   time.Duration
 	addressPolicy webhook.Policy
 	legacyHeaders bool
 	smtp          *smtpConfig // nil: not configured
@@ -179,7 +193,28 @@ type outboxSend struct {
 	duration    *service.MetricTimer
 	suspensions *service.MetricCounter
 	recRetries  *service.MetricCounter
+
+	// The rows being sent, each by its own goroutine holding one of slots
+	// until its outcome is queued on outcomes; recordLoop, the only
+	// reader of outcomes, records what has ended and exits when Close
+	// closes outcomes after every send has returned.
+	slots     chan struct{}
+	outcomes  chan *job
+	sends     sync.WaitGroup
+	sendCtx   context.Context // cancelled when Close gives up waiting for the sends
+	stopSends context.CancelFunc
+	recCtx    context.Context // cancelled when Close gives up waiting for the recording
+	stopRec   context.CancelFunc
+	recorded  chan struct{} // closed when recordLoop has exited
+	closeOnce sync.Once
+	// closing is set by Close; WriteBatch holds mu (read) while it adds to
+	// sends, so no send starts after Close has begun waiting for them.
+	mu      sync.RWMutex
+	closing bool
 }
+
+// recordGroupMax bounds the outcomes one recording transaction holds.
+const recordGroupMax = 500
 
 func newOutboxSend(conf *service.ParsedConfig, mgr *service.Resources, maxInFlight int) (*outboxSend, error) {
 	o := &outboxSend{log: mgr.Logger()}
@@ -210,6 +245,12 @@ func newOutboxSend(conf *service.ParsedConfig, mgr *service.Resources, maxInFlig
 	o.policy = retry.Policy{MaxAttempts: o.maxAttempts, Initial: initial, Max: maxBackoff, Jitter: backoffJitter}
 	if o.suspendAfter, err = conf.FieldInt(osFieldSuspendAfter); err != nil {
 		return nil, err
+	}
+	if o.suspendTime, err = conf.FieldDuration(osFieldSuspendFailing); err != nil {
+		return nil, err
+	}
+	if o.suspendTime < 0 {
+		return nil, fmt.Errorf("outbox_send: %s must not be negative, got %s", osFieldSuspendFailing, o.suspendTime)
 	}
 	allowInsecure, err := conf.FieldBool(osFieldAllowInsecure)
 	if err != nil {
@@ -254,6 +295,13 @@ func newOutboxSend(conf *service.ParsedConfig, mgr *service.Resources, maxInFlig
 	if o.pool, err = newSystemPool(conf, "outbox_send", maxInFlight+1); err != nil {
 		return nil, err
 	}
+	capacity := o.parallel * max(maxInFlight, 1)
+	o.slots = make(chan struct{}, capacity)
+	o.outcomes = make(chan *job, capacity)
+	o.recorded = make(chan struct{})
+	o.sendCtx, o.stopSends = context.WithCancel(context.Background())
+	o.recCtx, o.stopRec = context.WithCancel(context.Background())
+	go o.recordLoop()
 	return o, nil
 }
 
@@ -372,9 +420,12 @@ func (o *outboxSend) endpoints(ctx context.Context, jobs []*job) (map[event.UUID
 	return out, nil
 }
 
-// WriteBatch sends the batch's rows in parallel and records the outcomes.
-// An error (the outcomes could not be recorded) makes the input hand the
-// rows back.
+// WriteBatch starts sending the batch's rows, each on its own, and returns
+// once every row has a slot: the rows' outcomes are recorded as each ends
+// (recordLoop), so a hanging endpoint holds only its own rows' slots, not
+// the batch. An error (the endpoints could not be read) makes the input hand
+// the rows back; rows still waiting for a slot at shutdown are handed back
+// here.
 func (o *outboxSend) WriteBatch(ctx context.Context, batch service.MessageBatch) error {
 	jobs := make([]*job, 0, len(batch))
 	for _, msg := range batch {
@@ -392,33 +443,84 @@ func (o *outboxSend) WriteBatch(ctx context.Context, batch service.MessageBatch)
 	if err != nil {
 		return err
 	}
-	sem := make(chan struct{}, o.parallel)
-	var wg sync.WaitGroup
-	for _, j := range jobs {
-		sem <- struct{}{}
-		wg.Add(1)
+	o.mu.RLock()
+	defer o.mu.RUnlock()
+	if o.closing {
+		return errOutputClosing
+	}
+	for i, j := range jobs {
+		select {
+		case o.slots <- struct{}{}:
+		case <-ctx.Done():
+			o.handBack(jobs[i:])
+			return nil
+		case <-o.sendCtx.Done():
+			o.handBack(jobs[i:])
+			return nil
+		}
+		o.sends.Add(1)
+		// Owned by the sends group: it ends when the attempt does (bounded
+		// by timeout) and its outcome is queued; Close waits for it.
 		go func() {
-			defer func() { <-sem; wg.Done() }()
-			o.send(ctx, j, eps)
+			defer o.sends.Done()
+			defer func() { <-o.slots }()
+			o.send(o.sendCtx, j, eps)
+			if o.sendCtx.Err() != nil {
+				// Shutdown mid-send: what was sent may not be recorded; the
+				// row comes back when its lease runs out (at least once).
+				return
+			}
+			o.outcomes <- j
 		}()
 	}
-	wg.Wait()
-	if ctx.Err() != nil {
-		// Shutdown mid-send: what was sent may not be recorded; the rows
-		// come back (at least once).
-		return ctx.Err()
-	}
-	if err := o.record(ctx, jobs); err != nil {
-		return err
-	}
+	return nil
+}
+
+// handBack queues rows that were claimed but never sent as released, so
+// they come due again at once instead of when their lease runs out.
+func (o *outboxSend) handBack(jobs []*job) {
 	for _, j := range jobs {
-		o.deliveries.Incr(1, j.outbox, j.eventType, j.outcome)
-		if j.outcome == outcomeFailed && j.recorded {
-			o.log.With("outbox", j.outbox, "id", j.id.String(), "attempts", j.attempt, "status", j.status, "err", j.errText).
-				Warn("worker: delivery failed for good")
+		j.outcome = outcomeReleased
+		o.sends.Add(1)
+		go func() { defer o.sends.Done(); o.outcomes <- j }()
+	}
+}
+
+// recordLoop records outcomes as they come: each transaction takes every
+// outcome that ended while the previous one was being recorded (up to
+// recordGroupMax), so a lone delivery is recorded at once and a busy worker
+// still records in groups.
+func (o *outboxSend) recordLoop() {
+	defer close(o.recorded)
+	for j := range o.outcomes {
+		group := []*job{j}
+	more:
+		for len(group) < recordGroupMax {
+			select {
+			case j, ok := <-o.outcomes:
+				if !ok {
+					break more
+				}
+				group = append(group, j)
+			default:
+				break more
+			}
+		}
+		if err := o.record(o.recCtx, group); err != nil {
+			// Only a shutdown that could not wait ends record: the rows come
+			// back when their leases run out.
+			o.log.Warnf("worker: %v", err)
+			continue
+		}
+		signalSlotsFreed()
+		for _, j := range group {
+			o.deliveries.Incr(1, j.outbox, j.eventType, j.outcome)
+			if j.outcome == outcomeFailed && j.recorded {
+				o.log.With("outbox", j.outbox, "id", j.id.String(), "attempts", j.attempt, "status", j.status, "err", j.errText).
+					Warn("worker: delivery failed for good")
+			}
 		}
 	}
-	return nil
 }
 
 // send makes one attempt at j and settles its outcome.
@@ -541,14 +643,16 @@ UPDATE speculapro.notifications n
  WHERE n.id = u.id AND n.status = 'pending' AND n.claimed_by = $7 AND n.attempts = u.attempt
 RETURNING n.id`
 
-	// Deliveries failed in a row per endpoint; a delivered one resets the
-	// count. Endpoints with nothing to change are not touched (not locked).
+	// Deliveries failed in a row per endpoint, and since when every attempt
+	// has failed; a delivered one resets both. Endpoints with nothing to
+	// change are not touched (not locked: the claim skips locked endpoints).
 	countFailures = `
 UPDATE speculapro.webhook_endpoints e
-   SET consecutive_failures = CASE WHEN u.delivered > 0 THEN u.failed ELSE e.consecutive_failures + u.failed END
-  FROM unnest($1::uuid[], $2::int[], $3::int[]) AS u(id, delivered, failed)
- WHERE e.id = u.id AND (u.failed > 0 OR e.consecutive_failures <> 0)
-RETURNING e.id, e.consecutive_failures`
+   SET consecutive_failures = CASE WHEN u.delivered > 0 THEN u.failed ELSE e.consecutive_failures + u.failed END,
+       failing_since = CASE WHEN u.delivered > 0 THEN NULL WHEN u.attempts_failed > 0 THEN coalesce(e.failing_since, now()) ELSE e.failing_since END
+  FROM unnest($1::uuid[], $2::int[], $3::int[], $4::int[]) AS u(id, delivered, failed, attempts_failed)
+ WHERE e.id = u.id AND (u.failed > 0 OR u.attempts_failed > 0 OR e.consecutive_failures <> 0 OR e.failing_since IS NOT NULL)
+RETURNING e.id, e.consecutive_failures, extract(epoch FROM now() - coalesce(e.failing_since, now()))::float8`
 
 	disableEndpoint = `
 UPDATE speculapro.webhook_endpoints SET enabled = false, disabled_reason = $2, updated_at = now()
@@ -561,7 +665,10 @@ RETURNING workspace_id`
 // stops: giving up would only send again what was delivered. A row whose
 // lease ran out meanwhile and was claimed again is fenced out, harmlessly.
 func (o *outboxSend) record(ctx context.Context, jobs []*job) error {
-	var suspended, gone []event.UUID
+	var (
+		suspended []suspension
+		gone      []event.UUID
+	)
 	err := retry.Do(ctx, retry.Policy{
 		Initial: 100 * time.Millisecond, Max: 5 * time.Second, Jitter: backoffJitter,
 		OnRetry: func(attempt int, err error, backoff time.Duration) {
@@ -587,10 +694,9 @@ func (o *outboxSend) record(ctx context.Context, jobs []*job) error {
 	if err != nil {
 		return fmt.Errorf("recording the outcomes of %d outbox rows: %w", len(jobs), err)
 	}
-	for _, id := range suspended {
+	for _, s := range suspended {
 		o.suspensions.Incr(1)
-		o.log.With("endpoint", id.String(), "failed_in_a_row", o.suspendAfter).
-			Warn("worker: endpoint suspended")
+		o.log.With("endpoint", s.id.String(), "reason", s.reason).Warn("worker: endpoint suspended")
 	}
 	for _, id := range gone {
 		o.log.With("endpoint", id.String()).Warn("worker: endpoint disabled: it answered 410 Gone")
@@ -640,11 +746,31 @@ func (o *outboxSend) recordOutbox(ctx context.Context, tx pgx.Tx, outbox string,
 	return nil
 }
 
-// endpointHealth counts the failures in a row of the batch's endpoints and
-// disables those that answered 410 or reached suspend_after. It returns
-// the endpoints this batch disabled.
-func (o *outboxSend) endpointHealth(ctx context.Context, tx pgx.Tx, jobs []*job) (suspended, gone []event.UUID, err error) {
-	type tally struct{ delivered, failed int32 }
+// suspension is an endpoint suspended by a recording and why.
+type suspension struct {
+	id     event.UUID
+	reason string
+}
+
+// suspendReason says why an endpoint with inARow deliveries failed in a
+// row, failing every attempt for failingFor, is suspended, or "" when it is
+// not.
+func (o *outboxSend) suspendReason(inARow int, failingFor time.Duration) string {
+	switch {
+	case o.suspendAfter > 0 && inARow >= o.suspendAfter:
+		return fmt.Sprintf("suspended: %d deliveries failed in a row", o.suspendAfter)
+	case o.suspendTime > 0 && failingFor >= o.suspendTime:
+		return fmt.Sprintf("suspended: every attempt failed for %s", o.suspendTime)
+	}
+	return ""
+}
+
+// endpointHealth counts the failures in a row of the recorded outcomes'
+// endpoints and disables those that answered 410 or reached suspend_after
+// or suspend_after_failing. It returns the endpoints this recording
+// disabled.
+func (o *outboxSend) endpointHealth(ctx context.Context, tx pgx.Tx, jobs []*job) (suspended []suspension, gone []event.UUID, err error) {
+	type tally struct{ delivered, failed, attemptsFailed int32 }
 	per := map[event.UUID]*tally{}
 	goneSet := map[event.UUID]bool{}
 	for _, j := range jobs {
@@ -661,6 +787,9 @@ func (o *outboxSend) endpointHealth(ctx context.Context, tx pgx.Tx, jobs []*job)
 			t.delivered++
 		case outcomeFailed:
 			t.failed++
+			t.attemptsFailed++
+		case outcomeRetry:
+			t.attemptsFailed++
 		}
 		if j.gone {
 			goneSet[j.endpoint] = true
@@ -675,22 +804,26 @@ func (o *outboxSend) endpointHealth(ctx context.Context, tx pgx.Tx, jobs []*job)
 	}
 	// One lock order for every worker.
 	slices.SortFunc(ids, func(a, b event.UUID) int { return strings.Compare(a.String(), b.String()) })
-	delivered, failed := make([]int32, len(ids)), make([]int32, len(ids))
+	delivered, failed, attemptsFailed := make([]int32, len(ids)), make([]int32, len(ids)), make([]int32, len(ids))
 	for i, id := range ids {
-		delivered[i], failed[i] = per[id].delivered, per[id].failed
+		delivered[i], failed[i], attemptsFailed[i] = per[id].delivered, per[id].failed, per[id].attemptsFailed
 	}
-	rows, err := tx.Query(ctx, countFailures, ids, delivered, failed)
+	rows, err := tx.Query(ctx, countFailures, ids, delivered, failed, attemptsFailed)
 	if err != nil {
 		return nil, nil, fmt.Errorf("counting endpoint failures: %w", err)
 	}
 	var (
-		id     event.UUID
-		inARow int32
-		over   []event.UUID
+		id         event.UUID
+		inARow     int32
+		failingFor float64
+		over       []suspension
 	)
-	if _, err = pgx.ForEachRow(rows, []any{&id, &inARow}, func() error {
-		if o.suspendAfter > 0 && int(inARow) >= o.suspendAfter && !goneSet[id] {
-			over = append(over, id)
+	if _, err = pgx.ForEachRow(rows, []any{&id, &inARow, &failingFor}, func() error {
+		if goneSet[id] {
+			return nil
+		}
+		if reason := o.suspendReason(int(inARow), time.Duration(failingFor*float64(time.Second))); reason != "" {
+			over = append(over, suspension{id, reason})
 		}
 		return nil
 	}); err != nil {
@@ -719,21 +852,50 @@ func (o *outboxSend) endpointHealth(ctx context.Context, tx pgx.Tx, jobs []*job)
 			gone = append(gone, id)
 		}
 	}
-	for _, id := range over {
-		ok, err := disable(id, fmt.Sprintf("suspended: %d deliveries failed in a row", o.suspendAfter))
+	for _, s := range over {
+		ok, err := disable(s.id, s.reason)
 		if err != nil {
 			return nil, nil, err
 		}
 		if ok {
-			suspended = append(suspended, id)
+			suspended = append(suspended, s)
 		}
 	}
 	return suspended, gone, nil
 }
 
-// Close closes the pool and the client's idle connections.
-func (o *outboxSend) Close(context.Context) error {
-	o.client.CloseIdleConnections()
-	o.pool.Close()
+// Close waits for the rows being sent (each bounded by timeout) and for
+// their outcomes to be recorded, as long as ctx allows; what it cannot wait
+// for comes back when its lease runs out. Then it closes the pool and the
+// client's idle connections.
+func (o *outboxSend) Close(ctx context.Context) error {
+	o.closeOnce.Do(func() {
+		// Taken once WriteBatch calls in progress have handed out their
+		// rows (their slots free as sends end, each bounded by timeout).
+		o.mu.Lock()
+		o.closing = true
+		o.mu.Unlock()
+		sent := make(chan struct{})
+		// Ends when the last send does: sends are bounded by timeout, and
+		// stopSends makes them return at once.
+		go func() { o.sends.Wait(); close(sent) }()
+		select {
+		case <-sent:
+		case <-ctx.Done():
+			o.stopSends()
+			<-sent
+		}
+		close(o.outcomes)
+		select {
+		case <-o.recorded:
+		case <-ctx.Done():
+			o.stopRec()
+			<-o.recorded
+		}
+		o.stopSends()
+		o.stopRec()
+		o.client.CloseIdleConnections()
+		o.pool.Close()
+	})
 	return nil
 }
