@@ -87,3 +87,79 @@ func TestSuspendReason(t *testing.T) {
 		t.Errorf("defaults: suspend_after %d, suspend_after_failing %s; want 20 and 120h", o.suspendAfter, o.suspendTime)
 	}
 }
+
+// Against PostgreSQL: a failed attempt starts the endpoint's failing time, a
+// delivered one clears it, and an endpoint whose every attempt has failed
+// for suspend_after_failing is suspended by the next failed attempt.
+func TestSuspensionAfterFailingTime(t *testing.T) {
+	f := newClaimFixture(t, 100, 4, 16)
+	ep := f.endpoint(t, "ws", 3, 10)
+	enc, _ := identity.DevKeys()
+	conf, err := outboxSendSpec().ParseYAML("url: "+f.db.SystemURL+"\nencryption_key: "+enc+"\nsuspend_after: 0\n", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := newOutboxSend(conf, service.MockResources(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close(context.Background())
+	ctx := context.Background()
+	endpointState := func() (failing bool, enabled bool, reason string) {
+		t.Helper()
+		var r *string
+		if err := f.conn.QueryRow(ctx, "SELECT failing_since IS NOT NULL, enabled, disabled_reason FROM speculapro.webhook_endpoints WHERE id = $1", ep).Scan(&failing, &enabled, &r); err != nil {
+			t.Fatal(err)
+		}
+		if r != nil {
+			reason = *r
+		}
+		return failing, enabled, reason
+	}
+	// attempt claims one delivery and records it with the given outcome.
+	attempt := func(outcome string) {
+		t.Helper()
+		batch, _, err := f.in.claim(ctx, outboxWebhook)
+		if err != nil || len(batch) == 0 {
+			t.Fatalf("claim: %d rows, %v", len(batch), err)
+		}
+		j, err := jobOf(batch[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		j.outcome = outcome
+		if outcome == outcomeRetry {
+			j.status, j.errText = 500, "HTTP 500"
+		}
+		// The rest of the batch goes back, unsent.
+		var rest []*job
+		for _, m := range batch[1:] {
+			r, err := jobOf(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.outcome = outcomeReleased
+			rest = append(rest, r)
+		}
+		if err := o.record(ctx, append([]*job{j}, rest...)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	attempt(outcomeRetry)
+	if failing, enabled, _ := endpointState(); !failing || !enabled {
+		t.Fatalf("after a failed attempt: failing %t enabled %t, want failing and enabled", failing, enabled)
+	}
+	attempt(outcomeDelivered)
+	if failing, _, _ := endpointState(); failing {
+		t.Fatalf("after a delivered attempt the endpoint still counts as failing")
+	}
+	attempt(outcomeRetry)
+	if _, err := f.conn.Exec(ctx, "UPDATE speculapro.webhook_endpoints SET failing_since = now() - interval '121 hours' WHERE id = $1", ep); err != nil {
+		t.Fatal(err)
+	}
+	attempt(outcomeRetry)
+	if _, enabled, reason := endpointState(); enabled || reason != "suspended: every attempt failed for 120h0m0s" {
+		t.Fatalf("failing for 121 hours: enabled %t, reason %q; want suspended for failing 120h", enabled, reason)
+	}
+}
