@@ -228,7 +228,7 @@ func TestWorkerHangingEndpointDoesNotDelayOthers(t *testing.T) {
 	nextBurst, nextTrickle, ok := s.healthyDelays(t, wsOK, epOK, burst, trickle, ticks, tick, bound)
 	open, accepted, most := hang.counts()
 	if !ok {
-		t.Fatalf("%d of the healthy deliveries are still pending %s after they were queued, while the hanging endpoint holds %d connections (%d accepted): the hanging neighbour holds the others up",
+		t.Fatalf("%d of the healthy deliveries are still pending %s after they were queued, while the hanging endpoints hold %d connections (%d accepted): the hanging neighbour holds the others up",
 			s.count(t, "SELECT count(*) FROM speculapro.webhook_deliveries WHERE endpoint_id = $1 AND status = 'pending'", epOK), bound, open, accepted)
 	}
 
