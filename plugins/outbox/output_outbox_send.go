@@ -156,6 +156,7 @@ output:
     timeout: ${SP_WEBHOOK_TIMEOUT:10s}
     max_attempts: ${SP_WEBHOOK_MAX_ATTEMPTS:12}
     suspend_after_failing: ${SP_WEBHOOK_SUSPEND_AFTER_FAILING:120h}
+    encryption_key: ${SP_ENCRYPTION_KEY}
 `)
 }
 
