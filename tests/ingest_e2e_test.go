@@ -3,6 +3,7 @@ package tests
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -10,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/speculapro/speculapro/internal/dbmigrate/dbtest"
 	"github.com/speculapro/speculapro/internal/event"
@@ -302,6 +305,25 @@ func TestIngestE2E(t *testing.T) {
 			t.Errorf("account event record key %q: %+v %v", r.Key, e, err)
 		}
 	}
+	// The ingest role counts account events into the customers' running
+	// totals at once, under the installation's key prefix: a stream reading
+	// another prefix would never see them.
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr(t)})
+	defer rdb.Close()
+	waitUntil(t, 10*time.Second, "the customers' running totals under the key prefix", func() error {
+		n := 0
+		it := rdb.Scan(context.Background(), 0, k.prefix+"{c:*", 1000).Iterator()
+		for it.Next(context.Background()) {
+			n++
+		}
+		if err := it.Err(); err != nil {
+			return err
+		}
+		if n < len(events) {
+			return fmt.Errorf("%d customer keys under %q, want %d", n, k.prefix, len(events))
+		}
+		return nil
+	})
 
 	// A key of another workspace writes only to its own workspace.
 	ws2, key2 := ingestWorkspace(t, db.AppURL)
