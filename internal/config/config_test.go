@@ -47,14 +47,14 @@ func TestDocumentsListEverySetting(t *testing.T) {
 		t.Fatal(err)
 	}
 	if string(got) != EnvExample() {
-		t.Errorf("%s is out of date: run go test ./internal/config -update", envExamplePath)
+		t.Errorf("%s is out of date: run make docs", envExamplePath)
 	}
 	doc, err := os.ReadFile(configDocPath)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(string(doc), table) {
-		t.Errorf("the settings table of %s is out of date: run go test ./internal/config -update", configDocPath)
+		t.Errorf("the settings table of %s is out of date: run make docs", configDocPath)
 	}
 }
 

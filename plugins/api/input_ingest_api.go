@@ -112,7 +112,7 @@ Messages carry metadata `+"`ingest_topic`"+` (`+"`txn.ingested`"+` or `+"`accoun
 				Description("The largest request body, in bytes.").
 				Default(maxBodyBytesDefault),
 			service.NewIntField(iaFieldInFlight).
-				Description("The most request-body bytes in flight at once, until each request is answered (waiting for Kafka included). A body holds what has arrived of it (its buffer grows in steps of at least 64 KiB, each taken from this budget first), not what its Content-Length announces, so bodies that announce much and send little hold almost nothing; a request whose next step does not fit is answered 503 with Retry-After. It bounds the memory requests hold: a request takes about 10 bytes of memory per body byte while it is decoded and waits (copies of the items, their envelopes, the messages, and the garbage collector's headroom), so the default 32 MiB (six 5 MiB requests) keeps the process under 500 MB (TestIngestInFlightLimit; 64 MiB measured 700 MB).").
+				Description("The most request-body bytes in flight at once, until each request is answered (waiting for Kafka included). A body holds what has arrived of it (its buffer grows in steps of at least 64 KiB, each taken from this budget first), not what its Content-Length announces, so bodies that announce much and send little hold almost nothing; a request whose next step does not fit is answered 503 with Retry-After. It bounds the memory requests hold: a request takes about 10 bytes of memory per body byte while it is decoded and waits (copies of the items, their envelopes, the messages, and the garbage collector's headroom), so the default 32 MiB (six 5 MiB requests) keeps the process under 500 MB; at 64 MiB it reached about 700 MB).").
 				Default(32<<20).
 				Advanced(),
 			service.NewFloatField(iaFieldWSShare).
@@ -132,7 +132,7 @@ Messages carry metadata `+"`ingest_topic`"+` (`+"`txn.ingested`"+` or `+"`accoun
 				Default("5s").
 				Example("${SP_INGEST_MIN_BODY_RATE_WINDOW:5s}"),
 			service.NewIntField(iaFieldActive).
-				Description("The most batch requests worked on at once; the others wait for one of them to be answered (at most the ack timeout, then 503 with Retry-After), the waiting workspaces taking turns and each workspace's requests in the order they arrived, so one workspace's many requests delay another's by one turn, not by all of them. On a busy machine requests finish in turn instead of all sharing the cores, the resend check and Kafka at once, which makes a slow request's wait twice the median's; and only these requests' items are held decoded.").
+				Description("The most batch requests worked on at once; the others wait for one of them to be answered (at most the ack timeout, then 503 with Retry-After), the waiting workspaces taking turns and each workspace's requests in the order they arrived, so one workspace's many requests delay another's by one turn, not by all of them. On a busy machine requests then finish one after another instead of all sharing the cores, the resend check and Kafka at once (which would make every request as slow as the slowest), and only these requests' items are held decoded.").
 				Default(iaActiveDefault).
 				Advanced(),
 			service.NewDurationField(iaFieldAckTimeout).

@@ -90,7 +90,7 @@ Metrics: `+"`"+metricRoundtrip+"`"+` (per pipeline to a node), `+"`"+metricFeatu
 				Description("SP_REDIS_URL: `redis://[user:pass@]host:port/db` for one Redis; several comma-separated URLs, or one with `?cluster=true`, for a Redis Cluster's seed nodes.").
 				Default("redis://127.0.0.1:6379/0"),
 			service.NewStringField(fuFieldKeyPrefix).
-				Description("Prefix of every key.").
+				Description("Prefix of every Redis key of the running totals (`<prefix>{a:<uuid>}` and its snapshot strings). Every role that reads or writes the same totals must use the same prefix: the pipelines set it from SP_REDIS_KEY_PREFIX.").
 				Default(features.DefaultKeyPrefix).
 				Advanced(),
 			service.NewDurationField(fuFieldReplayTTL).
