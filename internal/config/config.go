@@ -53,6 +53,9 @@ var (
 
 	RedisKeyPrefix = Setting{"SP_REDIS_KEY_PREFIX", "sp:", "Prefix of every Redis key but the decision spool's (SP_DECISION_SPOOL_PREFIX): the running totals, the ingest API's resend check, remembered decisions; give each environment (or test) sharing one Redis its own"}
 
+	RedisReplicasToWait     = Setting{"SP_REDIS_REPLICAS_TO_WAIT", "0", "Replicas of each written Redis node that must hold the stream's running-total writes before its Kafka offsets are committed (Redis WAIT); 1 on a Redis Cluster with replicas, so a failover takes back nothing already committed; 0 on a Redis without replicas"}
+	RedisReplicaWaitTimeout = Setting{"SP_REDIS_REPLICA_WAIT_TIMEOUT", "2s", "How long one attempt at a stream batch waits for SP_REDIS_REPLICAS_TO_WAIT replicas; a shortfall retries the batch (counted once)"}
+
 	PersistGroup    = Setting{"SP_PERSIST_GROUP", "speculapro-persist", "Consumer group of the persister; renaming it replays the whole topic"}
 	PersistWorkers  = Setting{"SP_PERSIST_WORKERS", "4", "Concurrent writers per persist process; raise when consumer lag keeps growing"}
 	PersistBatchMax = Setting{"SP_PERSIST_BATCH_MAX", "5000", "Most records written in one database transaction"}
@@ -106,7 +109,7 @@ func All() []Setting {
 	all := []Setting{
 		KafkaBrokers, KafkaTLSEnabled, KafkaTLSCAFile, KafkaTLSCertFile, KafkaTLSKeyFile,
 		KafkaSASLMechanism, KafkaUsername, KafkaPassword, KafkaTopicPrefix, KafkaPartitions,
-		KafkaReplicationFactor, DBURL, DBSystemURL, DBOwnerURL, DBSuperuserURL, RedisURL, RedisKeyPrefix, PersistGroup,
+		KafkaReplicationFactor, DBURL, DBSystemURL, DBOwnerURL, DBSuperuserURL, RedisURL, RedisKeyPrefix, RedisReplicasToWait, RedisReplicaWaitTimeout, PersistGroup,
 		PersistWorkers, PersistBatchMax, StreamGroup, StreamReplayTTL, EncryptionKey, FingerprintKey,
 		HTTPAddr, DataDir, LogLevel, IngestAddr, IngestIdempotencyTTL,
 		WorkerPartitionsAhead, WorkerSenders, WorkerLease, WebhookTimeout, WebhookMaxAttempts,

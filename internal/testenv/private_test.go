@@ -78,3 +78,51 @@ func TestPrivateRedis(t *testing.T) {
 	r.Kill()
 	r.Start()
 }
+
+// TestPrivateRedisClusterFailover starts three masters with a replica each,
+// writes a key with WAIT for its replica, kills the key's master, and reads
+// the key from the promoted replica; the killed node rejoins as a replica.
+func TestPrivateRedisClusterFailover(t *testing.T) {
+	c := PrivateRedisClusterWithReplicas(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cl := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
+	defer cl.Close()
+	if err := cl.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var master int = -1
+	if err := cl.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+		if n.Exists(ctx, "k").Val() == 1 {
+			if got := n.Do(ctx, "wait", 1, 2000).Val(); got != int64(1) {
+				t.Errorf("WAIT answered %v", got)
+			}
+			master = c.Index(n.Options().Addr)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if master < 0 {
+		t.Fatal("no master holds the key")
+	}
+	replica := c.ReplicaOf(master)
+	c.Kill(master)
+	t.Logf("replica promoted %s after the kill", c.WaitPromoted(replica, 30*time.Second).Round(time.Millisecond))
+	// A client sends to the dead master until it reloads the slots (60 s by
+	// default): reload after each failed attempt, bounded.
+	var v string
+	var err error
+	for try := 0; try < 50; try++ {
+		if v, err = cl.Get(ctx, "k").Result(); err == nil {
+			break
+		}
+		cl.ReloadState(ctx)
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err != nil || v != "v" {
+		t.Fatalf("after the failover: %q, %v", v, err)
+	}
+	c.Start(master)
+	t.Logf("healthy again %s after the restart", c.WaitHealthy(60*time.Second).Round(time.Millisecond))
+}

@@ -26,6 +26,8 @@ const (
 	fuFieldBestEffort = "best_effort"
 	fuFieldTimeout    = "timeout"
 	fuFieldCacheBytes = "cache_bytes"
+	fuFieldReplicas   = "replicas_to_wait"
+	fuFieldWait       = "replica_wait_timeout"
 )
 
 // Metric names (the stream role's prefix; the ingest role records them too).
@@ -110,6 +112,13 @@ Metrics: `+"`"+metricRoundtrip+"`"+` (per pipeline to a node), `+"`"+metricFeatu
 				Description("Memory (bytes, as estimated) for the running totals this process last wrote, kept between batches so they are not read from Redis again (the write's compare-and-set still checks them): each entity's value (after an appended write, its state encoded whole, so no delta records need applying), or for a large one (16 KiB or more) its decoded state, so it is not decoded again either; least recently used out first; 0 keeps none.").
 				Default(features.DefaultCacheBytes).
 				Advanced(),
+			service.NewIntField(fuFieldReplicas).
+				Description("SP_REDIS_REPLICAS_TO_WAIT: how many replicas of each written Redis node must hold a batch's writes (Redis `WAIT`, sent on the same connection right after them) before the batch goes on and its offsets can be committed. Redis replicates asynchronously: with 0 a write the master acknowledged but had not yet passed on vanishes when its replica is promoted, and the events it counted are never counted again. Set it to 1 on a Redis Cluster (or a Redis with a replica and failover); leave 0 on a Redis without replicas, where it costs nothing. A node with fewer connected replicas holds its batches (retried, logged) until it has them again: after a failover, until the failed node rejoins as a replica or another is added.").
+				Default(0),
+			service.NewDurationField(fuFieldWait).
+				Description("SP_REDIS_REPLICA_WAIT_TIMEOUT: how long one attempt waits for `"+fuFieldReplicas+"` replicas; a shortfall fails the attempt, which is retried (the events already counted are replays then, counted once).").
+				Default("2s").
+				Advanced(),
 		)
 }
 
@@ -148,9 +157,13 @@ type featureUpdate struct {
 	kinds      map[event.Kind]bool
 	bestEffort bool
 	timeout    time.Duration
-	log        *service.Logger
-	roundtrip  timer
-	duration   timer
+	// replicas and replicaWait: the WAIT each pipeline of writes ends
+	// with (replicas 0: none).
+	replicas    int
+	replicaWait time.Duration
+	log         *service.Logger
+	roundtrip   timer
+	duration    timer
 	// The Store's totals (CacheStats, Conflicts), under statsMu: batches
 	// run on several threads.
 	statsMu                           sync.Mutex
@@ -223,6 +236,18 @@ func newFeatureUpdate(conf *service.ParsedConfig, mgr *service.Resources) (*feat
 	if cacheBytes < 0 {
 		return nil, fmt.Errorf("feature_update: %s must not be negative, got %d", fuFieldCacheBytes, cacheBytes)
 	}
+	if p.replicas, err = conf.FieldInt(fuFieldReplicas); err != nil {
+		return nil, err
+	}
+	if p.replicas < 0 {
+		return nil, fmt.Errorf("feature_update: %s must not be negative, got %d", fuFieldReplicas, p.replicas)
+	}
+	if p.replicaWait, err = conf.FieldDuration(fuFieldWait); err != nil {
+		return nil, err
+	}
+	if p.replicas > 0 && p.replicaWait < time.Millisecond {
+		return nil, fmt.Errorf("feature_update: %s must be at least 1ms, got %s", fuFieldWait, p.replicaWait)
+	}
 	p.opts.CacheBytes = int64(cacheBytes)
 	if cacheBytes == 0 {
 		p.opts.CacheBytes = -1
@@ -253,12 +278,22 @@ func (p *featureUpdate) connect() (*features.Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("feature_update: %s: %w", fuFieldURL, err)
 	}
-	h := roundtripHook{p.roundtrip}
+	hooks := []goredis.Hook{roundtripHook{p.roundtrip}}
+	if p.replicas > 0 {
+		hooks = append(hooks, replicaWaitHook{replicas: int64(p.replicas), timeout: p.replicaWait})
+	}
 	if cc, ok := c.(*goredis.ClusterClient); ok {
-		// Cluster pipelines run per node: time each node's.
-		cc.OnNewNode(func(n *goredis.Client) { n.AddHook(h) })
+		// Cluster pipelines run per node: time each node's, and wait for
+		// each node's replicas (WAIT counts only its own node's writes).
+		cc.OnNewNode(func(n *goredis.Client) {
+			for _, h := range hooks {
+				n.AddHook(h)
+			}
+		})
 	} else {
-		c.AddHook(h)
+		for _, h := range hooks {
+			c.AddHook(h)
+		}
 	}
 	p.client, p.store = c, features.New(c, p.opts)
 	return p.store, nil
@@ -347,6 +382,7 @@ func (p *featureUpdate) ProcessBatch(ctx context.Context, batch service.MessageB
 	if p.bestEffort {
 		if err := apply(ctx, 1); err != nil {
 			p.failed(start, len(envs), err)
+			p.reloadSlots()
 		}
 		p.duration.Timing(time.Since(start).Nanoseconds())
 		return []service.MessageBatch{batch}, nil
@@ -355,6 +391,7 @@ func (p *featureUpdate) ProcessBatch(ctx context.Context, batch service.MessageB
 		Initial: retryInitial, Max: retryMax, Jitter: retryJitter,
 		OnRetry: func(_ int, err error, backoff time.Duration) {
 			applog.With(p.log, "events", len(envs), "err", err.Error(), "backoff", backoff.Round(time.Millisecond).String()).Error(logRetry)
+			p.reloadSlots()
 		},
 	}, apply)
 	if err != nil {
@@ -362,6 +399,18 @@ func (p *featureUpdate) ProcessBatch(ctx context.Context, batch service.MessageB
 	}
 	p.duration.Timing(time.Since(start).Nanoseconds())
 	return []service.MessageBatch{batch}, nil
+}
+
+// reloadSlots asks a Redis Cluster for its slots again after a failed
+// attempt: go-redis otherwise keeps sending a failed master's slots to it
+// until its next periodic reload (60 s), however soon a replica took over.
+func (p *featureUpdate) reloadSlots() {
+	p.mu.Lock()
+	c := p.client
+	p.mu.Unlock()
+	if cc, ok := c.(*goredis.ClusterClient); ok {
+		cc.ReloadState(context.Background())
+	}
 }
 
 // skipping reports whether a recent best-effort failure leaves Redis alone.
@@ -418,4 +467,66 @@ func (h roundtripHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) gor
 		h.t.Timing(time.Since(start).Nanoseconds())
 		return err
 	}
+}
+
+// ErrNotReplicated: a node acknowledged a pipeline's writes, but fewer of its
+// replicas than replicas_to_wait confirmed them in time.
+var ErrNotReplicated = errors.New("writes not confirmed by enough replicas")
+
+// replicaWaitHook ends every pipeline that writes with WAIT, on the same
+// connection (WAIT covers the writes of its own connection only), and fails
+// the pipeline's commands when fewer replicas than asked confirm them: the
+// batch is then retried rather than acknowledged, so no Kafka offset is
+// committed for writes a failover could take back. A retry of writes that
+// did reach the master changes nothing (the events are replays then).
+type replicaWaitHook struct {
+	replicas int64
+	timeout  time.Duration
+}
+
+func (h replicaWaitHook) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+func (h replicaWaitHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return next
+}
+func (h replicaWaitHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		if !writes(cmds) {
+			return next(ctx, cmds)
+		}
+		wait := goredis.NewIntCmd(ctx, "wait", h.replicas, h.timeout.Milliseconds())
+		err := next(ctx, append(cmds[:len(cmds):len(cmds)], wait))
+		if err != nil {
+			return err
+		}
+		n, werr := wait.Result()
+		switch {
+		case werr != nil:
+			err = fmt.Errorf("waiting for %d replicas: %w", h.replicas, werr)
+		case n < h.replicas:
+			err = fmt.Errorf("%w: %d of %d within %s", ErrNotReplicated, n, h.replicas, h.timeout)
+		default:
+			return nil
+		}
+		// On the commands too: a plain pipeline's Exec error alone would
+		// leave every command looking successful.
+		for _, c := range cmds {
+			if c.Err() == nil {
+				c.SetErr(err)
+			}
+		}
+		return err
+	}
+}
+
+// writes reports whether a pipeline holds a command other than the
+// Store's reads.
+func writes(cmds []goredis.Cmder) bool {
+	for _, c := range cmds {
+		switch c.Name() {
+		case "get", "mget", "exists", "ttl", "pttl", "ping", "script":
+		default:
+			return true
+		}
+	}
+	return false
 }

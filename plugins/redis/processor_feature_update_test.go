@@ -3,11 +3,13 @@ package redis
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/speculapro/speculapro/internal/event"
@@ -28,6 +30,9 @@ func TestFeatureUpdateConfig(t *testing.T) {
 		{yaml: "kinds: []", wantErr: "at least one"},
 		{yaml: "key_prefix: ''", wantErr: "must not be empty"},
 		{yaml: "replay_ttl: 10ms", wantErr: "at least 1s"},
+		{yaml: "replicas_to_wait: 1\nreplica_wait_timeout: 500ms"},
+		{yaml: "replicas_to_wait: -1", wantErr: "must not be negative"},
+		{yaml: "replicas_to_wait: 1\nreplica_wait_timeout: 0s", wantErr: "at least 1ms"},
 		{yaml: "timeout: 0s", wantErr: "positive"},
 		{yaml: "url: 'http://u:hunter2@h:1'", wantErr: "url"},
 		{yaml: "replay_ttl: soon", wantErr: "duration"},
@@ -221,5 +226,29 @@ func TestRunningTotalCountsWhatTheTotalGrewBy(t *testing.T) {
 		if c.n != tc.want {
 			t.Fatalf("after a reading of %d the metric counts %d, want %d", tc.total, c.n, tc.want)
 		}
+	}
+}
+
+// TestReplicaWaitHook: a pipeline that writes ends with WAIT; on a Redis
+// without the replicas asked for, its commands fail with ErrNotReplicated
+// (so the batch is retried, not acknowledged), and a pipeline of reads is
+// left alone.
+func TestReplicaWaitHook(t *testing.T) {
+	r := testenv.PrivateRedis(t)
+	c := goredis.NewClient(&goredis.Options{Addr: r.Addr()})
+	defer c.Close()
+	c.AddHook(replicaWaitHook{replicas: 1, timeout: 50 * time.Millisecond})
+	ctx := context.Background()
+
+	pipe := c.Pipeline()
+	set := pipe.Set(ctx, "k", "v", 0)
+	_, err := pipe.Exec(ctx)
+	if !errors.Is(err, ErrNotReplicated) || !errors.Is(set.Err(), ErrNotReplicated) {
+		t.Fatalf("write without a replica: Exec %v, SET %v; want ErrNotReplicated", err, set.Err())
+	}
+	pipe = c.Pipeline()
+	get := pipe.Get(ctx, "k")
+	if _, err := pipe.Exec(ctx); err != nil || get.Val() != "v" {
+		t.Fatalf("read: %q, %v", get.Val(), err)
 	}
 }
