@@ -2,7 +2,9 @@ package tests
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -109,4 +111,88 @@ func TestRedisClusterFailoverStream(t *testing.T) {
 		time.Sleep(time.Second)
 	}
 	x.check(t, "after a master failover", 1)
+}
+
+// TestRedisClusterFailoverDecisions: decisions at a fixed rate against a
+// Redis Cluster of three masters with a replica each, with the persister
+// running; a master is killed (SIGKILL) in the middle, its replica is
+// promoted and the killed node is started again. Every request is answered
+// 200, those that needed the dead master degraded (the fallback) at about
+// SP_DECISION_TIMEOUT, and every decided transaction is stored once with
+// its decision. How many were degraded, over how long, and the latencies
+// are logged.
+func TestRedisClusterFailoverDecisions(t *testing.T) {
+	n, rate := 1500, 100.0
+	if fullScale() {
+		n = 6000
+	}
+	cluster := testenv.PrivateRedisClusterWithReplicas(t, 3)
+	// The stack's own Redis client (it cleans its keys up) only speaks to
+	// one Redis: give it the stack's, where these processes write nothing,
+	// and the processes the cluster, whose keys die with it.
+	s := newDecisionStack(t, "dec-rc-failover", testenv.KafkaBrokers(t), testenv.RedisURL(t), "")
+	s.redisURL = cluster.URL()
+	s.startDecision(t, "decision", nil)
+	s.startPersist(t)
+
+	run := newDecisionRun()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	start := time.Now()
+	// The sender ends when the n requests are answered (bounded by the
+	// rate and the HTTP client's timeout).
+	go func() {
+		defer wg.Done()
+		s.sendAtRate("rf", 0, n, rate, run)
+	}()
+	loadFor := time.Duration(float64(n) / rate * float64(time.Second))
+	time.Sleep(loadFor / 3)
+	masters := cluster.Masters()
+	victim := masters[0]
+	replica := cluster.ReplicaOf(victim)
+	killedAt := time.Now()
+	cluster.Kill(victim)
+	promoted := cluster.WaitPromoted(replica, 30*time.Second)
+	cluster.Start(victim)
+	cluster.WaitHealthy(60 * time.Second)
+	t.Logf("master killed %s into the load; its replica promoted %s later; the cluster healthy again %s after the kill",
+		killedAt.Sub(start).Round(100*time.Millisecond), promoted.Round(time.Millisecond), time.Since(killedAt).Round(time.Millisecond))
+	wg.Wait()
+
+	if len(run.failures) > 0 {
+		t.Fatalf("%d of %d requests not answered 200, e.g. %v", len(run.failures), n, run.failures[0])
+	}
+	if len(run.answers) != n {
+		t.Fatalf("%d answers for %d requests", len(run.answers), n)
+	}
+	// Degraded answers and the span of send times they cover.
+	first, last, degraded := n, -1, 0
+	for ext, a := range run.answers {
+		if !a.Degraded {
+			continue
+		}
+		degraded++
+		var i int
+		if _, err := fmt.Sscanf(ext, "rf-%06d", &i); err != nil {
+			t.Fatalf("external id %q: %v", ext, err)
+		}
+		first, last = min(first, i), max(last, i)
+		if a.Decision != "review" {
+			t.Errorf("%s degraded with %q, want the fallback review", ext, a.Decision)
+		}
+	}
+	slowest := quantileOf(run.latencies, 1)
+	t.Logf("%d decisions: p50 %v, p99 %v, slowest %v; %d degraded %v, sent over %s from %s after the kill",
+		n, run.quantile(0.5), run.quantile(0.99), slowest, degraded, degradedCount(run),
+		time.Duration(float64(last-first)/rate*float64(time.Second)).Round(10*time.Millisecond),
+		(start.Add(time.Duration(float64(first) / rate * float64(time.Second))).Sub(killedAt)).Round(10*time.Millisecond))
+	// On time: the answer never waits for the failover itself (a bound
+	// well above SP_DECISION_TIMEOUT, for a loaded test machine).
+	if slowest > decisionTimeout+2*time.Second {
+		t.Errorf("slowest answer %v: a decision waited for the failover", slowest)
+	}
+	s.waitStored(t, n, 2*time.Minute)
+	if bad := s.checkStoredOnce(t, run.answers, nil); len(bad) > 0 {
+		t.Errorf("stored decisions differ:\n%s", strings.Join(bad, "\n"))
+	}
 }

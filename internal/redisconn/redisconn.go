@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -36,6 +37,9 @@ func Open(rawURL string) (redis.UniversalClient, error) { return open(rawURL, fa
 // 8-72 ms each spends up to 136 ms of every decision's budget on a Redis
 // that is down, while the caller's own breaker already knows what to do.
 func OpenNoBackoff(rawURL string) (redis.UniversalClient, error) { return open(rawURL, true) }
+
+// clusterStateReload: how stale a Cluster client's map of slots may get.
+const clusterStateReload = time.Second
 
 // noBackoffRetries: one immediate retry (see OpenNoBackoff).
 const noBackoffRetries = 1
@@ -96,6 +100,11 @@ func open(rawURL string, noBackoff bool) (redis.UniversalClient, error) {
 		opt.Addrs = append(opt.Addrs, host)
 	}
 	opt.DialerRetries = dialerRetries
+	// go-redis learns a failover from a MOVED answer, which a dead master
+	// never gives: its slots would go to it until the next periodic reload
+	// (60 s by default). One CLUSTER SLOTS a second, only while the client
+	// is used, bounds that to about the failover itself.
+	opt.ClusterStateReloadInterval = clusterStateReload
 	if noBackoff {
 		// The cluster client retries in its redirect loop (MaxRedirects,
 		// default 3), sleeping 10-90 ms before each attempt that is not a
