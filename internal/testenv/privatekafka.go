@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -40,6 +41,13 @@ type PrivateKafkaBroker struct {
 	libs     string
 	confDir  string // deploy/local/kafka: log4j2 configs and the properties template
 	logFile  string
+	// nodeID, overrides and clusterID are set for a node of a
+	// PrivateKafkaCluster: its KRaft node id, the properties it sets over the
+	// template's, and the cluster id every node is formatted with (empty: a
+	// single node, formatted --standalone).
+	nodeID    int32
+	overrides map[string]string
+	clusterID string
 
 	mu  sync.Mutex
 	cmd *exec.Cmd
@@ -76,7 +84,18 @@ func PrivateKafka(t testing.TB) *PrivateKafkaBroker {
 		dir:      t.TempDir(),
 		libs:     libs,
 		confDir:  filepath.Join(root, "deploy", "local", "kafka"),
+		nodeID:   1,
 	}
+	k.prepare()
+	k.Start()
+	return k
+}
+
+// prepare writes the broker's properties, formats its storage and registers
+// its cleanup (killed, its log printed if the test failed).
+func (k *PrivateKafkaBroker) prepare() {
+	t := k.t
+	t.Helper()
 	k.props = filepath.Join(k.dir, "server.properties")
 	k.logFile = filepath.Join(k.dir, "kafka.log")
 	if err := k.writeConfig(); err != nil {
@@ -92,8 +111,6 @@ func PrivateKafka(t testing.TB) *PrivateKafkaBroker {
 			k.tailLog()
 		}
 	})
-	k.Start()
-	return k
 }
 
 // kafkaLibs finds the Kafka jars: SP_TEST_KAFKA_LIBS, else
@@ -151,6 +168,7 @@ func (k *PrivateKafkaBroker) writeConfig() error {
 	if p := kafkaPropsPlaceholder.FindString(props); p != "" {
 		return fmt.Errorf("%s has a value PrivateKafka does not fill in: %s", tmpl, p)
 	}
+	props = overrideProps(props, k.overrides)
 	props = "# Written by testenv.PrivateKafka from " + tmpl + ".\n" + props
 	if err := os.WriteFile(k.props, []byte(props), 0o644); err != nil {
 		return fmt.Errorf("writing private Kafka properties: %w", err)
@@ -167,12 +185,19 @@ func (k *PrivateKafkaBroker) java(ctx context.Context, args ...string) *exec.Cmd
 func (k *PrivateKafkaBroker) format() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	id, err := k.java(ctx, "kafka.tools.StorageTool", "random-uuid").Output()
-	if err != nil {
-		return fmt.Errorf("private Kafka: StorageTool random-uuid: %w", err)
+	id, err := []byte(k.clusterID), error(nil)
+	if k.clusterID == "" {
+		if id, err = k.java(ctx, "kafka.tools.StorageTool", "random-uuid").Output(); err != nil {
+			return fmt.Errorf("private Kafka: StorageTool random-uuid: %w", err)
+		}
 	}
-	out, err := k.java(ctx, "kafka.tools.StorageTool", "format", "--standalone",
-		"-t", strings.TrimSpace(string(id)), "-c", k.props).CombinedOutput()
+	args := []string{"kafka.tools.StorageTool", "format", "--standalone", "-t", strings.TrimSpace(string(id)), "-c", k.props}
+	if k.clusterID != "" {
+		// A node of a static three-voter quorum (controller.quorum.voters):
+		// every node gets the same cluster id and none bootstraps alone.
+		args = []string{"kafka.tools.StorageTool", "format", "-t", k.clusterID, "-c", k.props}
+	}
+	out, err := k.java(ctx, args...).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("private Kafka: StorageTool format: %w\n%s", err, out)
 	}
@@ -182,6 +207,13 @@ func (k *PrivateKafkaBroker) format() error {
 // Start starts the broker (again, on the same ports and data) and waits until
 // it answers. It fails the test if it does not within a generous bound.
 func (k *PrivateKafkaBroker) Start() {
+	k.t.Helper()
+	k.waitReady(k.launch())
+}
+
+// launch starts the JVM without waiting for it to answer; the channel is
+// closed when it exits.
+func (k *PrivateKafkaBroker) launch() chan struct{} {
 	k.t.Helper()
 	k.mu.Lock()
 	if k.cmd != nil {
@@ -212,7 +244,13 @@ func (k *PrivateKafkaBroker) Start() {
 	go func() { _ = cmd.Wait(); out.Close(); close(exited) }()
 	k.cmd, k.exited = cmd, exited
 	k.mu.Unlock()
+	return exited
+}
 
+// waitReady waits until the launched broker answers, failing the test if it
+// exits or does not answer within privateKafkaStartWait.
+func (k *PrivateKafkaBroker) waitReady(exited chan struct{}) {
+	k.t.Helper()
 	deadline := time.Now().Add(privateKafkaStartWait)
 	for {
 		if err := k.ready(); err == nil {
@@ -228,6 +266,19 @@ func (k *PrivateKafkaBroker) Start() {
 			k.mu.Unlock()
 			k.tailLog()
 			k.t.Fatalf("private Kafka exited during startup")
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// waitAnswer waits, without failing anything, until the broker answers,
+// exits or privateKafkaStartWait passes; waitReady then reports which.
+func (k *PrivateKafkaBroker) waitAnswer(exited chan struct{}) {
+	deadline := time.Now().Add(privateKafkaStartWait)
+	for k.ready() != nil && time.Now().Before(deadline) {
+		select {
+		case <-exited:
+			return
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
@@ -249,10 +300,46 @@ func (k *PrivateKafkaBroker) ready() error {
 	if err != nil {
 		return err
 	}
-	if len(resp.Brokers) == 0 {
-		return errors.New("metadata lists no broker yet")
+	for _, b := range resp.Brokers {
+		if b.NodeID == k.nodeID {
+			return nil
+		}
 	}
-	return nil
+	return errors.New("metadata does not list this broker yet")
+}
+
+// overrideProps sets each key of overrides in props (a properties file's
+// text): a line of that key gets the new value, an empty value drops the
+// line, and keys props lacks are appended.
+func overrideProps(props string, overrides map[string]string) string {
+	if len(overrides) == 0 {
+		return props
+	}
+	done := map[string]bool{}
+	var out []string
+	for _, line := range strings.Split(props, "\n") {
+		key, _, ok := strings.Cut(line, "=")
+		v, over := overrides[strings.TrimSpace(key)]
+		if !ok || strings.HasPrefix(strings.TrimSpace(line), "#") || !over {
+			out = append(out, line)
+			continue
+		}
+		done[strings.TrimSpace(key)] = true
+		if v != "" {
+			out = append(out, key+"="+v)
+		}
+	}
+	keys := make([]string, 0, len(overrides))
+	for key := range overrides {
+		keys = append(keys, key)
+	}
+	sort.Strings(keys)
+	for _, key := range keys {
+		if !done[key] && overrides[key] != "" {
+			out = append(out, key+"="+overrides[key])
+		}
+	}
+	return strings.Join(out, "\n") + "\n"
 }
 
 // Stop stops the broker cleanly (SIGTERM: a controlled shutdown) and waits for
