@@ -73,7 +73,7 @@ test: ## run every test against real services (about 22 minutes on 2 cores; each
 	$(call PHASE,done)
 
 chaos: stack-up ## the crash, outage and stream exactness/replay scenarios at full size
-	SP_TEST_SCALE=full go test -count=1 -timeout 60m -run 'Crash|Outage|Poison|Shutdown|NeverCommits|StreamExactness|StreamReplay|WorkerDelivers|IngestInFlightLimit|RevokedBatch|ResumesSeconds|ForeignRecords|RedisClusterFailover' -v $(E2E_PKGS)
+	SP_TEST_SCALE=full go test -count=1 -timeout 60m -run 'Crash|Outage|Poison|Shutdown|NeverCommits|StreamExactness|StreamReplay|WorkerDelivers|IngestInFlightLimit|RevokedBatch|ResumesSeconds|ForeignRecords|RedisClusterFailover|KafkaClusterFailover' -v $(E2E_PKGS)
 
 # make bench: every benchmark (BENCH=<regexp> picks some), then one summary table of the rows they
 # reported with benchSummary (tests/bench_summary_test.go), printed and written into BENCH_DOC between
