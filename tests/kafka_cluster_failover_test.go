@@ -164,11 +164,6 @@ func (l *failoverLoad) countStatus(status string) int {
 // accepted while two brokers are paused; the time until each role makes
 // progress again is logged.
 func TestKafkaClusterFailover(t *testing.T) {
-	// Three JVMs and the timeline take about two minutes on 2 cores, more
-	// than a make test scenario may: make chaos runs it.
-	if !fullScale() {
-		t.Skip("a chaos scenario: make chaos (SP_TEST_SCALE=full) runs it")
-	}
 	testenv.Binary(t)
 	items, clients, pause := 12000, 4, 150*time.Millisecond
 	cluster := testenv.StartPrivateKafkaCluster(t)
