@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -92,6 +93,34 @@ func TestDevRunsWholePipelineWithEmbeddedBroker(t *testing.T) {
 	produceTransaction(ctx, t, kafkaAddr, ws, "dev-txn-2")
 	waitUntil(t, 60*time.Second, "the second transaction to be stored", stored(2, "dev-txn-1", "dev-txn-2"))
 	devStop(t, dev2)
+}
+
+// devStart starts `speculapro dev` with env and its embedded broker on a
+// free loopback address, and returns once it serves the engine's metrics.
+// Should the test fail while dev runs, it is stopped as Ctrl-C would stop
+// it: killed, dev would leave its pipelines' process running (and holding
+// the output a test reads).
+func devStart(t *testing.T, env map[string]string) (dev *binProcess, kafkaAddr string) {
+	t.Helper()
+	kafkaAddr = testenv.FreeAddr(t)
+	dev = newBinProcess(t).named("dev").start(t, env, "dev", "--kafka-addr", kafkaAddr)
+	t.Cleanup(func() {
+		if dev.running() {
+			_ = dev.cmd.Process.Signal(os.Interrupt)
+			select {
+			case <-dev.exited:
+			case <-time.After(exitBound):
+			}
+		}
+	})
+	waitUntil(t, waitBound, "dev to serve /metrics", func() error {
+		body, err := dev.scrape()
+		if err == nil && !strings.Contains(body, "input_connection_up") {
+			err = fmt.Errorf("no input_connection_up metric yet")
+		}
+		return err
+	})
+	return dev, kafkaAddr
 }
 
 // devStop is Ctrl-C: dev must stop its pipelines and broker, exit 0, and log

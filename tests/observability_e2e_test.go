@@ -85,26 +85,7 @@ func TestObservabilityDashboardsAndAlertsOnLivePrometheus(t *testing.T) {
 		// answers' series must exist too.
 		"SP_DECISION_TIMEOUT": "1ms",
 	}
-	kafkaAddr := testenv.FreeAddr(t)
-	dev := newBinProcess(t).named("dev").start(t, env, "dev", "--kafka-addr", kafkaAddr)
-	// Stopped as Ctrl-C would: killed, dev would leave its pipelines' process
-	// running.
-	t.Cleanup(func() {
-		if dev.running() {
-			_ = dev.cmd.Process.Signal(os.Interrupt)
-			select {
-			case <-dev.exited:
-			case <-time.After(exitBound):
-			}
-		}
-	})
-	waitUntil(t, waitBound, "dev to serve /metrics", func() error {
-		body, err := dev.scrape()
-		if err == nil && !strings.Contains(body, "input_connection_up") {
-			err = fmt.Errorf("no input_connection_up metric yet")
-		}
-		return err
-	})
+	dev, kafkaAddr := devStart(t, env)
 
 	prom := startPrometheus(t, promBin, dev.httpAddr, filepath.Join(root, obsAlertsFile))
 

@@ -208,27 +208,7 @@ func TestDevRunsTheStreamPipelines(t *testing.T) {
 		"SP_REDIS_URL":        redisURL,
 		"SP_REDIS_KEY_PREFIX": keyPrefix,
 	}
-	kafkaAddr := testenv.FreeAddr(t)
-	dev := newBinProcess(t).named("dev").start(t, env, "dev", "--kafka-addr", kafkaAddr)
-	// Should the test fail while dev runs, stop it as Ctrl-C would: killed,
-	// dev would leave its pipelines' process running (and holding the
-	// output this test reads).
-	t.Cleanup(func() {
-		if dev.running() {
-			_ = dev.cmd.Process.Signal(os.Interrupt)
-			select {
-			case <-dev.exited:
-			case <-time.After(exitBound):
-			}
-		}
-	})
-	waitUntil(t, waitBound, "dev to serve /metrics", func() error {
-		body, err := dev.scrape()
-		if err == nil && !strings.Contains(body, "input_connection_up") {
-			err = fmt.Errorf("no input_connection_up metric yet")
-		}
-		return err
-	})
+	dev, kafkaAddr := devStart(t, env)
 	if want := "dev: using Redis at " + redisURL; !strings.Contains(dev.stdout.String(), want) {
 		t.Errorf("dev output lacks %q:\n%s", want, dev.stdout)
 	}
