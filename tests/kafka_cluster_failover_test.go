@@ -190,13 +190,14 @@ type kafkaFailoverSize struct {
 // kafkaFailoverSizes: make chaos (SP_TEST_SCALE=full) hangs a broker for
 // 20 s, as a broker cut off for longer than its session is; make test for
 // 12 s, still past broker.session.timeout.ms (9 s), so the hung broker is
-// fenced in both. Two brokers hang longer than the ingest API's 10 s
-// answer, so a request sent as they stop is answered while they are.
+// fenced in both. Two brokers hang longer than a second and the ingest
+// API's 10 s answer, so a request sent a second after they stop is answered
+// while they are.
 func kafkaFailoverSizes() kafkaFailoverSize {
 	if fullScale() {
 		return kafkaFailoverSize{clients: 4, pause: 150 * time.Millisecond, hang: 20 * time.Second, twoHang: 15 * time.Second}
 	}
-	return kafkaFailoverSize{clients: 2, pause: 250 * time.Millisecond, hang: 12 * time.Second, twoHang: 13 * time.Second}
+	return kafkaFailoverSize{clients: 2, pause: 250 * time.Millisecond, hang: 12 * time.Second, twoHang: 14 * time.Second}
 }
 
 // kafkaFailover is one run of TestKafkaClusterFailover: the cluster, the
@@ -393,6 +394,9 @@ func (f *kafkaFailover) hangTwo(t *testing.T) {
 	for _, n := range two {
 		n.Pause()
 	}
+	// A moment after the pause, so that none of the probe's records can
+	// have reached a broker before it stopped.
+	time.Sleep(time.Second + 100*time.Millisecond)
 	probe := f.load.post(f.load.take(5))
 	took := probe.answered.Sub(probe.sent)
 	time.Sleep(time.Until(twoAt.Add(f.size.twoHang)))
@@ -407,7 +411,8 @@ func (f *kafkaFailover) hangTwo(t *testing.T) {
 	}
 	t.Logf("two brokers paused for %s: a request's %d items answered %v after %s", f.size.twoHang, len(probe.items), probe.status, took.Round(100*time.Millisecond))
 	// Requests sent a moment after the pause and answered before the
-	// resume were written with at most one replica up.
+	// resume (the probe among them) were written with at most one replica
+	// up.
 	f.load.mu.Lock()
 	during := 0
 	for _, r := range f.load.requests {
@@ -421,6 +426,9 @@ func (f *kafkaFailover) hangTwo(t *testing.T) {
 		}
 	}
 	f.load.mu.Unlock()
+	if during == 0 {
+		t.Errorf("two brokers paused: no request was sent and answered while they were (the probe was answered %s after the pause)", probe.answered.Sub(twoAt))
+	}
 	t.Logf("two brokers paused: %d requests sent and answered while paused, none accepted", during)
 	f.recovered(t, "two brokers resumed", resumedAt)
 }
