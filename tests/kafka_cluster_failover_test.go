@@ -376,13 +376,18 @@ func (f *kafkaFailover) hangOne(t *testing.T, victim *testenv.PrivateKafkaBroker
 	}
 	pausedAt := time.Now()
 	paused.Pause()
+	// The broker runs again after size.hang whether or not every role has
+	// recovered by then: a hang of that long, not one until the roles
+	// recover.
+	resumed := make(chan time.Time, 1)
+	timer := time.AfterFunc(f.size.hang, func() { paused.Resume(); resumed <- time.Now() })
+	t.Cleanup(func() { timer.Stop() })
 	t.Logf("paused broker %d (SIGSTOP) for %s", paused.NodeID(), f.size.hang)
 	f.recovered(t, "broker paused", pausedAt)
-	time.Sleep(time.Until(pausedAt.Add(f.size.hang)))
-	paused.Resume()
-	resumed := time.Now()
+	resumedAt := <-resumed
 	waitFullISR(t, f.adm, f.topic)
-	t.Logf("broker %d resumed and back in every ISR within %s", paused.NodeID(), time.Since(resumed).Round(100*time.Millisecond))
+	t.Logf("broker %d resumed after %s and back in every ISR %s later", paused.NodeID(), resumedAt.Sub(pausedAt).Round(100*time.Millisecond),
+		time.Since(resumedAt).Round(100*time.Millisecond))
 }
 
 // hangTwo SIGSTOPs two brokers for size.twoHang: one replica is left, fewer
