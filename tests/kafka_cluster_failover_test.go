@@ -188,9 +188,8 @@ type kafkaFailoverSize struct {
 }
 
 // kafkaFailoverSizes: make chaos (SP_TEST_SCALE=full) hangs a broker for
-// 20 s, as a broker cut off for longer than its session is; make test for
-// 12 s, still past broker.session.timeout.ms (9 s), so the hung broker is
-// fenced in both. Two brokers hang longer than a second and the ingest
+// 20 s; the modest size (a plain go test) for 12 s, still past
+// broker.session.timeout.ms (9 s), so the hung broker is fenced in both. Two brokers hang longer than a second and the ingest
 // API's 10 s answer, so a request sent a second after they stop is answered
 // while they are.
 func kafkaFailoverSizes() kafkaFailoverSize {
