@@ -150,10 +150,16 @@ func redisUsedMemory(b *testing.B, s *proofStack) int64 {
 // SP_TEST_BENCH_CPUPROFILE=<file> also saves a CPU profile of the stream;
 // SP_TEST_BENCH_HEAPPROFILE=<file> its heap every 5 s (<file>.5, .10, …);
 // SP_TEST_BENCH_REDIS_CLUSTER=1 keeps the totals on the local Redis Cluster;
+// SP_TEST_BENCH_REDIS_REPLICAS=1 measures instead what waiting for a Redis
+// replica costs (benchStreamReplicaWait);
 // SP_TEST_BENCH_SET, SP_TEST_BENCH_GOGC and SP_TEST_BENCH_GOMEMLIMIT reach the
 // stream process as for the persister's benchmark.
 func BenchmarkStreamThroughput(b *testing.B) {
 	n := streamBenchCount(b)
+	if streamBenchReplicas() {
+		benchStreamReplicaWait(b, n)
+		return
+	}
 	testenv.Binary(b)
 	redisURL := testenv.RedisURL(b)
 	if os.Getenv("SP_TEST_BENCH_REDIS_CLUSTER") != "" {
@@ -219,17 +225,7 @@ func BenchmarkStreamThroughput(b *testing.B) {
 	// time (at 300k events its rate would come out in steps 11 % apart). The offsets
 	// are still waited for, so that every event is known consumed.
 	within := time.Duration(n/1000)*time.Second + 3*time.Minute
-	var sent float64
-	if !poll(within, 200*time.Millisecond, func() bool {
-		if !p.running() {
-			b.Fatalf("%s exited (code %d) before writing %d events:\n%s", p.name, p.cmd.ProcessState.ExitCode(), n, p.tail(4000))
-		}
-		sc, err := p.scrape()
-		sent = metricSum(sc, "output_sent")
-		return err == nil && sent >= float64(n)
-	}) {
-		b.Fatalf("after %s the stream's output_sent is %.0f of %d", within, sent, n)
-	}
+	waitStreamSent(b, p, n, within)
 	streamTime := time.Since(start)
 	s.waitDrained(b, p, s.group, topic, n, within)
 	b.StopTimer()
