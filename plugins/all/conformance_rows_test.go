@@ -3,7 +3,10 @@ package all_test
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
+	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -15,7 +18,9 @@ import (
 
 	"github.com/speculapro/speculapro/internal/dbmigrate/dbtest"
 	"github.com/speculapro/speculapro/internal/event"
+	"github.com/speculapro/speculapro/internal/identity"
 	"github.com/speculapro/speculapro/internal/testenv"
+	"github.com/speculapro/speculapro/internal/webhook"
 )
 
 // conformanceRow is one of our inputs or outputs and how to drive it.
@@ -47,6 +52,7 @@ type rowSetup struct {
 var conformanceRows = []conformanceRow{
 	{name: "pg_copy_upsert", lost: lostNotConnected, connectChecks: true, prepare: preparePgCopyUpsert},
 	{name: "outbox_claim", isInput: true, lost: lostNotConnected, connectChecks: true, prepare: prepareOutboxClaim},
+	{name: "outbox_send", lost: lostNotConnected, connectChecks: true, prepare: prepareOutboxSend},
 	{name: "redis_spool", lost: lostTaken, connectChecks: true, prepare: prepareRedisSpool},
 	{name: "kafka_franz output", lost: lostWriteFails, prepare: prepareKafkaOutput},
 	{name: "kafka_franz input", isInput: true, lost: lostRiddenOut, prepare: prepareKafkaInput},
@@ -110,7 +116,10 @@ func runConformance(t *testing.T, row conformanceRow) {
 	case lostNotConnected:
 		written := make(chan error, 1)
 		if !row.isInput {
-			go func() { written <- s.write(set.message(2), 2*stepWait) }()
+			// Made here: a row's message may fail t, which only the test's
+			// goroutine may do.
+			msg := set.message(2)
+			go func() { written <- s.write(msg, 2*stepWait) }()
 		}
 		s.counts.waitFor(t, kind+metricConnLost, 1, "with the service lost, ErrNotConnected")
 		set.restore()
@@ -118,6 +127,8 @@ func runConformance(t *testing.T, row conformanceRow) {
 			pass(2, "after the service came back")
 		} else if err := <-written; err != nil {
 			t.Fatalf("message 2, written while the service was lost: %v", err)
+		} else if set.stored != nil && !set.stored(2) {
+			t.Fatal("message 2, written while the service was lost, was acknowledged but is not stored")
 		}
 		s.counts.waitFor(t, kind+metricConnUp, 2, "connecting again")
 		next = 3
@@ -268,6 +279,75 @@ INSERT INTO speculapro.notifications (workspace_id, dedupe_key, kind, channel, r
 VALUES ($1, $2, 'alert.created', 'email', 'analyst@bank.test', '{}')`, p.ws, "conformance:"+strconv.Itoa(n)); err != nil {
 				t.Fatalf("queueing notification %d: %v", n, err)
 			}
+		},
+	}
+}
+
+// prepareOutboxSend: webhook deliveries as outbox_claim hands them on (the
+// row claimed by this process), to an endpoint of the test's own.
+func prepareOutboxSend(t *testing.T) rowSetup {
+	p := newProxiedDB(t)
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	t.Cleanup(receiver.Close)
+	enc, _ := identity.DevKeys()
+	keys, err := identity.ParseKeyring(enc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret, err := webhook.NewSecret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sealed, err := webhook.SealSecret(keys, p.ws, secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var endpoint event.UUID
+	if err := p.conn.QueryRow(t.Context(), `INSERT INTO speculapro.webhook_endpoints (workspace_id, url, secret_encrypted)
+VALUES ($1, $2, $3) RETURNING id`, p.ws, receiver.URL, sealed).Scan(&endpoint); err != nil {
+		t.Fatal(err)
+	}
+	host, _ := os.Hostname()
+	claimedBy := host + "/" + strconv.Itoa(os.Getpid())
+	ids := map[int]event.UUID{}
+	return rowSetup{
+		conf: fmt.Sprintf(`outbox_send:
+  url: %s
+  encryption_key: %s
+  allow_insecure: true
+  startup_timeout: 2s
+`, p.url, enc),
+		lose: p.proxy.Cut, restore: p.proxy.Restore,
+		message: func(n int) service.MessageBatch {
+			var id, eventID event.UUID
+			if err := p.conn.QueryRow(context.Background(), `INSERT INTO speculapro.webhook_deliveries
+  (workspace_id, endpoint_id, event_type, event_id, payload, attempts, claimed_by, next_attempt_at)
+VALUES ($1, $2, 'alert.created', gen_random_uuid(), '{}', 1, $3, now() + interval '1 minute') RETURNING id, event_id`,
+				p.ws, endpoint, claimedBy).Scan(&id, &eventID); err != nil {
+				t.Fatalf("queueing delivery %d: %v", n, err)
+			}
+			ids[n] = id
+			m := service.NewMessage([]byte(`{}`))
+			for k, v := range map[string]string{
+				"outbox": "webhook", "outbox_id": id.String(), "workspace_id": p.ws.String(), "attempt": "1",
+				"event_type": "alert.created", "event_id": eventID.String(), "endpoint_id": endpoint.String(),
+			} {
+				m.MetaSetMut(k, v)
+			}
+			return service.MessageBatch{m}
+		},
+		// The outcome is recorded as the send ends, after the write returned.
+		stored: func(n int) bool {
+			deadline := time.Now().Add(stepWait)
+			for time.Now().Before(deadline) {
+				var status string
+				err := p.conn.QueryRow(context.Background(), "SELECT status FROM speculapro.webhook_deliveries WHERE id = $1", ids[n]).Scan(&status)
+				if err == nil && status == "delivered" {
+					return true
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			return false
 		},
 	}
 }
