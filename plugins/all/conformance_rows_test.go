@@ -221,18 +221,16 @@ func transaction(t *testing.T, ws event.UUID, n int) *service.Message {
 	return m
 }
 
+// pgOutputConf is a PostgreSQL output's YAML: the URL through the proxy,
+// short start-up and retry waits, and the output's own fields.
+func pgOutputConf(component, url, fields string) string {
+	return fmt.Sprintf("%s:\n  url: %s\n  startup_timeout: 2s\n  initial_backoff: 50ms\n  max_backoff: 500ms\n%s", component, url, fields)
+}
+
 func preparePgCopyUpsert(t *testing.T) rowSetup {
 	p := newProxiedDB(t)
 	return rowSetup{
-		conf: fmt.Sprintf(`pg_copy_upsert:
-  url: %s
-  table: transactions
-  startup_timeout: 2s
-  initial_backoff: 50ms
-  max_backoff: 500ms
-  dead_letter:
-    drop: {}
-`, p.url),
+		conf: pgOutputConf("pg_copy_upsert", p.url, "  table: transactions\n  dead_letter:\n    drop: {}\n"),
 		lose: p.proxy.Cut, restore: p.proxy.Restore,
 		message: func(n int) service.MessageBatch { return service.MessageBatch{transaction(t, p.ws, n)} },
 		stored: func(n int) bool {
@@ -247,13 +245,7 @@ func preparePgCopyUpsert(t *testing.T) rowSetup {
 func preparePgRuleHits(t *testing.T) rowSetup {
 	p := newProxiedDB(t)
 	return rowSetup{
-		conf: fmt.Sprintf(`pg_rule_hits:
-  url: %s
-  kind: transaction
-  startup_timeout: 2s
-  initial_backoff: 50ms
-  max_backoff: 500ms
-`, p.url),
+		conf: pgOutputConf("pg_rule_hits", p.url, "  kind: transaction\n"),
 		lose: p.proxy.Cut, restore: p.proxy.Restore,
 		message: func(n int) service.MessageBatch {
 			m := transaction(t, p.ws, n)

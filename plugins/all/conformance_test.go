@@ -15,21 +15,20 @@ import (
 	_ "github.com/speculapro/speculapro/plugins/all"
 )
 
-// The engine's own connection counters, which every input and output gets:
-// a Connect that failed, one that succeeded, and a Read or Write that
-// returned service.ErrNotConnected.
 const (
+	// The engine's own connection counters, which every input and output
+	// gets (prefixed input or output): a Connect that failed, one that
+	// succeeded, and a Read or Write that returned service.ErrNotConnected.
 	metricConnFailed = "_connection_failed"
 	metricConnUp     = "_connection_up"
 	metricConnLost   = "_connection_lost"
-)
 
-// Bounds of the conformance steps. A write or read of one message, once the
-// service answers again, includes the engine's reconnect backoff (at most
-// a few seconds); Close is the engine's stop, with every component's own
-// stop waits set short in its YAML.
-const (
-	stepWait  = 60 * time.Second
+	// stepWait bounds a write or read of one message; once the service
+	// answers again it includes the engine's reconnect backoff (at most a
+	// few seconds).
+	stepWait = 60 * time.Second
+	// closeWait bounds Close (the engine's stop), with every component's
+	// own stop waits set short in its YAML.
 	closeWait = 20 * time.Second
 )
 
@@ -248,10 +247,7 @@ func (p *serviceProxy) accept() {
 		if err != nil {
 			return
 		}
-		p.mu.Lock()
-		cut := p.cut
-		p.mu.Unlock()
-		if cut {
+		if p.isCut() {
 			_ = c.Close()
 			continue
 		}
@@ -262,6 +258,12 @@ func (p *serviceProxy) accept() {
 		}
 		p.track(c, up)
 	}
+}
+
+func (p *serviceProxy) isCut() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cut
 }
 
 // track copies both ways until either side closes or Cut closes both.

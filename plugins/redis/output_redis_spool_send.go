@@ -70,22 +70,7 @@ func (s *redisSpool) send() {
 				e.unparked = true
 			}
 		}
-		sortByAge(requeue)
-		s.mu.Lock()
-		if len(requeue) > 0 {
-			s.queue = append(requeue, s.queue...)
-			for _, e := range requeue {
-				s.bytes += e.size
-			}
-		}
-		s.inflight -= n
-		s.bufGauge.Set(int64(len(s.queue) + s.inflight))
-		if s.drained != nil && len(s.queue) == 0 && s.inflight == 0 {
-			close(s.drained)
-			s.drained = nil
-		}
-		s.cond.Broadcast()
-		s.mu.Unlock()
+		s.putBack(requeue, n)
 		if len(failed) > 0 || len(requeue) > 0 {
 			select {
 			case <-time.After(sendRetryPause):
@@ -93,6 +78,28 @@ func (s *redisSpool) send() {
 			}
 		}
 	}
+}
+
+// putBack ends a sender's turn of n entries: requeue goes back at the front
+// of the buffer, oldest first, and a Close waiting for the buffer to drain is
+// told when it has.
+func (s *redisSpool) putBack(requeue []*spoolEntry, n int) {
+	sortByAge(requeue)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(requeue) > 0 {
+		s.queue = append(requeue, s.queue...)
+		for _, e := range requeue {
+			s.bytes += e.size
+		}
+	}
+	s.inflight -= n
+	s.bufGauge.Set(int64(len(s.queue) + s.inflight))
+	if s.drained != nil && len(s.queue) == 0 && s.inflight == 0 {
+		close(s.drained)
+		s.drained = nil
+	}
+	s.cond.Broadcast()
 }
 
 // write writes entries to the wrapped output and returns those it refused.
