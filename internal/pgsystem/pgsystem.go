@@ -167,3 +167,19 @@ func (p *Pool) CheckOnce(ctx context.Context) error {
 	p.checked = true
 	return nil
 }
+
+// Connect is what a component's Connect runs: the start-up role check until
+// it passes once, then a ping, so that after a lost connection the engine
+// counts the component connected again only once PostgreSQL answers.
+func (p *Pool) Connect(ctx context.Context) error {
+	p.mu.Lock()
+	checked := p.checked
+	p.mu.Unlock()
+	if !checked {
+		return p.CheckOnce(ctx)
+	}
+	if err := p.Ping(ctx); err != nil {
+		return fmt.Errorf("%s: reaching PostgreSQL: %w", p.opts.Component, err)
+	}
+	return nil
+}

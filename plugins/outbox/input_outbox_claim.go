@@ -12,6 +12,7 @@ import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/speculapro/speculapro/internal/event"
+	"github.com/speculapro/speculapro/internal/pgclass"
 	"github.com/speculapro/speculapro/internal/pgsystem"
 	"github.com/speculapro/speculapro/internal/retry"
 )
@@ -139,12 +140,14 @@ type outboxClaim struct {
 	suspended *service.MetricGauge
 
 	statsOnce sync.Once
-	stop      chan struct{}
-	stopped   chan struct{}
+	statsCtx  context.Context    // ended by Close: the gauges' queries stop with it
+	stopStats context.CancelFunc // ends statsCtx
+	stopped   chan struct{}      // closed when statsLoop has returned
 }
 
 func newOutboxClaim(conf *service.ParsedConfig, mgr *service.Resources) (*outboxClaim, error) {
-	in := &outboxClaim{log: mgr.Logger(), stop: make(chan struct{}), stopped: make(chan struct{})}
+	in := &outboxClaim{log: mgr.Logger(), stopped: make(chan struct{})}
+	in.statsCtx, in.stopStats = context.WithCancel(context.Background())
 	var err error
 	if in.outboxes, err = conf.FieldStringList(ocFieldOutboxes); err != nil {
 		return nil, err
@@ -198,9 +201,10 @@ func newOutboxClaim(conf *service.ParsedConfig, mgr *service.Resources) (*outbox
 }
 
 // Connect runs the start-up role check (a wrong role stops the process
-// before anything is claimed) and starts the queue gauges.
+// before anything is claimed), or after a lost connection a ping, and
+// starts the queue gauges.
 func (in *outboxClaim) Connect(ctx context.Context) error {
-	if err := in.pool.CheckOnce(ctx); err != nil {
+	if err := in.pool.Connect(ctx); err != nil {
 		return err
 	}
 	in.statsOnce.Do(func() { go in.statsLoop() })
@@ -282,9 +286,11 @@ RETURNING n.id, n.workspace_id, n.attempts, n.kind, n.channel, n.recipient, n.pa
 )
 
 // ReadBatch claims the next due rows, from each outbox in turn, waiting
-// poll_interval while none is due. While PostgreSQL fails it backs off
-// (the retry policy, up to claimBackoffMax) and logs the first failure and
-// then one line per claimLogEvery failures, not one per poll.
+// poll_interval while none is due. A lost connection returns
+// service.ErrNotConnected, so the engine connects again; while PostgreSQL
+// fails otherwise it backs off (the retry policy, up to claimBackoffMax).
+// It logs the first failure and then one line per claimLogEvery failures,
+// not one per poll.
 func (in *outboxClaim) ReadBatch(ctx context.Context) (service.MessageBatch, service.AckFunc, error) {
 	for {
 		wait := in.poll
@@ -299,6 +305,11 @@ func (in *outboxClaim) ReadBatch(ctx context.Context) (service.MessageBatch, ser
 				in.failures++
 				if in.failures%claimLogEvery == 1 {
 					in.log.With("failures_in_a_row", in.failures, "err", err.Error()).Error("worker: claiming due rows failed, retrying")
+				}
+				if pgclass.IsConnectionLost(err) {
+					// The engine connects again (Connect pings) with its
+					// own backoff, and reads once PostgreSQL answers.
+					return nil, nil, service.ErrNotConnected
 				}
 				wait = claimBackoff.Delay(in.failures)
 				break
@@ -436,17 +447,17 @@ func (in *outboxClaim) statsLoop() {
 	t := time.NewTicker(in.statsInterval)
 	defer t.Stop()
 	for {
-		in.measure()
+		in.measure(in.statsCtx)
 		select {
-		case <-in.stop:
+		case <-in.statsCtx.Done():
 			return
 		case <-t.C:
 		}
 	}
 }
 
-func (in *outboxClaim) measure() {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+func (in *outboxClaim) measure(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	rows, err := in.pool.Query(ctx, queueStats)
 	if err != nil {
@@ -471,18 +482,15 @@ func (in *outboxClaim) measure() {
 	}
 }
 
-// Close stops the gauges and closes the pool.
-func (in *outboxClaim) Close(context.Context) error {
-	select {
-	case <-in.stop:
-	default:
-		close(in.stop)
-	}
+// Close stops the gauges (a measurement in progress is cancelled) and
+// closes the pool.
+func (in *outboxClaim) Close(ctx context.Context) error {
+	in.stopStats()
 	// A loop never started has nothing to wait for.
 	in.statsOnce.Do(func() { close(in.stopped) })
 	select {
 	case <-in.stopped:
-	case <-time.After(15 * time.Second):
+	case <-ctx.Done():
 	}
 	in.pool.Close()
 	return nil

@@ -16,6 +16,7 @@ import (
 
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/identity"
+	"github.com/speculapro/speculapro/internal/pgclass"
 	"github.com/speculapro/speculapro/internal/pgsystem"
 	"github.com/speculapro/speculapro/internal/retry"
 	"github.com/speculapro/speculapro/internal/webhook"
@@ -307,8 +308,8 @@ func newOutboxSend(conf *service.ParsedConfig, mgr *service.Resources, maxInFlig
 }
 
 // Connect runs the start-up role check (a wrong role stops the process
-// before anything is sent); the pool connects on demand.
-func (o *outboxSend) Connect(ctx context.Context) error { return o.pool.CheckOnce(ctx) }
+// before anything is sent), or after a lost connection a ping.
+func (o *outboxSend) Connect(ctx context.Context) error { return o.pool.Connect(ctx) }
 
 // job is one claimed row and, once sent, its outcome.
 type job struct {
@@ -441,6 +442,11 @@ func (o *outboxSend) WriteBatch(ctx context.Context, batch service.MessageBatch)
 		return nil
 	}
 	eps, err := o.endpoints(ctx, jobs)
+	if pgclass.IsConnectionLost(err) {
+		// The engine connects again (Connect pings) and writes the batch
+		// again once PostgreSQL answers.
+		return fmt.Errorf("%w: %w", service.ErrNotConnected, err)
+	}
 	if err != nil {
 		return err
 	}

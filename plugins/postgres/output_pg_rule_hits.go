@@ -234,10 +234,11 @@ func newPgRuleHits(_ context.Context, o prhOptions, mgr *service.Resources) (*pg
 	return out, nil
 }
 
-// Connect runs the start-up role check once (a role that cannot bypass
-// row-level security stops the process with the documented line); after that
-// the pool connects on demand and replaces broken connections itself.
-func (o *pgRuleHits) Connect(ctx context.Context) error { return o.pool.CheckOnce(ctx) }
+// Connect runs the start-up role check until it passes once (a role that
+// cannot bypass row-level security stops the process with the documented
+// line), and after a lost connection a ping, so the engine counts the output
+// connected again only once PostgreSQL answers.
+func (o *pgRuleHits) Connect(ctx context.Context) error { return o.pool.Connect(ctx) }
 
 // hitRow is one rule_hits row to write.
 type hitRow struct {

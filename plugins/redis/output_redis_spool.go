@@ -6,9 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"sort"
 	"sync"
 	"time"
 
@@ -207,6 +205,9 @@ type redisSpool struct {
 	bytes    int
 	inflight int
 	stopping bool // senders take nothing more
+	// drained, made by a Close waiting for the buffer to empty, is closed
+	// (and cleared) by the sender that empties it.
+	drained chan struct{}
 
 	sendCtx    context.Context
 	sendCancel context.CancelFunc
@@ -276,13 +277,21 @@ func newRedisSpool(conf *service.ParsedConfig, mgr *service.Resources) (*redisSp
 	return s, nil
 }
 
-// Connect starts the senders and the replayer (once). Neither Kafka nor
-// Redis must answer.
-func (s *redisSpool) Connect(context.Context) error {
+// Connect reaches Redis, so that a spool which could not park anything
+// fails to connect (the engine connects again with its backoff, and the
+// readiness probe shows it), then starts the senders and the replayer
+// (once). Kafka need not answer: the buffer holds what it does not take.
+func (s *redisSpool) Connect(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.started {
 		return nil
+	}
+	pctx, cancel := context.WithTimeout(ctx, redisOpTimeout)
+	err := s.client.Ping(pctx).Err()
+	cancel()
+	if err != nil {
+		return fmt.Errorf("redis_spool: reaching Redis for the spool %s: %w", s.key, err)
 	}
 	s.started = true
 	for range senders {
@@ -321,123 +330,6 @@ func (s *redisSpool) WriteBatch(ctx context.Context, batch service.MessageBatch)
 		s.parkOrLose(overflow, "buffer full")
 	}
 	return nil
-}
-
-// send is one sender: it takes the oldest buffered entries, parks those that
-// waited max_wait, writes the rest and puts back (oldest first) what the
-// output refused.
-func (s *redisSpool) send() {
-	for {
-		s.mu.Lock()
-		for len(s.queue) == 0 && !s.stopping {
-			s.cond.Wait()
-		}
-		if s.stopping {
-			s.mu.Unlock()
-			return
-		}
-		n := min(len(s.queue), sendChunk)
-		take := append([]*spoolEntry(nil), s.queue[:n]...)
-		s.queue = s.queue[n:]
-		for _, e := range take {
-			s.bytes -= e.size
-		}
-		s.inflight += n
-		s.mu.Unlock()
-
-		// An entry that waited max_wait is parked without another Kafka
-		// try; one the spool refused before tries Kafka again first.
-		now := time.Now()
-		var expired, fresh []*spoolEntry
-		for _, e := range take {
-			if now.Sub(e.enq) >= s.wait && !e.unparked {
-				expired = append(expired, e)
-			} else {
-				fresh = append(fresh, e)
-			}
-		}
-		var requeue []*spoolEntry
-		if len(expired) > 0 {
-			requeue = append(requeue, s.park(expired, fmt.Sprintf("Kafka did not take them within %v", s.wait))...)
-		}
-		var failed []*spoolEntry
-		if len(fresh) > 0 {
-			failed = s.write(s.sendCtx, fresh)
-		}
-		var toPark []*spoolEntry
-		for _, e := range failed {
-			if time.Since(e.enq) >= s.wait || s.sendCtx.Err() != nil {
-				toPark = append(toPark, e)
-			} else {
-				requeue = append(requeue, e)
-			}
-		}
-		if len(toPark) > 0 {
-			requeue = append(requeue, s.park(toPark, fmt.Sprintf("Kafka did not take them within %v", s.wait))...)
-		}
-		// Kafka and Redis both refused these: they stay in memory (at the
-		// front, oldest first) and are tried again, both ways, until one
-		// takes them or the process stops (Close loses what is left).
-		for _, e := range requeue {
-			if time.Since(e.enq) >= s.wait {
-				e.unparked = true
-			}
-		}
-		sortByAge(requeue)
-		s.mu.Lock()
-		if len(requeue) > 0 {
-			s.queue = append(requeue, s.queue...)
-			for _, e := range requeue {
-				s.bytes += e.size
-			}
-		}
-		s.inflight -= n
-		s.bufGauge.Set(int64(len(s.queue) + s.inflight))
-		s.cond.Broadcast()
-		s.mu.Unlock()
-		if len(failed) > 0 || len(requeue) > 0 {
-			select {
-			case <-time.After(sendRetryPause):
-			case <-s.sendCtx.Done():
-			}
-		}
-	}
-}
-
-// write writes entries to the wrapped output and returns those it refused.
-func (s *redisSpool) write(ctx context.Context, entries []*spoolEntry) []*spoolEntry {
-	batch := make(service.MessageBatch, len(entries))
-	for i, e := range entries {
-		batch[i] = e.message()
-	}
-	err := s.child.WriteBatch(ctx, batch)
-	if err == nil {
-		return nil
-	}
-	var berr *service.BatchError
-	if errors.As(err, &berr) && berr.IndexedErrors() > 0 {
-		// The wrapped output reports per message on the batch it was
-		// handed, which holds our messages in our order (OwnedOutput
-		// copies the parts, so WalkMessagesIndexedBy cannot trace them
-		// back and walks nothing: every failure would pass for a
-		// delivery). A walk of another length is not trusted: then
-		// everything counts as failed (a delivered one is sent again;
-		// storing is idempotent).
-		var failed []*spoolEntry
-		walked := 0
-		berr.WalkMessages(func(i int, _ *service.Message, err error) bool { //nolint:staticcheck // see above
-			walked++
-			if err != nil && i >= 0 && i < len(entries) {
-				failed = append(failed, entries[i])
-			}
-			return true
-		})
-		if walked != len(entries) || len(failed) < berr.IndexedErrors() {
-			return entries
-		}
-		return failed
-	}
-	return entries
 }
 
 // park appends entries to the spool, oldest first, and returns them all
@@ -643,13 +535,8 @@ func (s *redisSpool) Close(ctx context.Context) error {
 		// No new replay: the spool's entries stay for the next process.
 		s.bgCancel()
 		s.replayer.Wait()
-		deadline := time.Now().Add(s.stopWait)
+		s.awaitDrained(ctx)
 		s.mu.Lock()
-		for (len(s.queue) > 0 || s.inflight > 0) && time.Now().Before(deadline) {
-			s.mu.Unlock()
-			time.Sleep(20 * time.Millisecond)
-			s.mu.Lock()
-		}
 		s.stopping = true
 		s.cond.Broadcast()
 		s.mu.Unlock()
@@ -678,6 +565,29 @@ func (s *redisSpool) Close(ctx context.Context) error {
 	return nil
 }
 
-func sortByAge(es []*spoolEntry) {
-	sort.SliceStable(es, func(i, j int) bool { return es[i].enq.Before(es[j].enq) })
+// awaitDrained waits until the senders have handed the output every buffered
+// entry, for at most stop_wait and never past ctx: the senders close the
+// drained channel it waits on when the buffer empties.
+func (s *redisSpool) awaitDrained(ctx context.Context) {
+	deadline := time.NewTimer(s.stopWait)
+	defer deadline.Stop()
+	for {
+		s.mu.Lock()
+		if len(s.queue) == 0 && s.inflight == 0 {
+			s.mu.Unlock()
+			return
+		}
+		if s.drained == nil {
+			s.drained = make(chan struct{})
+		}
+		drained := s.drained
+		s.mu.Unlock()
+		select {
+		case <-drained:
+		case <-deadline.C:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
 }
