@@ -17,6 +17,7 @@ import (
 	"github.com/speculapro/speculapro/internal/config"
 	"github.com/speculapro/speculapro/internal/identity"
 	"github.com/speculapro/speculapro/internal/kafkaconf"
+	"github.com/speculapro/speculapro/internal/procmem"
 	"github.com/speculapro/speculapro/internal/redisconn"
 )
 
@@ -177,8 +178,11 @@ func minBodyRateFromParsed(conf *service.ParsedConfig) (int64, time.Duration, er
 }
 
 func init() {
-	service.MustRegisterBatchInput("ingest_api", ingestAPISpec(),
+	service.MustRegisterBatchInput("ingest_api", ingestAPISpec().Field(procmem.Field()),
 		func(conf *service.ParsedConfig, mgr *service.Resources) (service.BatchInput, error) {
+			if err := procmem.FromParsed(conf); err != nil {
+				return nil, err
+			}
 			return newIngestAPIFromParsed(conf, mgr)
 		})
 }
