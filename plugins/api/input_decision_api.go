@@ -12,6 +12,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/redpanda-data/benthos/v4/public/service"
 	"golang.org/x/sync/semaphore"
+	"golang.org/x/time/rate"
 
 	"github.com/speculapro/speculapro/internal/config"
 	"github.com/speculapro/speculapro/internal/event"
@@ -176,7 +177,8 @@ func newDecisionAPI(conf *service.ParsedConfig, mgr *service.Resources) (*decisi
 	a := &decisionAPI{
 		requestFront: requestFront{
 			component: "decision_api", log: mgr.Logger(), keys: newKeyCache(), readTimeout: 30 * time.Second,
-			throttled: mgr.Metrics().NewCounter(metricDecisionThrottled, "share"),
+			throttled:   mgr.Metrics().NewCounter(metricDecisionThrottled, "share"),
+			throttleLog: rate.Sometimes{Interval: logEvery},
 		},
 		latency:  mgr.Metrics().NewTimer(metricDecisionLatency, "outcome"),
 		outcomes: mgr.Metrics().NewCounter(metricDecisionOutcomes, "workspace", "outcome"),
