@@ -16,6 +16,7 @@ import (
 	"github.com/speculapro/speculapro/internal/applog"
 	"github.com/speculapro/speculapro/internal/config"
 	"github.com/speculapro/speculapro/internal/pgrole"
+	"github.com/speculapro/speculapro/internal/procmem"
 	_ "github.com/speculapro/speculapro/plugins/all"
 )
 
@@ -43,7 +44,9 @@ const aboutDescription = `SpeculaPro accepts transactions and account events ove
      speculapro workspace create --name demo   a tenant and its first API key`
 
 func main() {
-	setMemoryLimit(os.Args[1:])
+	// Every command runs under a soft memory limit; the pipelines it runs
+	// state their own (their input's process_memory).
+	procmem.Start()
 	version, commit, built := buildInfo(version, commit, built)
 	if topLevelHelp(os.Args[1:]) {
 		os.Exit(printHelp(version, commit, built))

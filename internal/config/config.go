@@ -102,6 +102,10 @@ var (
 	IngestKeyShare      = Setting{"SP_INGEST_API_KEY_SHARE", "0.25", "Share (0 to 1) of the ingest API's in-flight body budget one API key's requests may announce; beyond it 429 with Retry-After"}
 	IngestMinBodyRate   = Setting{"SP_INGEST_MIN_BODY_RATE", "16384", "Slowest an ingest request body may arrive, in bytes a second over each SP_INGEST_MIN_BODY_RATE_WINDOW; a slower one is answered 408 and its connection closed (0: no minimum)"}
 	IngestMinRateWindow = Setting{"SP_INGEST_MIN_BODY_RATE_WINDOW", "5s", "How long an ingest request body may stall or trickle below SP_INGEST_MIN_BODY_RATE before it is cut off"}
+
+	MemoryLimit       = Setting{"SP_MEMORY_LIMIT", "150MiB", "The Go runtime's soft memory limit of an ingest, persist, decision or worker process (keeps it under 200 MB resident at full speed); GOMEMLIMIT in the environment replaces it, as it does every role's"}
+	StreamMemoryLimit = Setting{"SP_STREAM_MEMORY_LIMIT", "300MiB", "The soft memory limit of a stream process, raised to 1.5 times its live heap when that is more; below about 1.4 times the live heap the collector runs nearly all the time (docs/running-totals.md)"}
+	IngestGOGC        = Setting{"SP_INGEST_GOGC", "300", "The ingest role's GOGC: its live heap is small, so a higher GOGC collects less often under the same memory limit; GOGC in the environment replaces it"}
 )
 
 // All returns every setting, sorted by name.
@@ -117,6 +121,7 @@ func All() []Setting {
 		WebhookAllowInsecure, WebhookAllowPrivate, WebhookLegacyHeaders, SMTPURL,
 		DecisionAddr, DecisionTimeout, DecisionFallback, DecisionRemember, DecisionBufferCount, DecisionBufferBytes, DecisionSpoolPrefix,
 		DecisionMaxActive, DecisionWSShare, IngestWSShare, IngestKeyShare, IngestMinBodyRate, IngestMinRateWindow,
+		MemoryLimit, StreamMemoryLimit, IngestGOGC,
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i].Name < all[j].Name })
 	return all

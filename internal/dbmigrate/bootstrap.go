@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -197,7 +198,7 @@ func ensureRole(ctx context.Context, conn *pgx.Conn, name, password, attrs strin
 		switch {
 		case err == nil:
 			created = true
-		case errors.As(err, &pgErr) && (pgErr.Code == "42710" || pgErr.Code == "23505"):
+		case errors.As(err, &pgErr) && (pgErr.Code == pgerrcode.DuplicateObject || pgErr.Code == pgerrcode.UniqueViolation):
 			// Another bootstrap (from another maintenance database) won the race; alter below.
 		default:
 			return false, fmt.Errorf("creating role %s: %w", name, err)
@@ -225,7 +226,7 @@ func ensureDatabase(ctx context.Context, conn *pgx.Conn, name string) (created b
 		switch {
 		case err == nil:
 			created = true
-		case errors.As(err, &pgErr) && pgErr.Code == "42P04":
+		case errors.As(err, &pgErr) && pgErr.Code == pgerrcode.DuplicateDatabase:
 		default:
 			return false, fmt.Errorf("creating database %q: %w", name, err)
 		}

@@ -9,12 +9,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 	"unsafe"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/redpanda-data/benthos/v4/public/service"
+	"golang.org/x/time/rate"
 
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/eventmsg"
@@ -506,13 +506,13 @@ func (a *ingestAPI) logRedis(err error) {
 	}
 }
 
-// rateLimited reports whether a WARN of the kind last (UnixNano of its last
-// one) may be logged now: at most one every 10 s, so an outage logs a line
-// every 10 s, not one per request.
-func (a *ingestAPI) rateLimited(last *atomic.Int64) bool {
-	now := time.Now().UnixNano()
-	l := last.Load()
-	return now-l >= int64(10*time.Second) && last.CompareAndSwap(l, now)
+// rateLimited reports whether a WARN of the kind warns limits may be logged
+// now: at most one every logEvery, so an outage logs a line every 10 s, not
+// one per request.
+func (a *ingestAPI) rateLimited(warns *rate.Sometimes) bool {
+	due := false
+	warns.Do(func() { due = true })
+	return due
 }
 
 // deliver hands items to the pipeline as one batch and sets each one's

@@ -1,13 +1,14 @@
 package api
 
 import (
-	"container/list"
 	"context"
 	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/hashicorp/golang-lru/v2/simplelru"
 
 	"github.com/speculapro/speculapro/internal/event"
 )
@@ -40,59 +41,45 @@ const (
 // errLookupBusy: every lookup lane stayed busy for lookupWait.
 var errLookupBusy = errors.New("too many API key lookups at once")
 
-// lru is a map with a size bound (least recently used evicted) and an
-// expiry per entry. Not safe for concurrent use: keyCache locks.
+// lru is golang-lru's size-bound map (least recently used evicted) with an
+// expiry per entry. An expired entry stays until replaced or evicted, as the
+// lane of its next lookup depends on whether the key was valid when last
+// seen; the library's expirable LRU drops it, so the expiry is kept here.
+// Not safe for concurrent use: keyCache locks.
 type lru[V any] struct {
-	max   int
-	ll    *list.List // front: most recently used
-	items map[string]*list.Element
+	c *simplelru.LRU[string, lruEntry[V]]
 }
 
 type lruEntry[V any] struct {
-	key     string
 	val     V
 	expires time.Time
 }
 
 func newLRU[V any](max int) *lru[V] {
-	return &lru[V]{max: max, ll: list.New(), items: map[string]*list.Element{}}
+	c, err := simplelru.NewLRU[string, lruEntry[V]](max, nil)
+	if err != nil {
+		panic(fmt.Sprintf("key cache of size %d: %v", max, err)) // only a size ≤ 0, a constant here
+	}
+	return &lru[V]{c: c}
 }
 
 // get returns the value and whether it is still fresh; an expired entry is
 // returned (fresh=false) until replaced or evicted.
 func (c *lru[V]) get(key string, now time.Time) (v V, fresh, ok bool) {
-	el, ok := c.items[key]
+	e, ok := c.c.Get(key)
 	if !ok {
 		return v, false, false
 	}
-	c.ll.MoveToFront(el)
-	e := el.Value.(*lruEntry[V])
 	return e.val, now.Before(e.expires), true
 }
 
 func (c *lru[V]) put(key string, v V, expires time.Time) {
-	if el, ok := c.items[key]; ok {
-		e := el.Value.(*lruEntry[V])
-		e.val, e.expires = v, expires
-		c.ll.MoveToFront(el)
-		return
-	}
-	c.items[key] = c.ll.PushFront(&lruEntry[V]{key: key, val: v, expires: expires})
-	for c.ll.Len() > c.max {
-		old := c.ll.Back()
-		c.ll.Remove(old)
-		delete(c.items, old.Value.(*lruEntry[V]).key)
-	}
+	c.c.Add(key, lruEntry[V]{val: v, expires: expires})
 }
 
-func (c *lru[V]) remove(key string) {
-	if el, ok := c.items[key]; ok {
-		c.ll.Remove(el)
-		delete(c.items, key)
-	}
-}
+func (c *lru[V]) remove(key string) { c.c.Remove(key) }
 
-func (c *lru[V]) len() int { return c.ll.Len() }
+func (c *lru[V]) len() int { return c.c.Len() }
 
 // keyCache remembers which workspace a key hash belongs to (an LRU of
 // keyCacheMax with keyTTL) and which hashes no active workspace holds (an

@@ -12,12 +12,14 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/redpanda-data/benthos/v4/public/service"
 	"golang.org/x/sync/semaphore"
+	"golang.org/x/time/rate"
 
 	"github.com/speculapro/speculapro/internal/config"
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/features"
 	"github.com/speculapro/speculapro/internal/identity"
 	"github.com/speculapro/speculapro/internal/pgsystem"
+	"github.com/speculapro/speculapro/internal/procmem"
 	"github.com/speculapro/speculapro/internal/redisconn"
 )
 
@@ -122,8 +124,11 @@ Each decided transaction leaves as a message (the envelope with its `+"`decision
 }
 
 func init() {
-	service.MustRegisterBatchInput("decision_api", decisionAPISpec(),
+	service.MustRegisterBatchInput("decision_api", decisionAPISpec().Field(procmem.Field()),
 		func(conf *service.ParsedConfig, mgr *service.Resources) (service.BatchInput, error) {
+			if err := procmem.FromParsed(conf); err != nil {
+				return nil, err
+			}
 			return newDecisionAPI(conf, mgr)
 		})
 }
@@ -172,7 +177,8 @@ func newDecisionAPI(conf *service.ParsedConfig, mgr *service.Resources) (*decisi
 	a := &decisionAPI{
 		requestFront: requestFront{
 			component: "decision_api", log: mgr.Logger(), keys: newKeyCache(), readTimeout: 30 * time.Second,
-			throttled: mgr.Metrics().NewCounter(metricDecisionThrottled, "share"),
+			throttled:   mgr.Metrics().NewCounter(metricDecisionThrottled, "share"),
+			throttleLog: rate.Sometimes{Interval: logEvery},
 		},
 		latency:  mgr.Metrics().NewTimer(metricDecisionLatency, "outcome"),
 		outcomes: mgr.Metrics().NewCounter(metricDecisionOutcomes, "workspace", "outcome"),
@@ -242,8 +248,8 @@ func newDecisionAPI(conf *service.ParsedConfig, mgr *service.Resources) (*decisi
 	if a.fopts.KeyPrefix == "" {
 		return nil, fmt.Errorf("decision_api: %s must not be empty", daFieldKeyPrefix)
 	}
-	// The running-totals cache stays well inside the binary's 150 MiB soft
-	// memory limit (cmd/speculapro/memlimit.go): at the store's 128 MiB
+	// The running-totals cache stays well inside the role's 150 MiB soft
+	// memory limit (pipelines/decision.yaml, process_memory): at the store's 128 MiB
 	// default a long-running decision node's collector would run nearly
 	// all the time once the cache filled.
 	a.fopts.CacheBytes = decisionCacheBytes

@@ -6,17 +6,18 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redpanda-data/benthos/v4/public/service"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/sync/semaphore"
+	"golang.org/x/time/rate"
 
 	"github.com/speculapro/speculapro/internal/config"
 	"github.com/speculapro/speculapro/internal/identity"
 	"github.com/speculapro/speculapro/internal/kafkaconf"
+	"github.com/speculapro/speculapro/internal/procmem"
 	"github.com/speculapro/speculapro/internal/redisconn"
 )
 
@@ -177,8 +178,11 @@ func minBodyRateFromParsed(conf *service.ParsedConfig) (int64, time.Duration, er
 }
 
 func init() {
-	service.MustRegisterBatchInput("ingest_api", ingestAPISpec(),
+	service.MustRegisterBatchInput("ingest_api", ingestAPISpec().Field(procmem.Field()),
 		func(conf *service.ParsedConfig, mgr *service.Resources) (service.BatchInput, error) {
+			if err := procmem.FromParsed(conf); err != nil {
+				return nil, err
+			}
 			return newIngestAPIFromParsed(conf, mgr)
 		})
 }
@@ -211,8 +215,8 @@ type ingestAPI struct {
 
 	idem        *idemStore
 	redisURL    string
-	redisLogged atomic.Int64 // UnixNano of the last Redis WARN
-	dbLogged    atomic.Int64 // UnixNano of the last stored-ID lookup WARN
+	redisLogged rate.Sometimes // the Redis WARN, at most every logEvery
+	dbLogged    rate.Sometimes // the stored-ID lookup WARN, at most every logEvery
 
 	// turns are the batch requests worked on at once
 	// (max_active_requests); the others wait in line, workspaces taking
@@ -238,12 +242,15 @@ func newIngestAPIFromParsed(conf *service.ParsedConfig, mgr *service.Resources) 
 			readTimeout: bodyReadTimeout,
 			overloaded:  mgr.Metrics().NewCounter("speculapro_ingest_overloaded_total"),
 			throttled:   mgr.Metrics().NewCounter("speculapro_ingest_throttled_total", "share"),
+			throttleLog: rate.Sometimes{Interval: logEvery},
 		},
-		items:    mgr.Metrics().NewCounter("speculapro_ingest_items_total", "endpoint", "outcome"),
-		requests: mgr.Metrics().NewCounter("speculapro_ingest_requests_total", "endpoint", "code"),
-		latency:  mgr.Metrics().NewTimer("speculapro_ingest_request_duration", "endpoint"),
-		jobs:     make(chan *job),
-		closing:  make(chan struct{}),
+		redisLogged: rate.Sometimes{Interval: logEvery},
+		dbLogged:    rate.Sometimes{Interval: logEvery},
+		items:       mgr.Metrics().NewCounter("speculapro_ingest_items_total", "endpoint", "outcome"),
+		requests:    mgr.Metrics().NewCounter("speculapro_ingest_requests_total", "endpoint", "code"),
+		latency:     mgr.Metrics().NewTimer("speculapro_ingest_request_duration", "endpoint"),
+		jobs:        make(chan *job),
+		closing:     make(chan struct{}),
 	}
 	a.answered = func(endpoint string, code int, arrived time.Time) {
 		a.requests.Incr(1, endpoint, strconv.Itoa(code))

@@ -8,12 +8,12 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redpanda-data/benthos/v4/public/service"
 	"golang.org/x/sync/semaphore"
+	"golang.org/x/time/rate"
 
 	"github.com/speculapro/speculapro/internal/apikey"
 	"github.com/speculapro/speculapro/internal/event"
@@ -72,7 +72,7 @@ type requestFront struct {
 	// overloaded counts the requests the process-wide budget refused,
 	// throttled (by share) those a tenant's share refused.
 	overloaded, throttled *service.MetricCounter
-	throttleLogged        atomic.Int64 // UnixNano of the last over-share WARN
+	throttleLog           rate.Sometimes // the over-share WARN, at most every 10 s
 
 	// answered records each request's outcome in the API's own metrics,
 	// labelled by the route, never by the path a client sent.
@@ -215,16 +215,19 @@ func (f *requestFront) admitted(w http.ResponseWriter, r *http.Request, ws event
 // leaseKey holds a request's *bodyLease in its context.
 type leaseKey struct{}
 
+// logEvery bounds the WARN lines of an over-share tenant or a failing
+// dependency: one every 10 s, not one per request.
+const logEvery = 10 * time.Second
+
 // throttle answers a request over its tenant's share 429, counted by the
 // share and logged (at most every 10 s) with the workspace.
 func (f *requestFront) throttle(w http.ResponseWriter, r *http.Request, ws event.UUID, share string, err error) int {
 	if f.throttled != nil {
 		f.throttled.Incr(1, share)
 	}
-	now := time.Now().UnixNano()
-	if last := f.throttleLogged.Load(); now-last >= int64(10*time.Second) && f.throttleLogged.CompareAndSwap(last, now) {
+	f.throttleLog.Do(func() {
 		f.log.With("workspace", ws.String(), "share", share).Warnf("%s: a tenant is over its share, answering 429", f.component)
-	}
+	})
 	return f.refuse(w, r, http.StatusTooManyRequests, err)
 }
 

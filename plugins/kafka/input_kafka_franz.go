@@ -15,6 +15,7 @@ import (
 
 	"github.com/speculapro/speculapro/internal/kafkaconf"
 	"github.com/speculapro/speculapro/internal/lease"
+	"github.com/speculapro/speculapro/internal/procmem"
 )
 
 const (
@@ -161,8 +162,11 @@ keeps up; a partition that moves to another process reads 0 here and is reported
 }
 
 func init() {
-	service.MustRegisterBatchInput("kafka_franz", kafkaFranzInputSpec(),
+	service.MustRegisterBatchInput("kafka_franz", kafkaFranzInputSpec().Field(procmem.Field()),
 		func(conf *service.ParsedConfig, mgr *service.Resources) (service.BatchInput, error) {
+			if err := procmem.FromParsed(conf); err != nil {
+				return nil, err
+			}
 			return newKafkaFranzInput(conf, mgr)
 		})
 }

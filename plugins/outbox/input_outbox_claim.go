@@ -14,6 +14,7 @@ import (
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/pgclass"
 	"github.com/speculapro/speculapro/internal/pgsystem"
+	"github.com/speculapro/speculapro/internal/procmem"
 	"github.com/speculapro/speculapro/internal/retry"
 )
 
@@ -115,8 +116,11 @@ input:
 }
 
 func init() {
-	service.MustRegisterBatchInput("outbox_claim", outboxClaimSpec(),
+	service.MustRegisterBatchInput("outbox_claim", outboxClaimSpec().Field(procmem.Field()),
 		func(conf *service.ParsedConfig, mgr *service.Resources) (service.BatchInput, error) {
+			if err := procmem.FromParsed(conf); err != nil {
+				return nil, err
+			}
 			return newOutboxClaim(conf, mgr)
 		})
 }

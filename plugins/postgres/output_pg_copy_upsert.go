@@ -200,6 +200,7 @@ type pgCopyUpsert struct {
 	log            *service.Logger
 	m              *persistMetrics
 	waits          *partitionWaits
+	lost           reconnection  // a lost connection Connect waits out
 	known          *knownParties // customers and accounts seen committed (store.go)
 }
 
@@ -304,7 +305,8 @@ func newPgCopyUpsert(o pcuOptions, dl deadLetterSink, mgr *service.Resources) (*
 
 // Connect reaches PostgreSQL: the first time with the start-up role check
 // (a role that cannot bypass row-level security stops the process with the
-// documented line), after a lost connection with a ping, so the engine reports
+// documented line), after a lost connection by pinging until it answers
+// (reconnect: the output's own backoff, logged), so the engine reports
 // the output connected only while PostgreSQL answers. It also starts the
 // dead-letter output.
 func (o *pgCopyUpsert) Connect(ctx context.Context) error {
@@ -315,8 +317,8 @@ func (o *pgCopyUpsert) Connect(ctx context.Context) error {
 			return err
 		}
 		o.checked = true
-	} else if err := o.pool.Ping(ctx); err != nil {
-		return fmt.Errorf("pg_copy_upsert: reaching PostgreSQL: %w", err)
+	} else if err := o.reconnect(ctx); err != nil {
+		return err
 	}
 	if o.owned != nil && !o.primed {
 		if err := o.owned.Prime(); err != nil {

@@ -919,3 +919,100 @@ func TestUndecodableRecordsAreParkedWithTheirReason(t *testing.T) {
 		})
 	}
 }
+
+// --- a lost connection ----------------------------------------------------
+
+// refuseConnections makes the test database refuse new connections and cuts
+// the output's own, so the next statement finds its connection gone and
+// every ping fails. It returns a superuser connection to another database
+// (ALLOW_CONNECTIONS cannot be switched from the database itself) and the
+// statement that lets connections in again, which cleanup also runs.
+func (h *harness) refuseConnections(t *testing.T) (maintenance *pgx.Conn, allow string) {
+	t.Helper()
+	ctx := context.Background()
+	maintenance, err := pgx.Connect(ctx, testenv.PostgresSuperuserURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := pgx.Identifier{h.db.Name}.Sanitize()
+	allow = "ALTER DATABASE " + db + " ALLOW_CONNECTIONS true"
+	t.Cleanup(func() {
+		_, _ = maintenance.Exec(ctx, allow)
+		_ = maintenance.Close(ctx)
+	})
+	if _, err := maintenance.Exec(ctx, "ALTER DATABASE "+db+" ALLOW_CONNECTIONS false"); err != nil {
+		t.Fatal(err)
+	}
+	h.exec("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()", h.db.Name)
+	return maintenance, allow
+}
+
+// loseConnection hands a batch of 10 to the output while PostgreSQL refuses
+// connections: it must come back as not connected, its fault counted.
+func (h *harness) loseConnection(t *testing.T) (batch service.MessageBatch, maintenance *pgx.Conn, allow string) {
+	t.Helper()
+	maintenance, allow = h.refuseConnections(t)
+	batch = txnBatch(t, h.ws, 0, 10, nil)
+	if err := h.out.WriteBatch(context.Background(), batch); !errors.Is(err, service.ErrNotConnected) {
+		t.Fatalf("WriteBatch with the connection lost: %v, want service.ErrNotConnected", err)
+	}
+	if got := h.m.Get("faults{transactions}"); got != 1 {
+		t.Errorf("faults counted %d, want 1", got)
+	}
+	return batch, maintenance, allow
+}
+
+// After a lost connection Connect waits for PostgreSQL by the output's own
+// backoff, logging each wait before it makes it, and returns once
+// PostgreSQL takes connections again; the batch then stores.
+func TestLostConnectionConnectWaitsByItsOwnBackoff(t *testing.T) {
+	h := newHarness(t, tableTransactions)
+	batch, maintenance, allow := h.loseConnection(t)
+	h.retriesUntilFixed(t, logBatchRetry, maintenance, allow, func() error {
+		return h.out.Connect(context.Background())
+	})
+
+	// Every wait for PostgreSQL is one retry line naming the batch and the
+	// wait that follows it, and one retry counted.
+	var waits int64
+	for _, line := range strings.Split(h.logs.String(), "\n") {
+		if !strings.Contains(line, logBatchRetry) {
+			continue
+		}
+		waits++
+		if !strings.Contains(line, "level=ERROR") || !strings.Contains(line, "rows=10") || !strings.Contains(line, "backoff=") {
+			t.Errorf("retry line %q lacks the level, the batch's rows or the wait", line)
+		}
+	}
+	if got := h.m.Get("retries{transactions}"); got != waits {
+		t.Errorf("retries counted %d, %d waits logged", got, waits)
+	}
+	if got := h.m.Get("faults{transactions}"); got != 1 {
+		t.Errorf("faults counted %d after reconnecting, want still 1", got)
+	}
+	if err := h.out.WriteBatch(context.Background(), batch); err != nil {
+		t.Fatalf("WriteBatch after reconnecting: %v", err)
+	}
+	if n := h.count("SELECT count(*) FROM speculapro.transactions"); n != 10 {
+		t.Errorf("stored %d, want 10", n)
+	}
+}
+
+// Shutdown ends Connect's wait at once, with the context's error.
+func TestShutdownEndsTheWaitForPostgreSQL(t *testing.T) {
+	h := newHarness(t, tableTransactions)
+	h.loseConnection(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	connected := make(chan error, 1)
+	go func() { connected <- h.out.Connect(ctx) }()
+	time.Sleep(100 * time.Millisecond)
+	cancel()
+	select {
+	case err := <-connected:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("Connect at shutdown: %v, want context.Canceled", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Connect kept waiting after shutdown")
+	}
+}

@@ -30,15 +30,12 @@ import (
 // errMustWait marks an attempt that met a missing partition.
 var errMustWait = errors.New("rows wait for a partition")
 
-// reconnectBackoff is the engine's first wait before it calls Connect again
-// after a lost connection (it grows to 1 s), logged as the retry's backoff.
-const reconnectBackoff = 500 * time.Millisecond
-
 // retryBatch runs attempt until it succeeds, retrying with backoff what
 // waiting fixes; it returns errMustWait (wrapping the database's error) for
-// a missing partition and service.ErrNotConnected (wrapping it) for a lost
-// connection, both after logging the retry line, and lease causes as they
-// are.
+// a missing partition, after logging the retry line, service.ErrNotConnected
+// (wrapping it) for a lost connection, after counting the fault (Connect
+// logs the waits for PostgreSQL: output_pg_copy_upsert_reconnect.go), and
+// lease causes as they are.
 func (o *pgCopyUpsert) retryBatch(ctx context.Context, rows int, faulted *bool, attempt func(ctx context.Context) error) error {
 	err := retry.Do(ctx, retry.Policy{
 		Initial: o.initialBackoff,
@@ -59,7 +56,8 @@ func (o *pgCopyUpsert) retryBatch(ctx context.Context, rows int, faulted *bool, 
 	case pgclass.IsMissingPartition(err):
 		return fmt.Errorf("%w: %w", errMustWait, err)
 	case pgclass.IsConnectionLost(err):
-		o.retrying(rows, err, reconnectBackoff, faulted)
+		o.fault(faulted)
+		o.lost.lose(rows)
 		return fmt.Errorf("%w: %w", service.ErrNotConnected, err)
 	}
 	return err
@@ -68,12 +66,17 @@ func (o *pgCopyUpsert) retryBatch(ctx context.Context, rows int, faulted *bool, 
 // retrying logs the documented retry line and counts the retry, and the batch's
 // fault the first time.
 func (o *pgCopyUpsert) retrying(rows int, err error, backoff time.Duration, faulted *bool) {
+	o.fault(faulted)
+	o.m.retries.Incr(1, o.table)
+	applog.With(o.log, "rows", rows, "err", err.Error(), "backoff", backoff.Round(time.Millisecond).String()).Error(logBatchRetry)
+}
+
+// fault counts the batch's fault the first time.
+func (o *pgCopyUpsert) fault(faulted *bool) {
 	if !*faulted {
 		*faulted = true
 		o.m.faults.Incr(1, o.table)
 	}
-	o.m.retries.Incr(1, o.table)
-	applog.With(o.log, "rows", rows, "err", err.Error(), "backoff", backoff.Round(time.Millisecond).String()).Error(logBatchRetry)
 }
 
 // stopped is what WriteBatch returns when a step gave up with err: a lease's

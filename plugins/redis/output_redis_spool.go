@@ -2,17 +2,17 @@ package redis
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"sync"
 	"time"
 
+	"github.com/bsm/redislock"
 	gojson "github.com/goccy/go-json"
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/redpanda-data/benthos/v4/public/service"
+	"golang.org/x/time/rate"
 
 	"github.com/speculapro/speculapro/internal/applog"
 	"github.com/speculapro/speculapro/internal/redisconn"
@@ -197,7 +197,6 @@ type redisSpool struct {
 	spoolGauge, bufGauge     *service.MetricGauge
 
 	client goredis.UniversalClient
-	token  string
 
 	mu       sync.Mutex
 	cond     *sync.Cond
@@ -218,12 +217,12 @@ type redisSpool struct {
 	started    bool
 	closeOnce  sync.Once
 
-	warnMu   sync.Mutex
-	lastWarn map[string]time.Time
+	warnMu sync.Mutex
+	warns  map[string]*rate.Sometimes // per kind of WARN: at most one a minute
 }
 
 func newRedisSpool(conf *service.ParsedConfig, mgr *service.Resources) (*redisSpool, error) {
-	s := &redisSpool{log: mgr.Logger(), lastWarn: map[string]time.Time{}}
+	s := &redisSpool{log: mgr.Logger(), warns: map[string]*rate.Sometimes{}}
 	var err error
 	var prefix string
 	if s.url, err = conf.FieldString(rsFieldURL); err != nil {
@@ -262,9 +261,6 @@ func newRedisSpool(conf *service.ParsedConfig, mgr *service.Resources) (*redisSp
 	}
 	s.key = prefix + SpoolKey
 	s.lockKey = s.key + spoolLockSuffix
-	var tok [12]byte
-	_, _ = rand.Read(tok[:])
-	s.token = hex.EncodeToString(tok[:])
 	m := mgr.Metrics()
 	s.spooled = m.NewCounter(metricSpooled)
 	s.unspooled = m.NewCounter(metricUnspooled)
@@ -373,14 +369,13 @@ func (s *redisSpool) lose(e *spoolEntry) {
 // warn logs a WARN at most once a minute per key.
 func (s *redisSpool) warn(key, msg string, kv ...any) {
 	s.warnMu.Lock()
-	due := time.Since(s.lastWarn[key]) >= time.Minute
-	if due {
-		s.lastWarn[key] = time.Now()
+	w := s.warns[key]
+	if w == nil {
+		w = &rate.Sometimes{Interval: time.Minute}
+		s.warns[key] = w
 	}
 	s.warnMu.Unlock()
-	if due {
-		applog.With(s.log, kv...).Warn(msg)
-	}
+	w.Do(func() { applog.With(s.log, kv...).Warn(msg) })
 }
 
 // replayLoop sets the spool gauge at once (right after a restart too) and
@@ -398,15 +393,14 @@ func (s *redisSpool) replayLoop() {
 	}
 }
 
-// Lua scripts of the replay lock: refresh and trim only while holding it.
-var (
-	lockRefresh = goredis.NewScript(`if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) end return 0`)
-	lockRelease = goredis.NewScript(`if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0`)
-	// trimHead removes the first ARGV[2] entries, which the holder read
-	// and delivered; others only append at the tail meanwhile.
-	trimHead = goredis.NewScript(`if redis.call('get', KEYS[2]) ~= ARGV[1] then return -1 end
+// trimHead removes the first ARGV[2] entries, which the replay lock's holder
+// read and delivered (others only append at the tail meanwhile), only while
+// the lock (KEYS[2]) still holds the holder's value (ARGV[1]): a holder whose
+// lock ran out removes nothing. The lock itself is redislock's: SET NX PX,
+// refreshed and released by Lua scripts that compare the value first, the
+// pattern Redis's documentation gives.
+var trimHead = goredis.NewScript(`if redis.call('get', KEYS[2]) ~= ARGV[1] then return -1 end
 redis.call('ltrim', KEYS[1], tonumber(ARGV[2]), -1) return redis.call('llen', KEYS[1])`)
-)
 
 // replay delivers the spool to the output, oldest first, chunk by chunk at
 // replay_rate, while it holds the replay lock and the output takes them.
@@ -431,16 +425,17 @@ func (s *redisSpool) replay(ctx context.Context) {
 		return
 	}
 	rctx, cancel = context.WithTimeout(ctx, redisOpTimeout)
-	ok, err := s.client.SetNX(rctx, s.lockKey, s.token, spoolLockTTL).Result()
+	lock, err := redislock.Obtain(rctx, s.client, s.lockKey, spoolLockTTL, nil)
 	cancel()
-	if err != nil || !ok {
-		return // another process replays
+	if err != nil {
+		return // another process replays (redislock.ErrNotObtained), or Redis failed: the next round tries again
 	}
 	defer func() {
 		c, cancel := context.WithTimeout(context.Background(), redisOpTimeout)
-		_ = lockRelease.Run(c, s.client, []string{s.lockKey}, s.token).Err()
+		_ = lock.Release(c)
 		cancel()
 	}()
+	held := lock.Token() + lock.Metadata() // the lock's value, as trimHead compares it
 	keys := []string{s.key, s.lockKey}
 	chunk := int64(min(replayChunk, max(1, s.replayRate/10)))
 	start, sent := time.Now(), 0
@@ -453,10 +448,9 @@ func (s *redisSpool) replay(ctx context.Context) {
 			}
 		}
 		rctx, cancel = context.WithTimeout(ctx, redisOpTimeout)
-		held, err := lockRefresh.Run(rctx, s.client, []string{s.lockKey}, s.token, spoolLockTTL.Milliseconds()).Int()
-		if err != nil || held == 0 {
+		if err := lock.Refresh(rctx, spoolLockTTL, nil); err != nil {
 			cancel()
-			return
+			return // the lock ran out (another process may replay now) or Redis failed
 		}
 		raw, err := s.client.LRange(rctx, s.key, 0, chunk-1).Result()
 		cancel()
@@ -507,7 +501,7 @@ func (s *redisSpool) replay(ctx context.Context) {
 			return
 		}
 		rctx, cancel = context.WithTimeout(context.Background(), redisOpTimeout)
-		left, err := trimHead.Run(rctx, s.client, keys, s.token, delivered).Int64()
+		left, err := trimHead.Run(rctx, s.client, keys, held, delivered).Int64()
 		cancel()
 		if err != nil || left < 0 {
 			s.warn("trim", logReplayFailed, "err", fmt.Sprintf("removing %d replayed entries: %v", delivered, err))

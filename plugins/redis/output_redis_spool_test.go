@@ -225,3 +225,43 @@ func redisOpenTest(url string) (*goredis.Client, error) {
 	}
 	return goredis.NewClient(opt), nil
 }
+
+// One replayer per spool: while another process holds the replay lock
+// nothing is replayed here; once its lock runs out this process takes it,
+// replays everything, and releases it.
+func TestRedisSpoolReplaysOnlyWhileHoldingTheLock(t *testing.T) {
+	url := testenv.RedisURL(t)
+	prefix := fmt.Sprintf("sptest:spool:lock:%d:", time.Now().UnixNano())
+	client, err := redisOpenTest(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	ctx := context.Background()
+	lockKey := prefix + SpoolKey + spoolLockSuffix
+	t.Cleanup(func() { client.Del(ctx, prefix+SpoolKey, lockKey) })
+
+	sink.set(true)
+	s := newTestSpool(t, url, prefix)
+	if err := s.WriteBatch(ctx, msgs(0, 50)); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.Close(ctx) // the output is down: all 50 parked
+	if err := client.Set(ctx, lockKey, "another-process", 1500*time.Millisecond).Err(); err != nil {
+		t.Fatal(err)
+	}
+	sink.set(false)
+	s2 := newTestSpool(t, url, prefix)
+	defer s2.Close(ctx)
+	time.Sleep(time.Second) // ten replay rounds, all while the other holds the lock
+	if n, _ := sink.count(); n != 0 {
+		t.Fatalf("%d replayed while another process held the replay lock", n)
+	}
+	if !poll(10*time.Second, func() bool { n, _ := sink.count(); return n == 50 }) {
+		n, _ := sink.count()
+		t.Fatalf("replayed %d of 50 after the other process's lock ran out", n)
+	}
+	if !poll(5*time.Second, func() bool { return client.Exists(ctx, lockKey).Val() == 0 }) {
+		t.Errorf("the replay lock is still held after the spool was replayed: %q", client.Get(ctx, lockKey).Val())
+	}
+}

@@ -9,6 +9,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/redpanda-data/benthos/v4/public/service"
+	"golang.org/x/time/rate"
 
 	"github.com/speculapro/speculapro/internal/applog"
 	"github.com/speculapro/speculapro/internal/event"
@@ -172,7 +173,7 @@ type featureUpdate struct {
 	mu        sync.Mutex
 	client    goredis.UniversalClient
 	store     *features.Store
-	lastWarn  time.Time
+	warns     rate.Sometimes // the best-effort WARN, at most every warnEvery
 	skipUntil time.Time
 	skipped   int // batches passed through since the last WARN
 }
@@ -190,7 +191,7 @@ func (p *featureUpdate) countCache(store *features.Store) {
 }
 
 func newFeatureUpdate(conf *service.ParsedConfig, mgr *service.Resources) (*featureUpdate, error) {
-	p := &featureUpdate{log: mgr.Logger(), kinds: map[event.Kind]bool{}}
+	p := &featureUpdate{log: mgr.Logger(), kinds: map[event.Kind]bool{}, warns: rate.Sometimes{Interval: warnEvery}}
 	var err error
 	if p.url, err = conf.FieldString(fuFieldURL); err != nil {
 		return nil, err
@@ -430,11 +431,8 @@ func (p *featureUpdate) failed(now time.Time, events int, err error) {
 	p.mu.Lock()
 	p.skipped++
 	p.skipUntil = now.Add(skipAfterFailure)
-	warn := now.Sub(p.lastWarn) >= warnEvery
-	skipped := p.skipped
-	if warn {
-		p.lastWarn, p.skipped = now, 0
-	}
+	warn, skipped := false, p.skipped
+	p.warns.Do(func() { warn, p.skipped = true, 0 })
 	p.mu.Unlock()
 	if warn {
 		applog.With(p.log, "events", events, "batches", skipped, "err", err.Error()).Warn(logPassThrough)
