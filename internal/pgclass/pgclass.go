@@ -6,6 +6,8 @@ import (
 	"io"
 	"net"
 
+	"github.com/jackc/pgerrcode"
+
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -30,18 +32,17 @@ func (c Class) String() string {
 	return "retryable"
 }
 
-// SQLSTATE codes and classes this package distinguishes.
-const (
-	classConnection           = "08"
-	classDataException        = "22"
-	classIntegrityViolation   = "23"
-	classTransactionRollback  = "40"
-	classResources            = "53"
-	classProgramLimit         = "54"
-	classOperatorIntervention = "57"
-	classPLpgSQL              = "P0"
-	codeInsufficientPrivilege = "42501"
-	codeCheckViolation        = "23514"
+// SQLSTATE classes this package distinguishes, named by pgerrcode's
+// general code of each class.
+var (
+	classConnection           = class(pgerrcode.ConnectionException)
+	classDataException        = class(pgerrcode.DataException)
+	classIntegrityViolation   = class(pgerrcode.IntegrityConstraintViolation)
+	classTransactionRollback  = class(pgerrcode.TransactionRollback)
+	classResources            = class(pgerrcode.InsufficientResources)
+	classProgramLimit         = class(pgerrcode.ProgramLimitExceeded)
+	classOperatorIntervention = class(pgerrcode.OperatorIntervention)
+	classPLpgSQL              = class(pgerrcode.PLpgSQLError)
 )
 
 // Classify says whether err, typically wrapped, is retryable or one row's
@@ -89,7 +90,7 @@ func IsRowFault(err error) bool { return Classify(err) == RowFault }
 // name. The message is never read: it is in the server's lc_messages.
 func IsMissingPartition(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == codeCheckViolation &&
+	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.CheckViolation &&
 		pgErr.ConstraintName == "" && pgErr.TableName != ""
 }
 
@@ -104,7 +105,7 @@ func Reason(err error) string {
 	if IsMissingPartition(err) {
 		return "missing partition"
 	}
-	if pgErr.Code == codeInsufficientPrivilege {
+	if pgErr.Code == pgerrcode.InsufficientPrivilege {
 		return "permission"
 	}
 	switch class(pgErr.Code) {
@@ -146,13 +147,6 @@ func class(code string) string {
 	return code[:2]
 }
 
-// Connection-loss SQLSTATEs outside class 08: the server is shutting down,
-// crashed, or not accepting connections yet.
-const (
-	codeAdminShutdown = "57P01"
-	codeCrashShutdown = "57P02"
-	codeCannotConnect = "57P03"
-)
 
 // IsConnectionLost reports a failure to reach PostgreSQL, or a connection
 // lost on the way: a connect error, a network error or a connection closed
@@ -166,7 +160,7 @@ func IsConnectionLost(err error) bool {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {
-		case codeAdminShutdown, codeCrashShutdown, codeCannotConnect:
+		case pgerrcode.AdminShutdown, pgerrcode.CrashShutdown, pgerrcode.CannotConnectNow:
 			return true
 		}
 		return class(pgErr.Code) == classConnection

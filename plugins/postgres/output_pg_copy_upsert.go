@@ -14,6 +14,7 @@ import (
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/eventmsg"
 	"github.com/speculapro/speculapro/internal/lease"
+	"github.com/speculapro/speculapro/internal/pgretry"
 	"github.com/speculapro/speculapro/internal/pgsystem"
 )
 
@@ -48,7 +49,6 @@ const (
 	logUndecodable  = "persist: sent undecodable records to dead-letter topic"
 	logRejected     = "persist: sent records the database refused to dead-letter topic"
 	logRevoked      = "persist: stopped retrying a batch whose partitions were revoked"
-	retryJitter     = 0.2
 	rollbackTimeout = 5 * time.Second
 )
 
@@ -194,8 +194,7 @@ type pgCopyUpsert struct {
 	primed         bool                 // owned was started, so Close must stop it
 	checked        bool                 // the role check passed once
 	connMu         sync.Mutex           // serialises Connect and Close
-	initialBackoff time.Duration
-	maxBackoff     time.Duration
+	policy         *pgretry.Policy
 	attemptTimeout time.Duration
 	log            *service.Logger
 	m              *persistMetrics
@@ -259,12 +258,16 @@ func newPgCopyUpsert(o pcuOptions, dl deadLetterSink, mgr *service.Resources) (*
 	out := &pgCopyUpsert{
 		table:          o.table,
 		deadLetter:     dl,
-		initialBackoff: o.initialBackoff,
-		maxBackoff:     o.maxBackoff,
 		attemptTimeout: o.attemptTimeout,
 		log:            mgr.Logger(),
 		m:              newPersistMetrics(mgr.Metrics()),
 		waits:          newPartitionWaits(),
+	}
+	out.policy = &pgretry.Policy{
+		Initial: o.initialBackoff, Max: o.maxBackoff,
+		Retries: out.m.retries, Faults: out.m.faults, Label: o.table,
+		Log: out.log, RetryLine: logBatchRetry,
+		WaitForPartitions: true,
 	}
 	out.known = newKnownParties(knownPartiesMax)
 	switch o.table {
@@ -382,13 +385,13 @@ func (o *pgCopyUpsert) WriteBatch(ctx context.Context, batch service.MessageBatc
 	}
 	o.m.stage.Timing(time.Since(start).Nanoseconds(), o.table, "prepare")
 
-	faulted := false // the batch's fault is counted once, whichever step fails
+	fault := o.policy.Batch()
 	var res storeResult
 	var waiting *waitingPartitions
 	if len(rows) > 0 {
 		start = time.Now()
 		var learned isolation // kept from one attempt to the next
-		err := o.retryBatch(ctx, len(rows), &faulted, func(ctx context.Context) error {
+		err := fault.Do(ctx, len(rows), func(ctx context.Context) error {
 			r, err := o.store(ctx, rows, &learned)
 			if err != nil {
 				return err
@@ -396,10 +399,10 @@ func (o *pgCopyUpsert) WriteBatch(ctx context.Context, batch service.MessageBatc
 			res = r
 			return nil
 		})
-		if errors.Is(err, errMustWait) {
+		if errors.Is(err, pgretry.ErrMustWait) {
 			// Some partitions' rows wait for a month's partition: store the
 			// others, hand the waiting ones back.
-			res, waiting, err = o.storeAroundWaits(ctx, batch, rows, rowIndex, &faulted)
+			res, waiting, err = o.storeAroundWaits(ctx, batch, rows, rowIndex, fault)
 		}
 		if err != nil {
 			return o.stopped(ctx, err, len(rows))
@@ -421,7 +424,7 @@ func (o *pgCopyUpsert) WriteBatch(ctx context.Context, batch service.MessageBatc
 	} else {
 		o.waits.settled(batch)
 	}
-	if err := o.sendDeadLetters(ctx, batch, dead, &faulted); err != nil {
+	if err := o.sendDeadLetters(ctx, batch, dead, fault); err != nil {
 		return o.stopped(ctx, err, len(dead))
 	}
 

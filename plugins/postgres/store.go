@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -827,9 +828,6 @@ const (
 	writeStagedReuse
 )
 
-// codeUniqueViolation is the SQLSTATE of a key stored twice.
-const codeUniqueViolation = "23505"
-
 // copyRows COPYs n rows into the table (direct) or into its staging table
 // and queues on b the INSERT … SELECT that moves them (staged), counting
 // what it stored in stats.
@@ -847,7 +845,7 @@ func copyRows(ctx context.Context, tx pgx.Tx, b *pgx.Batch, mode writeMode, tabl
 		copied, err := copyBinary(ctx, tx, pgx.Identifier{"speculapro", table}, columns, src)
 		if err != nil {
 			var pgErr *pgconn.PgError
-			if errors.As(err, &pgErr) && pgErr.Code == codeUniqueViolation {
+			if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UniqueViolation {
 				return fmt.Errorf("copying %d rows into %s: %w: %w", n, table, errStoredBefore, err)
 			}
 			return fmt.Errorf("copying %d rows into %s: %w", n, table, err)
