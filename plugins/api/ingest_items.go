@@ -1037,32 +1037,6 @@ type wireCounterparty struct {
 	fp             string // its keyed fingerprint (content hash, identifier_fp)
 }
 
-// protectCounterparty is the counterparty_fingerprint processor's work on
-// one parsed counterparty: the identifier (already normalised) encrypted
-// for ws and the field counterparty.identifier (by sealer, the request's,
-// when there is one), masked and fingerprinted, and the counterparty's
-// de-duplication fingerprint.
-func protectCounterparty(prot *identity.Protector, sealer *identity.Sealer, ws event.UUID, cp *wireCounterparty) (*event.Counterparty, error) {
-	c := &event.Counterparty{Name: cp.Name}
-	if cp.Identifier != "" {
-		k := identity.Kind(cp.IdentifierKind)
-		var enc string
-		var err error
-		if sealer != nil {
-			enc, err = sealer.Seal(ws, identity.FieldCounterpartyIdentifier, cp.normalized)
-		} else {
-			enc, err = prot.Keys.Encrypt(ws, identity.FieldCounterpartyIdentifier, cp.normalized)
-		}
-		if err != nil {
-			return nil, err
-		}
-		cp.fp = prot.Fingerprints.Identifier(ws, k, cp.normalized)
-		c.IdentifierKind, c.IdentifierEnc, c.IdentifierMasked, c.IdentifierFP = cp.IdentifierKind, enc, identity.Mask(k, cp.normalized), cp.fp
-	}
-	c.Fingerprint = prot.Fingerprints.Counterparty(ws, c.IdentifierFP, c.Name)
-	return c, nil
-}
-
 func (r *fieldReader) transaction(ws event.UUID, now time.Time, prot *identity.Protector) parsedItem {
 	e := event.Envelope{
 		V: event.Version, Kind: event.KindTransaction, WorkspaceID: ws, ReceivedAt: now,
@@ -1092,12 +1066,13 @@ func (r *fieldReader) transaction(ws event.UUID, now time.Time, prot *identity.P
 	var cpp *wireCounterparty
 	if cp.Name != "" || cp.Identifier != "" {
 		cpp = &cp
-		c, err := protectCounterparty(prot, r.sealer, ws, cpp)
+		c, err := prot.ProtectCounterparty(ws, cp.Name, identity.Kind(cp.IdentifierKind), cp.normalized, r.sealer)
 		if err != nil {
 			// A failing cipher, not the client's fault; never the value.
 			r.fail("counterparty.identifier", "cannot be encrypted now")
 			return parsedItem{item: item{externalID: e.ExternalID}, errors: *r.errs}
 		}
+		cp.fp = c.IdentifierFP
 		e.Counterparty = c
 	}
 	return r.finish(e, cpp, r.keyOf(ws, e.AccountExternalID))
