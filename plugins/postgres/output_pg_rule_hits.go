@@ -210,7 +210,7 @@ func newPgRuleHits(_ context.Context, o prhOptions, mgr *service.Resources) (*pg
 	}
 	out := &pgRuleHits{
 		kind:           o.kind,
-		table:          tableOfKind(o.kind),
+		table:          o.kind.Table(),
 		attemptTimeout: o.attemptTimeout,
 		log:            mgr.Logger(),
 		m:              newStreamMetrics(mgr.Metrics()),

@@ -239,7 +239,7 @@ func newRuleEval(url string, kind event.Kind, reloadInterval time.Duration, real
 	m := mgr.Metrics()
 	return &ruleEval{
 		url: url, kind: kind, reloadInterval: reloadInterval, realtimeOnly: realtimeOnly,
-		table: tableOfKind(kind),
+		table: kind.Table(),
 		log:   mgr.Logger(),
 		m: ruleEvalMetrics{
 			evaluated: m.NewCounter(metricEventsEvaluated, "kind"),
@@ -538,13 +538,4 @@ func (r *ruleEval) Close(context.Context) error {
 		r.pool.Close()
 	}
 	return nil
-}
-
-// tableOfKind names the table a kind is stored in: the stage timer's label,
-// as event_decode sets it.
-func tableOfKind(k event.Kind) string {
-	if k == event.KindAccountEvent {
-		return "account_events"
-	}
-	return "transactions"
 }
