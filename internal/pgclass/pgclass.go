@@ -147,7 +147,6 @@ func class(code string) string {
 	return code[:2]
 }
 
-
 // IsConnectionLost reports a failure to reach PostgreSQL, or a connection
 // lost on the way: a connect error, a network error or a connection closed
 // mid-statement, SQLSTATE class 08, or the server shutting down or not
