@@ -131,14 +131,13 @@ func (l *Loader) Refresh(ctx context.Context) error {
 func (l *Loader) Watch(ctx context.Context, interval time.Duration, failed func(error)) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
-	for {
+	for ctx.Err() == nil {
 		select {
-		case <-ctx.Done():
-			return
 		case <-t.C:
-		}
-		if err := l.Refresh(ctx); err != nil && ctx.Err() == nil && failed != nil {
-			failed(err)
+			if err := l.Refresh(ctx); err != nil && ctx.Err() == nil && failed != nil {
+				failed(err)
+			}
+		case <-ctx.Done():
 		}
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"testing"
 
-	"github.com/speculapro/speculapro/internal/dbmigrate/dbtest"
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/rules"
 )
@@ -14,11 +13,8 @@ import (
 // compile, and keeps the rules in force when the database cannot be read.
 func TestLoaderRefreshesOnlyWhatChanged(t *testing.T) {
 	ctx := context.Background()
-	d := dbtest.New(t)
-	super := d.Connect(t, d.SuperuserURL)
-	app := d.Connect(t, d.AppURL)
-	system := d.Connect(t, d.SystemURL)
-	wsA, wsB := createWorkspace(t, super), createWorkspace(t, super)
+	db := newRulesDB(t)
+	super, app, system, wsA, wsB := db.super, db.app, db.system, db.wsA, db.wsB
 	apply(t, app, wsA, []rules.Rule{newRule("large", `event.amount >= 5000`), newRule("skip_me", `true`)}, false)
 	apply(t, app, wsB, []rules.Rule{newRule("everything", `true`)}, false)
 

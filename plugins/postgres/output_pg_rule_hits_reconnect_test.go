@@ -102,13 +102,13 @@ pg_rule_hits:
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, stop := context.WithCancel(context.Background())
 	ran := make(chan error, 1)
-	go func() { ran <- stream.Run(runCtx) }()
+	runCtx, stop := context.WithCancel(context.Background())
 	defer func() {
 		stop()
 		<-ran
 	}()
+	go func() { ran <- stream.Run(runCtx) }()
 	produced := make(chan error, 1)
 	go func() { produced <- produce(ctx, evaluated(t, h.ws, 5, 15, rule)) }()
 	select {
