@@ -78,8 +78,10 @@ only after the transaction has committed. A batch without hits and without `+"`k
 
 ### Failures
 
-A batch that fails (PostgreSQL down, a lock timeout, a deadlock) is tried again, the same batch, with exponential
-backoff and jitter from `+"`initial_backoff`"+` up to `+"`max_backoff`"+`; every retry logs
+A batch that fails (a lock timeout, a deadlock, a missing grant) is tried again, the same batch, with exponential
+backoff and jitter from `+"`initial_backoff`"+` up to `+"`max_backoff`"+`. When PostgreSQL cannot be reached (down,
+restarting, the connection lost) the output reports itself not connected instead: the engine calls Connect again,
+which pings PostgreSQL, and writes the same batch once it answers. Every retry, and every loss of the connection, logs
 `+"`level=ERROR msg=\"stream: batch failed, retrying\" rows=… err=… backoff=…`"+` (rows: the hits being written). A hit the
 database refuses (SQLSTATE class 22 or 23) is isolated by bisecting within the transaction and skipped, counted in
 `+"`speculapro_stream_records_skipped_total{reason=\"rejected\"}`"+` and logged as
