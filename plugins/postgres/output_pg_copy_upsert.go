@@ -346,50 +346,19 @@ func (o *pgCopyUpsert) WriteBatch(ctx context.Context, batch service.MessageBatc
 	ctx, release := lease.Watch(ctx, batch)
 	defer release()
 
-	var (
-		// Sized for the batch: grown from nothing they were copied a dozen
-		// times over per batch.
-		rows       = make([]*event.Envelope, 0, len(batch))
-		rowIndex   = make([]int, 0, len(batch))
-		dead       []deadLetter
-		duplicates int64
-	)
 	// Records no event_decode step read (the persist pipelines have none)
 	// are decoded here, into one slice a batch, sharing the records' bytes:
 	// they outlive nothing but this write. A pipeline step cost the engine
 	// a sort group, a tracing span and two contexts per record.
 	envs, decoded, undecodable := o.decodeBatch(batch)
 	defer decoded.release()
-	start := time.Now()
-	seen := newSeenIDs(len(batch))
-	defer releaseSeenIDs(seen)
-	for i, msg := range batch {
-		if err := msg.GetError(); err != nil {
-			dead = append(dead, deadLetter{index: i, message: err.Error()})
-			continue
-		}
-		env := envs[i]
-		if env == nil {
-			dead = append(dead, deadLetter{index: i, message: undecodable[i].Error()})
-			continue
-		}
-		// A record repeated within the batch (a producer's retry) is
-		// written once; the copy is acked with the batch.
-		if _, ok := seen[env.ID]; ok {
-			duplicates++
-			continue
-		}
-		seen[env.ID] = struct{}{}
-		rows = append(rows, env)
-		rowIndex = append(rowIndex, i)
-	}
-	o.m.stage.Timing(time.Since(start).Nanoseconds(), o.table, "prepare")
+	rows, rowIndex, dead, duplicates := o.prepare(batch, envs, undecodable)
 
 	fault := o.policy.Batch()
 	var res storeResult
 	var waiting *waitingPartitions
 	if len(rows) > 0 {
-		start = time.Now()
+		start := time.Now()
 		var learned isolation // kept from one attempt to the next
 		err := fault.Do(ctx, len(rows), func(ctx context.Context) error {
 			r, err := o.store(ctx, rows, &learned)
@@ -438,6 +407,42 @@ func (o *pgCopyUpsert) WriteBatch(ctx context.Context, batch service.MessageBatc
 		return waiting.batchError(batch)
 	}
 	return nil
+}
+
+// prepare picks the rows to store from the batch's envelopes (envs, as
+// decodeBatch gave them): rowIndex maps each row to its message; a message
+// flagged with an error or undecodable is a dead letter; a record repeated
+// within the batch is counted in duplicates and written once.
+func (o *pgCopyUpsert) prepare(batch service.MessageBatch, envs []*event.Envelope, undecodable []error) (rows []*event.Envelope, rowIndex []int, dead []deadLetter, duplicates int64) {
+	// Sized for the batch: grown from nothing they were copied a dozen
+	// times over per batch.
+	rows = make([]*event.Envelope, 0, len(batch))
+	rowIndex = make([]int, 0, len(batch))
+	start := time.Now()
+	seen := newSeenIDs(len(batch))
+	defer releaseSeenIDs(seen)
+	for i, msg := range batch {
+		if err := msg.GetError(); err != nil {
+			dead = append(dead, deadLetter{index: i, message: err.Error()})
+			continue
+		}
+		env := envs[i]
+		if env == nil {
+			dead = append(dead, deadLetter{index: i, message: undecodable[i].Error()})
+			continue
+		}
+		// A record repeated within the batch (a producer's retry) is
+		// written once; the copy is acked with the batch.
+		if _, ok := seen[env.ID]; ok {
+			duplicates++
+			continue
+		}
+		seen[env.ID] = struct{}{}
+		rows = append(rows, env)
+		rowIndex = append(rowIndex, i)
+	}
+	o.m.stage.Timing(time.Since(start).Nanoseconds(), o.table, "prepare")
+	return rows, rowIndex, dead, duplicates
 }
 
 // decodeBatch returns each message's envelope: the one event_decode

@@ -47,6 +47,9 @@ const (
 // endpoints and notification subscriptions name it in event_types.
 const eventAlertCreated = "alert.created"
 
+// pgRuleHitsSpec is over 80 lines because it is the component's page
+// (docs/components is generated from it): one description and field after
+// another, which split up would read worse.
 func pgRuleHitsSpec() *service.ConfigSpec {
 	return service.NewConfigSpec().
 		Beta().
