@@ -46,16 +46,7 @@ func (p *Protector) Protect(ws event.UUID, field string, kind Kind, raw string) 
 	if err != nil {
 		return Protected{}, err
 	}
-	enc, err := p.Keys.Encrypt(ws, field, norm)
-	if err != nil {
-		return Protected{}, err
-	}
-	return Protected{
-		Kind:   kind,
-		Enc:    enc,
-		Masked: Mask(kind, norm),
-		FP:     p.Fingerprints.Identifier(ws, kind, norm),
-	}, nil
+	return p.ProtectNormalized(ws, field, kind, norm, nil)
 }
 
 // DevKeys returns fixed, publicly known keys in the SP_ENCRYPTION_KEY and

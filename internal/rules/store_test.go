@@ -51,13 +51,26 @@ func apply(t *testing.T, app *pgx.Conn, ws event.UUID, rs []rules.Rule, prune bo
 	return strings.Join(out, "; ")
 }
 
+// rulesDB is a fresh database with two workspaces, reached as the
+// superuser, the app role (rules apply's) and the system role (the
+// evaluators').
+type rulesDB struct {
+	super, app, system *pgx.Conn
+	wsA, wsB           event.UUID
+}
+
+func newRulesDB(t *testing.T) rulesDB {
+	t.Helper()
+	d := dbtest.New(t)
+	db := rulesDB{super: d.Connect(t, d.SuperuserURL), app: d.Connect(t, d.AppURL), system: d.Connect(t, d.SystemURL)}
+	db.wsA, db.wsB = createWorkspace(t, db.super), createWorkspace(t, db.super)
+	return db
+}
+
 func TestApplyVersionsAndPrune(t *testing.T) {
 	ctx := context.Background()
-	d := dbtest.New(t)
-	super := d.Connect(t, d.SuperuserURL)
-	app := d.Connect(t, d.AppURL)
-	system := d.Connect(t, d.SystemURL)
-	wsA, wsB := createWorkspace(t, super), createWorkspace(t, super)
+	db := newRulesDB(t)
+	super, app, system, wsA, wsB := db.super, db.app, db.system, db.wsA, db.wsB
 
 	fp0, err := rules.Fingerprint(ctx, system)
 	if err != nil {

@@ -2,9 +2,7 @@ package api
 
 import (
 	"context"
-	"fmt"
-	"strings"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -12,38 +10,48 @@ import (
 
 	"github.com/speculapro/speculapro/internal/applog"
 	"github.com/speculapro/speculapro/internal/event"
+	"github.com/speculapro/speculapro/internal/retry"
 	"github.com/speculapro/speculapro/internal/rules"
 )
 
 // Log lines of the decision's rules.
 const (
-	logDecisionRulesLoaded = "decision: rules loaded"
-	logDecisionRulesFailed = "decision: loading the rules failed, keeping the loaded ones"
+	logDecisionRulesLoaded  = "decision: rules loaded"
+	logDecisionRulesFailed  = "decision: loading the rules failed, keeping the loaded ones"
+	logDecisionRuleRefused  = "decision: rule does not compile, left out"
+	decisionRulesWarnEvery  = time.Minute
+	decisionRulesFirstRetry = 200 * time.Millisecond
+	decisionRulesMaxRetry   = 5 * time.Second
 )
 
 // realtimeRules holds the compiled real-time rules of every workspace: the
 // enabled transaction rules whose action is review or decline (those that
-// only alert are the stream's). They are loaded as rule_eval loads its
-// rules (rules.LoadEnabled, probed with rules.Fingerprint every interval,
-// each workspace compiled again only when its rule versions changed) and
-// published atomically, so a decision reads them without a lock.
+// only alert are the stream's), kept by the rules loader rule_eval uses.
 type realtimeRules struct {
-	pool     *pgxpool.Pool
+	loader   *rules.Loader
 	interval time.Duration
 	log      *service.Logger
-	set      atomic.Pointer[realtimeSet]
+
+	warnMu   sync.Mutex
 	lastWarn time.Time
 }
 
-type realtimeSet struct {
-	fingerprint string
-	workspaces  map[event.UUID]*realtimeProgram
-	rules       int
-}
-
-type realtimeProgram struct {
-	signature string
-	program   *rules.Program
+func newRealtimeRules(pool *pgxpool.Pool, interval time.Duration, log *service.Logger) *realtimeRules {
+	rr := &realtimeRules{interval: interval, log: log}
+	rr.loader = rules.NewLoader(pool, rules.LoaderOptions{
+		Keep: isRealtime,
+		Refused: func(r *rules.Rule, err error) {
+			l := applog.With(log, "err", err.Error())
+			if r != nil {
+				l = applog.With(log, "rule", r.Name, "workspace", r.WorkspaceID.String(), "err", err.Error())
+			}
+			l.Error(logDecisionRuleRefused)
+		},
+		Loaded: func(s *rules.Set) {
+			applog.With(log, "workspaces", s.Workspaces(), "rules", s.Rules()).Info(logDecisionRulesLoaded)
+		},
+	})
+	return rr
 }
 
 // isRealtime says whether a rule takes part in the real-time decision.
@@ -54,99 +62,34 @@ func isRealtime(r *rules.Rule) bool {
 // program returns the workspace's compiled rules; ok is false until the
 // rules were loaded once (a decision then falls back).
 func (rr *realtimeRules) program(ws event.UUID) (p *rules.Program, ok bool) {
-	s := rr.set.Load()
+	s := rr.loader.Current()
 	if s == nil {
 		return nil, false
 	}
-	if wp := s.workspaces[ws]; wp != nil {
-		return wp.program, true
-	}
-	return nil, true
+	return s.Program(ws), true
 }
 
-// run loads the rules, retrying until it succeeds, then probes for changes
-// every interval until ctx ends.
+// run loads the rules, retrying until it succeeds (decisions fall back
+// meanwhile), then probes for changes every interval until ctx ends. A
+// failure keeps the loaded rules and is logged at most once a minute.
 func (rr *realtimeRules) run(ctx context.Context) {
-	wait := 200 * time.Millisecond
-	for {
-		if err := rr.reload(ctx); err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			if time.Since(rr.lastWarn) >= time.Minute {
-				rr.lastWarn = time.Now()
-				applog.With(rr.log, "err", err.Error()).Warn(logDecisionRulesFailed)
-			}
-		} else if rr.set.Load() != nil {
-			wait = rr.interval
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(wait):
-		}
-		if rr.set.Load() == nil {
-			wait = min(2*wait, 5*time.Second)
-		}
+	err := retry.Do(ctx, retry.Policy{
+		Initial: decisionRulesFirstRetry, Max: decisionRulesMaxRetry,
+		OnRetry: func(_ int, err error, _ time.Duration) { rr.failed(err) },
+	}, func(ctx context.Context, _ int) error { return rr.loader.Refresh(ctx) })
+	if err != nil {
+		return // ctx ended
 	}
+	rr.loader.Watch(ctx, rr.interval, rr.failed)
 }
 
-func (rr *realtimeRules) reload(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	old := rr.set.Load()
-	fp, err := rules.Fingerprint(ctx, rr.pool)
-	if err != nil {
-		return fmt.Errorf("probing the rules for changes: %w", err)
+// failed logs a failed load at most once a minute.
+func (rr *realtimeRules) failed(err error) {
+	rr.warnMu.Lock()
+	defer rr.warnMu.Unlock()
+	if time.Since(rr.lastWarn) < decisionRulesWarnEvery {
+		return
 	}
-	if old != nil && fp == old.fingerprint {
-		return nil
-	}
-	all, err := rules.LoadEnabled(ctx, rr.pool)
-	if err != nil {
-		return fmt.Errorf("loading the rules: %w", err)
-	}
-	set := &realtimeSet{fingerprint: fp, workspaces: map[event.UUID]*realtimeProgram{}}
-	for ws, rs := range all {
-		var keep []rules.Rule
-		var sig strings.Builder
-		for i := range rs {
-			if isRealtime(&rs[i]) {
-				keep = append(keep, rs[i])
-				fmt.Fprintf(&sig, "%s:%d,", rs[i].ID, rs[i].Version)
-			}
-		}
-		if len(keep) == 0 {
-			continue
-		}
-		if old != nil {
-			if wp := old.workspaces[ws]; wp != nil && wp.signature == sig.String() {
-				set.workspaces[ws] = wp
-				set.rules += len(keep)
-				continue
-			}
-		}
-		prog, err := rules.Compile(keep)
-		if err != nil {
-			// rules apply refuses rules that do not compile; keep the
-			// others of the workspace rather than none.
-			var good []rules.Rule
-			for i := range keep {
-				if _, e := rules.Compile(keep[i : i+1]); e == nil {
-					good = append(good, keep[i])
-				} else {
-					applog.With(rr.log, "rule", keep[i].Name, "workspace", ws.String(), "err", e.Error()).Error("decision: rule does not compile, left out")
-				}
-			}
-			if prog, err = rules.Compile(good); err != nil {
-				return fmt.Errorf("compiling the rules of a workspace: %w", err)
-			}
-			keep = good
-		}
-		set.workspaces[ws] = &realtimeProgram{signature: sig.String(), program: prog}
-		set.rules += len(keep)
-	}
-	rr.set.Store(set)
-	applog.With(rr.log, "workspaces", len(set.workspaces), "rules", set.rules).Info(logDecisionRulesLoaded)
-	return nil
+	rr.lastWarn = time.Now()
+	applog.With(rr.log, "err", err.Error()).Warn(logDecisionRulesFailed)
 }

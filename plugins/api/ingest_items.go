@@ -755,7 +755,7 @@ func (r *fieldReader) time(field string, required bool, now time.Time) time.Time
 	}
 	// The usual form is read directly; any other goes through time.Parse,
 	// which decides. year is the year as written (time.Parse's t.Year()).
-	t, year, ok := parseRFC3339(s)
+	t, year, ok := event.ParseRFC3339(s)
 	var err error
 	if !ok {
 		if t, err = time.Parse(time.RFC3339Nano, s); err == nil {
@@ -774,79 +774,6 @@ func (r *fieldReader) time(field string, required bool, now time.Time) time.Time
 		return t.UTC()
 	}
 	return time.Time{}
-}
-
-// parseRFC3339 reads the common form of an RFC 3339 time,
-// YYYY-MM-DDTHH:MM:SS[.fraction]Z or ±HH:MM, as time.Parse(RFC3339Nano)
-// reads it (TestParseRFC3339IsTimeParse): the instant in UTC and the year as
-// written. false for anything else, including what time.Parse refuses, so
-// that time.Parse decides.
-func parseRFC3339(s string) (time.Time, int, bool) {
-	if len(s) < 20 || s[4] != '-' || s[7] != '-' || s[10] != 'T' || s[13] != ':' || s[16] != ':' {
-		return time.Time{}, 0, false
-	}
-	num := func(i, n int) (int, bool) {
-		v := 0
-		for _, c := range []byte(s[i : i+n]) {
-			if c < '0' || c > '9' {
-				return 0, false
-			}
-			v = v*10 + int(c-'0')
-		}
-		return v, true
-	}
-	year, ok1 := num(0, 4)
-	month, ok2 := num(5, 2)
-	day, ok3 := num(8, 2)
-	hour, ok4 := num(11, 2)
-	minute, ok5 := num(14, 2)
-	sec, ok6 := num(17, 2)
-	if !(ok1 && ok2 && ok3 && ok4 && ok5 && ok6) || month < 1 || month > 12 || day < 1 ||
-		day > daysIn(time.Month(month), year) || hour > 23 || minute > 59 || sec > 59 {
-		return time.Time{}, 0, false
-	}
-	i, nsec := 19, 0
-	if s[i] == '.' {
-		j := i + 1
-		for j < len(s) && s[j] >= '0' && s[j] <= '9' {
-			j++
-		}
-		digits := j - i - 1
-		if digits < 1 || digits > 9 {
-			return time.Time{}, 0, false
-		}
-		nsec, _ = num(i+1, digits)
-		for range 9 - digits {
-			nsec *= 10
-		}
-		i = j
-	}
-	offset := 0
-	switch {
-	case i == len(s)-1 && s[i] == 'Z':
-	case i == len(s)-6 && (s[i] == '+' || s[i] == '-') && s[i+3] == ':':
-		oh, ok1 := num(i+1, 2)
-		om, ok2 := num(i+4, 2)
-		if !ok1 || !ok2 || oh > 23 || om > 59 {
-			return time.Time{}, 0, false
-		}
-		offset = (oh*60 + om) * 60
-		if s[i] == '-' {
-			offset = -offset
-		}
-	default:
-		return time.Time{}, 0, false
-	}
-	t := time.Date(year, time.Month(month), day, hour, minute, sec, nsec, time.UTC).Add(-time.Duration(offset) * time.Second)
-	return t, year, true
-}
-
-// daysIn is the number of days of month in year.
-func daysIn(m time.Month, year int) int {
-	if m == time.February && year%4 == 0 && (year%100 != 0 || year%400 == 0) {
-		return 29
-	}
-	return int([...]byte{31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31}[m-1])
 }
 
 // occurredAt reads an event's occurred_at, which decides its monthly
@@ -1037,32 +964,6 @@ type wireCounterparty struct {
 	fp             string // its keyed fingerprint (content hash, identifier_fp)
 }
 
-// protectCounterparty is the counterparty_fingerprint processor's work on
-// one parsed counterparty: the identifier (already normalised) encrypted
-// for ws and the field counterparty.identifier (by sealer, the request's,
-// when there is one), masked and fingerprinted, and the counterparty's
-// de-duplication fingerprint.
-func protectCounterparty(prot *identity.Protector, sealer *identity.Sealer, ws event.UUID, cp *wireCounterparty) (*event.Counterparty, error) {
-	c := &event.Counterparty{Name: cp.Name}
-	if cp.Identifier != "" {
-		k := identity.Kind(cp.IdentifierKind)
-		var enc string
-		var err error
-		if sealer != nil {
-			enc, err = sealer.Seal(ws, identity.FieldCounterpartyIdentifier, cp.normalized)
-		} else {
-			enc, err = prot.Keys.Encrypt(ws, identity.FieldCounterpartyIdentifier, cp.normalized)
-		}
-		if err != nil {
-			return nil, err
-		}
-		cp.fp = prot.Fingerprints.Identifier(ws, k, cp.normalized)
-		c.IdentifierKind, c.IdentifierEnc, c.IdentifierMasked, c.IdentifierFP = cp.IdentifierKind, enc, identity.Mask(k, cp.normalized), cp.fp
-	}
-	c.Fingerprint = prot.Fingerprints.Counterparty(ws, c.IdentifierFP, c.Name)
-	return c, nil
-}
-
 func (r *fieldReader) transaction(ws event.UUID, now time.Time, prot *identity.Protector) parsedItem {
 	e := event.Envelope{
 		V: event.Version, Kind: event.KindTransaction, WorkspaceID: ws, ReceivedAt: now,
@@ -1092,12 +993,13 @@ func (r *fieldReader) transaction(ws event.UUID, now time.Time, prot *identity.P
 	var cpp *wireCounterparty
 	if cp.Name != "" || cp.Identifier != "" {
 		cpp = &cp
-		c, err := protectCounterparty(prot, r.sealer, ws, cpp)
+		c, err := prot.ProtectCounterparty(ws, cp.Name, identity.Kind(cp.IdentifierKind), cp.normalized, r.sealer)
 		if err != nil {
 			// A failing cipher, not the client's fault; never the value.
 			r.fail("counterparty.identifier", "cannot be encrypted now")
 			return parsedItem{item: item{externalID: e.ExternalID}, errors: *r.errs}
 		}
+		cp.fp = c.IdentifierFP
 		e.Counterparty = c
 	}
 	return r.finish(e, cpp, r.keyOf(ws, e.AccountExternalID))

@@ -303,7 +303,7 @@ func (a *decisionAPI) Connect(ctx context.Context) error {
 	a.breaker = newRedisBreaker(daRedisPause, max(daRedisSilence, 2*a.timeout))
 	a.rememberCh = make(chan rememberReq, daQueue)
 	a.store = features.New(rc, a.fopts)
-	a.rules = &realtimeRules{pool: rpool, interval: a.reload, log: a.log}
+	a.rules = newRealtimeRules(rpool, a.reload, a.log)
 	bg, stop := context.WithCancel(context.Background())
 	a.stopBg = stop
 	a.bg.Add(1)

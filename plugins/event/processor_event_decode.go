@@ -86,7 +86,7 @@ func newEventDecode(conf *service.ParsedConfig, mgr *service.Resources) (*eventD
 	if role != "persist" && role != "stream" {
 		return nil, fmt.Errorf("event_decode: %s must be persist or stream, got %q", edFieldRole, role)
 	}
-	d := &eventDecode{kind: event.Kind(kind), table: tableOfKind(event.Kind(kind))}
+	d := &eventDecode{kind: event.Kind(kind), table: event.Kind(kind).Table()}
 	d.duration = mgr.Metrics().NewTimer(fmt.Sprintf(metricStageDurationFormat, role), "table", "stage")
 	return d, nil
 }
@@ -118,11 +118,3 @@ func (d *eventDecode) ProcessBatch(_ context.Context, batch service.MessageBatch
 
 // Close releases nothing.
 func (d *eventDecode) Close(context.Context) error { return nil }
-
-// tableOfKind names the table a kind is stored in, the metrics' table label.
-func tableOfKind(k event.Kind) string {
-	if k == event.KindAccountEvent {
-		return "account_events"
-	}
-	return "transactions"
-}

@@ -179,10 +179,9 @@ func (p *counterpartyFingerprint) processMessage(msg *service.Message) error {
 	}
 	if firstErr == nil && p.counterparty != nil {
 		if cp, ok := lookupObject(root, p.counterparty); ok {
-			fpr := p.protector.Fingerprints
 			idFP, _ := cp["identifier"+suffixFP].(string)
 			name, _ := cp["name"].(string)
-			if fp := fpr.Counterparty(ws, idFP, name); fp != "" {
+			if fp := p.protector.CounterpartyFingerprint(ws, idFP, name); fp != "" {
 				cp["fingerprint"] = fp
 			} else {
 				delete(cp, "fingerprint")

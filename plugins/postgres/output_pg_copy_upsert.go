@@ -14,6 +14,7 @@ import (
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/eventmsg"
 	"github.com/speculapro/speculapro/internal/lease"
+	"github.com/speculapro/speculapro/internal/pgretry"
 	"github.com/speculapro/speculapro/internal/pgsystem"
 )
 
@@ -48,7 +49,6 @@ const (
 	logUndecodable  = "persist: sent undecodable records to dead-letter topic"
 	logRejected     = "persist: sent records the database refused to dead-letter topic"
 	logRevoked      = "persist: stopped retrying a batch whose partitions were revoked"
-	retryJitter     = 0.2
 	rollbackTimeout = 5 * time.Second
 )
 
@@ -194,13 +194,11 @@ type pgCopyUpsert struct {
 	primed         bool                 // owned was started, so Close must stop it
 	checked        bool                 // the role check passed once
 	connMu         sync.Mutex           // serialises Connect and Close
-	initialBackoff time.Duration
-	maxBackoff     time.Duration
+	policy         *pgretry.Policy
 	attemptTimeout time.Duration
 	log            *service.Logger
 	m              *persistMetrics
 	waits          *partitionWaits
-	lost           reconnection  // a lost connection Connect waits out
 	known          *knownParties // customers and accounts seen committed (store.go)
 }
 
@@ -260,12 +258,16 @@ func newPgCopyUpsert(o pcuOptions, dl deadLetterSink, mgr *service.Resources) (*
 	out := &pgCopyUpsert{
 		table:          o.table,
 		deadLetter:     dl,
-		initialBackoff: o.initialBackoff,
-		maxBackoff:     o.maxBackoff,
 		attemptTimeout: o.attemptTimeout,
 		log:            mgr.Logger(),
 		m:              newPersistMetrics(mgr.Metrics()),
 		waits:          newPartitionWaits(),
+	}
+	out.policy = &pgretry.Policy{
+		Initial: o.initialBackoff, Max: o.maxBackoff,
+		Retries: out.m.retries, Faults: out.m.faults, Label: o.table,
+		Log: out.log, RetryLine: logBatchRetry,
+		WaitForPartitions: true, AttemptTimeout: o.attemptTimeout,
 	}
 	out.known = newKnownParties(knownPartiesMax)
 	switch o.table {
@@ -317,7 +319,7 @@ func (o *pgCopyUpsert) Connect(ctx context.Context) error {
 			return err
 		}
 		o.checked = true
-	} else if err := o.reconnect(ctx); err != nil {
+	} else if err := o.policy.Reconnect(ctx, "pg_copy_upsert", o.pool.Ping); err != nil {
 		return err
 	}
 	if o.owned != nil && !o.primed {
@@ -345,20 +347,78 @@ func (o *pgCopyUpsert) WriteBatch(ctx context.Context, batch service.MessageBatc
 	ctx, release := lease.Watch(ctx, batch)
 	defer release()
 
-	var (
-		// Sized for the batch: grown from nothing they were copied a dozen
-		// times over per batch.
-		rows       = make([]*event.Envelope, 0, len(batch))
-		rowIndex   = make([]int, 0, len(batch))
-		dead       []deadLetter
-		duplicates int64
-	)
 	// Records no event_decode step read (the persist pipelines have none)
 	// are decoded here, into one slice a batch, sharing the records' bytes:
 	// they outlive nothing but this write. A pipeline step cost the engine
 	// a sort group, a tracing span and two contexts per record.
 	envs, decoded, undecodable := o.decodeBatch(batch)
 	defer decoded.release()
+	rows, rowIndex, dead, duplicates := o.prepare(batch, envs, undecodable)
+
+	fault := o.policy.Batch()
+	var res storeResult
+	var waiting *waitingPartitions
+	if len(rows) > 0 {
+		start := time.Now()
+		var learned isolation // kept from one attempt to the next
+		err := fault.Do(ctx, len(rows), func(ctx context.Context) error {
+			r, err := o.store(ctx, rows, &learned)
+			if err != nil {
+				return err
+			}
+			res = r
+			return nil
+		})
+		if errors.Is(err, pgretry.ErrMustWait) {
+			// Some partitions' rows wait for a month's partition: store the
+			// others, hand the waiting ones back.
+			res, waiting, err = o.storeAroundWaits(ctx, batch, rows, rowIndex, fault)
+		}
+		if err != nil {
+			return o.stopped(ctx, err, len(rows))
+		}
+		o.m.stage.Timing(time.Since(start).Nanoseconds(), o.table, "write")
+		if waiting == nil && len(res.rejected) == 0 {
+			// Committed: its placeholders exist now.
+			o.known.add(res.stats.named)
+			o.known.addCounterparties(res.stats.counterparties)
+		}
+		for _, rj := range res.rejected {
+			dead = append(dead, rj.deadLetter(rowIndex))
+		}
+	}
+	if waiting != nil {
+		// The waiting partitions' records are delivered again as they are:
+		// none of them is dead-lettered or counted now.
+		dead = waiting.without(batch, dead)
+	} else {
+		o.waits.settled(batch)
+	}
+	if err := o.sendDeadLetters(ctx, batch, dead, fault); err != nil {
+		return o.stopped(ctx, err, len(dead))
+	}
+
+	o.m.batches.Incr(1, o.table)
+	o.m.stored.Incr(res.stats.stored, o.table)
+	o.m.skipped.Incr(res.stats.skipped+duplicates, o.table)
+	o.m.placeholders.Incr(res.stats.customerPlaceholders, o.table, "customer")
+	o.m.placeholders.Incr(res.stats.accountPlaceholders, o.table, "account")
+	o.m.counterparties.Incr(res.stats.counterpartiesCreated, o.table)
+	if waiting != nil {
+		return waiting.batchError(batch)
+	}
+	return nil
+}
+
+// prepare picks the rows to store from the batch's envelopes (envs, as
+// decodeBatch gave them): rowIndex maps each row to its message; a message
+// flagged with an error or undecodable is a dead letter; a record repeated
+// within the batch is counted in duplicates and written once.
+func (o *pgCopyUpsert) prepare(batch service.MessageBatch, envs []*event.Envelope, undecodable []error) (rows []*event.Envelope, rowIndex []int, dead []deadLetter, duplicates int64) {
+	// Sized for the batch: grown from nothing they were copied a dozen
+	// times over per batch.
+	rows = make([]*event.Envelope, 0, len(batch))
+	rowIndex = make([]int, 0, len(batch))
 	start := time.Now()
 	seen := newSeenIDs(len(batch))
 	defer releaseSeenIDs(seen)
@@ -383,60 +443,7 @@ func (o *pgCopyUpsert) WriteBatch(ctx context.Context, batch service.MessageBatc
 		rowIndex = append(rowIndex, i)
 	}
 	o.m.stage.Timing(time.Since(start).Nanoseconds(), o.table, "prepare")
-
-	faulted := false // the batch's fault is counted once, whichever step fails
-	var res storeResult
-	var waiting *waitingPartitions
-	if len(rows) > 0 {
-		start = time.Now()
-		var learned isolation // kept from one attempt to the next
-		err := o.retryBatch(ctx, len(rows), &faulted, func(ctx context.Context) error {
-			r, err := o.store(ctx, rows, &learned)
-			if err != nil {
-				return err
-			}
-			res = r
-			return nil
-		})
-		if errors.Is(err, errMustWait) {
-			// Some partitions' rows wait for a month's partition: store the
-			// others, hand the waiting ones back.
-			res, waiting, err = o.storeAroundWaits(ctx, batch, rows, rowIndex, &faulted)
-		}
-		if err != nil {
-			return o.stopped(ctx, err, len(rows))
-		}
-		o.m.stage.Timing(time.Since(start).Nanoseconds(), o.table, "write")
-		if waiting == nil && len(res.rejected) == 0 {
-			// Committed: its placeholders exist now.
-			o.known.add(res.stats.named)
-			o.known.addCounterparties(res.stats.counterparties)
-		}
-		for _, rj := range res.rejected {
-			dead = append(dead, rj.deadLetter(rowIndex))
-		}
-	}
-	if waiting != nil {
-		// The waiting partitions' records are delivered again as they are:
-		// none of them is dead-lettered or counted now.
-		dead = waiting.without(batch, dead)
-	} else {
-		o.waits.settled(batch)
-	}
-	if err := o.sendDeadLetters(ctx, batch, dead, &faulted); err != nil {
-		return o.stopped(ctx, err, len(dead))
-	}
-
-	o.m.batches.Incr(1, o.table)
-	o.m.stored.Incr(res.stats.stored, o.table)
-	o.m.skipped.Incr(res.stats.skipped+duplicates, o.table)
-	o.m.placeholders.Incr(res.stats.customerPlaceholders, o.table, "customer")
-	o.m.placeholders.Incr(res.stats.accountPlaceholders, o.table, "account")
-	o.m.counterparties.Incr(res.stats.counterpartiesCreated, o.table)
-	if waiting != nil {
-		return waiting.batchError(batch)
-	}
-	return nil
+	return rows, rowIndex, dead, duplicates
 }
 
 // decodeBatch returns each message's envelope: the one event_decode

@@ -10,7 +10,7 @@ import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/speculapro/speculapro/internal/applog"
-	"github.com/speculapro/speculapro/internal/retry"
+	"github.com/speculapro/speculapro/internal/pgretry"
 )
 
 // deadLetter is one record to park.
@@ -23,7 +23,7 @@ type deadLetter struct {
 // sendDeadLetters hands the batch's dead letters to the dead-letter output,
 // retrying until it takes them, then logs and counts them: the undecodable
 // ones (no code) and the rows the database refused (with their codes).
-func (o *pgCopyUpsert) sendDeadLetters(ctx context.Context, batch service.MessageBatch, dead []deadLetter, faulted *bool) error {
+func (o *pgCopyUpsert) sendDeadLetters(ctx context.Context, batch service.MessageBatch, dead []deadLetter, fault *pgretry.Batch) error {
 	if len(dead) == 0 {
 		return nil
 	}
@@ -32,12 +32,7 @@ func (o *pgCopyUpsert) sendDeadLetters(ctx context.Context, batch service.Messag
 	for j, d := range dead {
 		letters[j] = deadLetterMessage(batch[d.index], d)
 	}
-	err := retry.Do(ctx, retry.Policy{
-		Initial: o.initialBackoff,
-		Max:     o.maxBackoff,
-		Jitter:  retryJitter,
-		OnRetry: func(_ int, err error, backoff time.Duration) { o.retrying(len(letters), err, backoff, faulted) },
-	}, func(ctx context.Context, _ int) error {
+	err := fault.Keep(ctx, len(letters), func(ctx context.Context) error {
 		if err := o.deadLetter.WriteBatch(ctx, letters); err != nil {
 			return fmt.Errorf("sending %d dead letters: %w", len(letters), err)
 		}

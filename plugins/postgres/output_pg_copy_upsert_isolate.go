@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -39,7 +40,7 @@ var (
 	// is dead-lettered with: the foreign-key violation (23503) the database
 	// raises for it, found with one query rather than by bisecting.
 	errUnknownWorkspace = &pgconn.PgError{
-		Severity: "ERROR", Code: "23503",
+		Severity: "ERROR", Code: pgerrcode.ForeignKeyViolation,
 		Message: "workspace_id is not present in table \"workspaces\"",
 	}
 	// errStoredBefore marks a direct write (COPY straight into the table)

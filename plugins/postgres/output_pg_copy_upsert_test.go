@@ -144,6 +144,7 @@ func (h *harness) newOutput(table, url string) *pgCopyUpsert {
 		h.t.Fatalf("newPgCopyUpsert: %v", err)
 	}
 	out.m = persistMetricsOf(h.m)
+	out.policy.Retries, out.policy.Faults = out.m.retries, out.m.faults
 	h.t.Cleanup(func() { _ = out.Close(context.Background()) })
 	if err := out.Connect(context.Background()); err != nil {
 		h.t.Fatalf("Connect: %v", err)

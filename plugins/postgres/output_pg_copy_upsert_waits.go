@@ -13,10 +13,11 @@ import (
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/lease"
 	"github.com/speculapro/speculapro/internal/pgclass"
+	"github.com/speculapro/speculapro/internal/pgretry"
 	"github.com/speculapro/speculapro/internal/retry"
 )
 
-// What a failed batch does, by what failed:
+// What a failed batch does, by what failed (pgretry.Classify decides):
 //   - a row's fault: isolated and dead-lettered (output_pg_copy_upsert_isolate.go);
 //   - a missing partition: the rows of the Kafka partitions it concerns wait,
 //     handed back to the input; the other partitions' rows are stored;
@@ -26,58 +27,6 @@ import (
 //   - anything else (permission, disk full, a deadlock, an attempt timed
 //     out): the same batch again here, with backoff, until it stores or its
 //     records' contexts end (shutdown, partitions revoked).
-
-// errMustWait marks an attempt that met a missing partition.
-var errMustWait = errors.New("rows wait for a partition")
-
-// retryBatch runs attempt until it succeeds, retrying with backoff what
-// waiting fixes; it returns errMustWait (wrapping the database's error) for
-// a missing partition, after logging the retry line, service.ErrNotConnected
-// (wrapping it) for a lost connection, after counting the fault (Connect
-// logs the waits for PostgreSQL: output_pg_copy_upsert_reconnect.go), and
-// lease causes as they are.
-func (o *pgCopyUpsert) retryBatch(ctx context.Context, rows int, faulted *bool, attempt func(ctx context.Context) error) error {
-	err := retry.Do(ctx, retry.Policy{
-		Initial: o.initialBackoff,
-		Max:     o.maxBackoff,
-		Jitter:  retryJitter,
-		Permanent: func(err error) bool {
-			return pgclass.IsMissingPartition(err) || pgclass.IsConnectionLost(err)
-		},
-		OnRetry: func(_ int, err error, backoff time.Duration) {
-			o.retrying(rows, err, backoff, faulted)
-		},
-	}, func(ctx context.Context, _ int) error { return attempt(ctx) })
-	switch {
-	case err == nil:
-		return nil
-	case ctx.Err() != nil:
-		return err
-	case pgclass.IsMissingPartition(err):
-		return fmt.Errorf("%w: %w", errMustWait, err)
-	case pgclass.IsConnectionLost(err):
-		o.fault(faulted)
-		o.lost.lose(rows)
-		return fmt.Errorf("%w: %w", service.ErrNotConnected, err)
-	}
-	return err
-}
-
-// retrying logs the documented retry line and counts the retry, and the batch's
-// fault the first time.
-func (o *pgCopyUpsert) retrying(rows int, err error, backoff time.Duration, faulted *bool) {
-	o.fault(faulted)
-	o.m.retries.Incr(1, o.table)
-	applog.With(o.log, "rows", rows, "err", err.Error(), "backoff", backoff.Round(time.Millisecond).String()).Error(logBatchRetry)
-}
-
-// fault counts the batch's fault the first time.
-func (o *pgCopyUpsert) fault(faulted *bool) {
-	if !*faulted {
-		*faulted = true
-		o.m.faults.Incr(1, o.table)
-	}
-}
 
 // stopped is what WriteBatch returns when a step gave up with err: a lease's
 // end (shutdown: nothing logged, no fault; revoked: one WARN line) or err.
@@ -127,7 +76,7 @@ type waitingPartitions struct {
 // its own transaction, so the partitions whose rows wait for a month's
 // partition hold only themselves back. Partitions stored stay stored when a
 // later one fails with something to retry.
-func (o *pgCopyUpsert) storeAroundWaits(ctx context.Context, batch service.MessageBatch, rows []*event.Envelope, rowIndex []int, faulted *bool) (storeResult, *waitingPartitions, error) {
+func (o *pgCopyUpsert) storeAroundWaits(ctx context.Context, batch service.MessageBatch, rows []*event.Envelope, rowIndex []int, fault *pgretry.Batch) (storeResult, *waitingPartitions, error) {
 	var groups []*partitionGroup
 	byPart := map[kafkaPartition]*partitionGroup{}
 	for i := range rows {
@@ -141,7 +90,7 @@ func (o *pgCopyUpsert) storeAroundWaits(ctx context.Context, batch service.Messa
 		g.rows = append(g.rows, i)
 	}
 	var res storeResult
-	err := o.retryBatch(ctx, len(rows), faulted, func(ctx context.Context) error {
+	err := fault.Do(ctx, len(rows), func(ctx context.Context) error {
 		for _, g := range groups {
 			if g.done || g.waitErr != nil {
 				continue
@@ -185,14 +134,13 @@ func (o *pgCopyUpsert) storeAroundWaits(ctx context.Context, batch service.Messa
 	for p := range w.parts {
 		attempts = max(attempts, o.waits.add(p))
 	}
-	policy := retry.Policy{Initial: o.initialBackoff, Max: o.maxBackoff, Jitter: retryJitter}
-	w.wait = policy.Backoff(attempts)
+	w.wait = o.policy.Backoff(attempts)
 	if attempts > 1 {
 		// These records were handed back before: the fault was counted
 		// when they first waited; this is one more retry of it.
-		*faulted = true
+		fault.Faulted()
 	}
-	o.retrying(w.rows, w.err, w.wait, faulted)
+	fault.Retrying(w.rows, w.err, w.wait)
 	return res, w, nil
 }
 
@@ -212,7 +160,7 @@ func (w *waitingPartitions) without(batch service.MessageBatch, dead []deadLette
 // message of those partitions failed, the rest succeeded, and the headline
 // says how long to wait.
 func (w *waitingPartitions) batchError(batch service.MessageBatch) error {
-	bErr := service.NewBatchError(batch, &retry.AfterError{Err: fmt.Errorf("%w: %w", errMustWait, w.err), Wait: w.wait})
+	bErr := service.NewBatchError(batch, &retry.AfterError{Err: fmt.Errorf("%w: %w", pgretry.ErrMustWait, w.err), Wait: w.wait})
 	for i, msg := range batch {
 		if w.parts[partitionOf(msg)] {
 			bErr.Failed(i, w.err)

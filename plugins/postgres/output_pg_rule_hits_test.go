@@ -75,6 +75,7 @@ func (h *hitsHarness) newHitsOutput(url string) *pgRuleHits {
 		h.t.Fatalf("newPgRuleHits: %v", err)
 	}
 	out.m = streamMetricsOf(h.m)
+	out.policy.Retries, out.policy.Faults = out.m.retries, out.m.faults
 	h.t.Cleanup(func() { _ = out.Close(context.Background()) })
 	return out
 }

@@ -19,16 +19,9 @@ import (
 
 // Tables pg_copy_upsert writes.
 const (
-	tableTransactions  = "transactions"
-	tableAccountEvents = "account_events"
+	tableTransactions  = event.TableTransactions
+	tableAccountEvents = event.TableAccountEvents
 )
-
-func tableOfKind(k event.Kind) string {
-	if k == event.KindAccountEvent {
-		return tableAccountEvents
-	}
-	return tableTransactions
-}
 
 // Staging tables live per connection (created by the pool's AfterConnect) and
 // empty themselves at every commit, so using them costs no DDL. Only a replay

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -65,11 +64,11 @@ const (
 	// ruleLogEvery bounds the WARN lines of one failing rule (and of a
 	// failing reload): its errors are all counted, one is logged a minute.
 	ruleLogEvery = time.Minute
-	// probeTimeout bounds one change probe and reload; a slow database then
-	// delays a reload, never the stream.
-	probeTimeout = 30 * time.Second
-	loadBackoff  = 500 * time.Millisecond
-	loadMaxWait  = 10 * time.Second
+	// progressTimeout bounds reading how far results are stored; a slow
+	// database then evaluates replays again, never holds the stream.
+	progressTimeout = 30 * time.Second
+	loadBackoff     = 500 * time.Millisecond
+	loadMaxWait     = 10 * time.Second
 )
 
 func ruleEvalSpec() *service.ConfigSpec {
@@ -174,21 +173,6 @@ type ruleEvalMetrics struct {
 	stage     timer
 }
 
-// ruleSet is the rules in force: one compiled program per workspace. It is
-// never modified once published, so batches read it without a lock.
-type ruleSet struct {
-	fingerprint string
-	workspaces  map[event.UUID]*workspaceProgram
-	rules       int
-}
-
-// workspaceProgram is one workspace's compiled rules; signature says which
-// rule versions it holds, so an unchanged workspace is not compiled again.
-type workspaceProgram struct {
-	signature string
-	program   *rules.Program
-}
-
 // ruleEval is the rule_eval processor.
 type ruleEval struct {
 	url            string
@@ -203,8 +187,8 @@ type ruleEval struct {
 	// connect, once: the pool and the first load, run by the first batch.
 	connectMu sync.Mutex
 	pool      *pgxpool.Pool
-	set       atomic.Pointer[ruleSet]
-	stop      context.CancelFunc // ends the reloader
+	loader    atomic.Pointer[rules.Loader] // set once the rules were loaded
+	stop      context.CancelFunc           // ends the reloader
 	reloader  sync.WaitGroup
 
 	logMu     sync.Mutex
@@ -255,7 +239,7 @@ func newRuleEval(url string, kind event.Kind, reloadInterval time.Duration, real
 	m := mgr.Metrics()
 	return &ruleEval{
 		url: url, kind: kind, reloadInterval: reloadInterval, realtimeOnly: realtimeOnly,
-		table: tableOfKind(kind),
+		table: kind.Table(),
 		log:   mgr.Logger(),
 		m: ruleEvalMetrics{
 			evaluated: m.NewCounter(metricEventsEvaluated, "kind"),
@@ -298,17 +282,17 @@ func (r *ruleEval) ProcessBatch(ctx context.Context, batch service.MessageBatch)
 			continue
 		}
 		var hits []any
-		if wp := set.workspaces[env.WorkspaceID]; wp != nil {
+		if prog := set.Program(env.WorkspaceID); prog != nil {
 			var found []rules.Hit
 			var errs []rules.RuleError
 			v, _ := msg.MetaGetMut(metaFeatures)
 			if vals, ok := v.(rules.Features); ok {
 				// feature_update's: only the features the rules name are
 				// built.
-				found, errs = wp.program.EvaluateFeatures(env, vals, &sc)
+				found, errs = prog.EvaluateFeatures(env, vals, &sc)
 			} else {
 				features, _ := v.(map[string]any)
-				found, errs = wp.program.Evaluate(env, features)
+				found, errs = prog.Evaluate(env, features)
 			}
 			for _, h := range found {
 				hits = append(hits, hitMeta(h))
@@ -383,7 +367,7 @@ func (r *ruleEval) storedReplays(ctx context.Context, batch service.MessageBatch
 	for k := range want {
 		topics, partitions = append(topics, k.topic), append(partitions, k.partition)
 	}
-	qctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	qctx, cancel := context.WithTimeout(ctx, progressTimeout)
 	defer cancel()
 	rows, err := r.pool.Query(qctx, `SELECT topic, kafka_partition, stored_offset FROM speculapro.stream_progress
  WHERE (topic, kafka_partition) IN (SELECT * FROM unnest($1::text[], $2::int[]))`, topics, partitions)
@@ -432,183 +416,93 @@ func hitMeta(h rules.Hit) map[string]any {
 
 // inForce returns the rules in force, connecting and loading them first if
 // this is the first batch.
-func (r *ruleEval) inForce(ctx context.Context) (*ruleSet, error) {
-	if s := r.set.Load(); s != nil {
-		return s, nil
+func (r *ruleEval) inForce(ctx context.Context) (*rules.Set, error) {
+	if l := r.loader.Load(); l != nil {
+		return l.Current(), nil
 	}
 	r.connectMu.Lock()
 	defer r.connectMu.Unlock()
-	if s := r.set.Load(); s != nil {
-		return s, nil // another pipeline thread loaded them meanwhile
+	if l := r.loader.Load(); l != nil {
+		return l.Current(), nil // another pipeline thread loaded them meanwhile
 	}
 	if r.pool == nil {
-		pcfg, err := pgxpool.ParseConfig(r.url)
+		pool, err := r.newPool()
 		if err != nil {
-			return nil, errors.New("rule_eval: the PostgreSQL URL cannot be parsed")
-		}
-		// The probe and a reload, never more than one at a time.
-		pcfg.MaxConns = 2
-		if pcfg.ConnConfig.ConnectTimeout == 0 || pcfg.ConnConfig.ConnectTimeout > 10*time.Second {
-			pcfg.ConnConfig.ConnectTimeout = 10 * time.Second
-		}
-		pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
-		if err != nil {
-			return nil, fmt.Errorf("rule_eval: creating the connection pool: %w", err)
+			return nil, err
 		}
 		r.pool = pool
 	}
+	loader := rules.NewLoader(r.pool, rules.LoaderOptions{Keep: r.keeps, Refused: r.refused, Loaded: r.loaded})
 	// Without its rules the stream cannot say what fired: wait for
 	// PostgreSQL rather than let events pass unevaluated.
-	var set *ruleSet
 	err := retry.Do(ctx, retry.Policy{
 		Initial: loadBackoff, Max: loadMaxWait, Jitter: 0.2,
 		OnRetry: func(_ int, err error, backoff time.Duration) {
 			applog.With(r.log, "err", err.Error(), "backoff", backoff.Round(time.Millisecond).String()).Error(logLoadRetry)
 		},
-	}, func(ctx context.Context, _ int) error {
-		s, err := r.load(ctx, nil)
-		set = s
-		return err
-	})
+	}, func(ctx context.Context, _ int) error { return loader.Refresh(ctx) })
 	if err != nil {
 		return nil, err
 	}
-	r.publish(set)
+	r.loader.Store(loader)
 	rctx, stop := context.WithCancel(context.Background())
 	r.stop = stop
 	r.reloader.Add(1)
 	// The reloader owns the probes and reloads; Close cancels rctx and waits
-	// for it, so it cannot outlive the step.
+	// for it, so it cannot outlive the step. A failed probe keeps the loaded
+	// rules.
 	go func() {
 		defer r.reloader.Done()
-		r.reloadLoop(rctx)
-	}()
-	return set, nil
-}
-
-// reloadLoop probes for changed rules every reload_interval and publishes a
-// new rule set when they changed.
-func (r *ruleEval) reloadLoop(ctx context.Context) {
-	t := time.NewTicker(r.reloadInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if err := r.reload(ctx); err != nil && ctx.Err() == nil {
+		loader.Watch(rctx, r.reloadInterval, func(err error) {
 			if r.warnDue("reload") {
 				applog.With(r.log, "err", err.Error()).Warn(logReloadFailed)
 			}
-		}
-	}
+		})
+	}()
+	return loader.Current(), nil
 }
 
-// reload publishes the rules again if the probe says they changed.
-func (r *ruleEval) reload(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
-	defer cancel()
-	old := r.set.Load()
-	fp, err := rules.Fingerprint(ctx, r.pool)
+// newPool is the step's pool: the probe and a reload, never more than one at
+// a time.
+func (r *ruleEval) newPool() (*pgxpool.Pool, error) {
+	pcfg, err := pgxpool.ParseConfig(r.url)
 	if err != nil {
-		return err
+		return nil, errors.New("rule_eval: the PostgreSQL URL cannot be parsed")
 	}
-	if fp == old.fingerprint {
-		return nil
+	pcfg.MaxConns = 2
+	if pcfg.ConnConfig.ConnectTimeout == 0 || pcfg.ConnConfig.ConnectTimeout > 10*time.Second {
+		pcfg.ConnConfig.ConnectTimeout = 10 * time.Second
 	}
-	set, err := r.load(ctx, old)
+	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
 	if err != nil {
-		return err
+		return nil, fmt.Errorf("rule_eval: creating the connection pool: %w", err)
 	}
-	r.publish(set)
-	return nil
+	return pool, nil
 }
 
-// load reads every workspace's enabled rules and compiles those of each
-// workspace whose rules differ from old's (all of them when old is nil).
-func (r *ruleEval) load(ctx context.Context, old *ruleSet) (*ruleSet, error) {
-	// The probe first: a change landing between the two reads then shows
-	// at the next probe instead of being missed.
-	fp, err := rules.Fingerprint(ctx, r.pool)
-	if err != nil {
-		return nil, err
-	}
-	all, err := rules.LoadEnabled(ctx, r.pool)
-	if err != nil {
-		return nil, err
-	}
-	set := &ruleSet{fingerprint: fp, workspaces: make(map[event.UUID]*workspaceProgram, len(all))}
-	for ws, rs := range all {
-		var keep []rules.Rule
-		for _, rule := range rs {
-			if rule.AppliesTo == r.kind && (!r.realtimeOnly || rule.Action == "review" || rule.Action == "decline") {
-				keep = append(keep, rule)
-			}
-		}
-		if len(keep) == 0 {
-			continue
-		}
-		sig := signature(keep)
-		if old != nil {
-			if wp := old.workspaces[ws]; wp != nil && wp.signature == sig {
-				set.workspaces[ws] = wp
-				set.rules += wp.program.Len()
-				continue
-			}
-		}
-		prog := r.compile(keep)
-		set.workspaces[ws] = &workspaceProgram{signature: sig, program: prog}
-		set.rules += prog.Len()
-	}
-	return set, nil
+// keeps selects the rules of the step's kind (and only the real-time
+// decision's, with realtime_only).
+func (r *ruleEval) keeps(rule *rules.Rule) bool {
+	return rule.AppliesTo == r.kind && (!r.realtimeOnly || rule.Action == "review" || rule.Action == "decline")
 }
 
-// compile compiles one workspace's rules as one program. Should a stored
-// rule not compile (rules apply refuses those, but the database may hold
-// one written otherwise or by another version), it is left out, counted and
-// logged, and the others still run.
-func (r *ruleEval) compile(rs []rules.Rule) *rules.Program {
-	prog, err := rules.Compile(rs)
-	if err == nil {
-		return prog
+// refused counts and logs a stored rule that does not compile (left out,
+// the others still run).
+func (r *ruleEval) refused(rule *rules.Rule, err error) {
+	if rule == nil {
+		applog.With(r.log, "err", err.Error()).Error(logRuleRefused)
+		return
 	}
-	var good []rules.Rule
-	for i := range rs {
-		if _, err := rules.Compile(rs[i : i+1]); err != nil {
-			// The error names the rule and the position in its expression.
-			r.m.errors.Incr(1, rs[i].Name)
-			if r.warnDue(rs[i].ID.String()) {
-				applog.With(r.log, "rule", rs[i].Name, "rule_id", rs[i].ID.String(), "workspace", rs[i].WorkspaceID.String(), "err", err.Error()).Error(logRuleRefused)
-			}
-			continue
-		}
-		good = append(good, rs[i])
+	r.m.errors.Incr(1, rule.Name)
+	if r.warnDue(rule.ID.String()) {
+		applog.With(r.log, "rule", rule.Name, "rule_id", rule.ID.String(), "workspace", rule.WorkspaceID.String(), "err", err.Error()).Error(logRuleRefused)
 	}
-	if prog, err = rules.Compile(good); err != nil {
-		// Each compiled alone but not together: this is a bug of ours;
-		// evaluate nothing for the workspace rather than stop the stream.
-		applog.With(r.log, "rules", len(good), "err", err.Error()).Error(logRuleRefused)
-		prog, _ = rules.Compile(nil)
-	}
-	return prog
 }
 
-// publish makes set the rules in force.
-func (r *ruleEval) publish(set *ruleSet) {
-	r.set.Store(set)
-	r.m.loaded.Set(int64(set.rules), string(r.kind))
-	applog.With(r.log, "kind", string(r.kind), "workspaces", len(set.workspaces), "rules", set.rules).Info(logRulesLoaded)
-}
-
-// signature names the rule versions of one workspace (they arrive ordered
-// by name).
-func signature(rs []rules.Rule) string {
-	var b strings.Builder
-	for _, r := range rs {
-		fmt.Fprintf(&b, "%s:%d,", r.ID, r.Version)
-	}
-	return b.String()
+// loaded reports the rules now in force.
+func (r *ruleEval) loaded(set *rules.Set) {
+	r.m.loaded.Set(int64(set.Rules()), string(r.kind))
+	applog.With(r.log, "kind", string(r.kind), "workspaces", set.Workspaces(), "rules", set.Rules()).Info(logRulesLoaded)
 }
 
 // ruleFailed counts a rule's failure on one event and logs it at most once
@@ -644,13 +538,4 @@ func (r *ruleEval) Close(context.Context) error {
 		r.pool.Close()
 	}
 	return nil
-}
-
-// tableOfKind names the table a kind is stored in: the stage timer's label,
-// as event_decode sets it.
-func tableOfKind(k event.Kind) string {
-	if k == event.KindAccountEvent {
-		return "account_events"
-	}
-	return "transactions"
 }

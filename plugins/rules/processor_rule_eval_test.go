@@ -255,18 +255,18 @@ func TestReloadsChangedRulesWithoutRestart(t *testing.T) {
 	if got := hitNames(t, h.process(r, message(t, acme, 1, "100", nil))[0]); got != nil {
 		t.Fatalf("hits %v before the change", got)
 	}
-	before := r.set.Load()
+	before := r.loader.Load().Current()
 
 	h.exec(`UPDATE speculapro.rules SET expression = 'event.amount >= 50', version = version + 1, updated_at = now() WHERE id = $1`, rule)
 	deadline := time.Now().Add(10 * time.Second)
-	for r.set.Load() == before {
+	for r.loader.Load().Current() == before {
 		if time.Now().After(deadline) {
 			t.Fatal("the change was not picked up within 10 s")
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	after := r.set.Load()
-	if after.workspaces[other] != before.workspaces[other] {
+	after := r.loader.Load().Current()
+	if after.Program(other) != before.Program(other) {
 		t.Errorf("an unchanged workspace was compiled again")
 	}
 	out := h.process(r, message(t, acme, 2, "100", nil))
@@ -281,7 +281,7 @@ func TestReloadsChangedRulesWithoutRestart(t *testing.T) {
 	// Disabled: it stops firing.
 	h.exec(`UPDATE speculapro.rules SET enabled = false, version = version + 1, updated_at = now() WHERE id = $1`, rule)
 	deadline = time.Now().Add(10 * time.Second)
-	for r.set.Load().workspaces[acme] != nil {
+	for r.loader.Load().Current().Program(acme) != nil {
 		if time.Now().After(deadline) {
 			t.Fatal("disabling was not picked up within 10 s")
 		}
@@ -466,7 +466,9 @@ func TestRuleEvalAllocationsPerEvent(t *testing.T) {
 	m := &testenv.Metrics{}
 	r.m = ruleEvalMetrics{evaluated: m.Metric("evaluated"), skipped: m.Metric("skipped"), hits: m.Metric("hits"), errors: m.Metric("errors"), loaded: m.Metric("loaded"), stage: m.Metric("stage")}
 	ws := event.UUID{7}
-	r.set.Store(&ruleSet{workspaces: map[event.UUID]*workspaceProgram{ws: {program: prog}}, rules: prog.Len()})
+	loader := rules.NewLoader(nil, rules.LoaderOptions{})
+	loader.Publish(rules.NewSet(map[event.UUID]*rules.Program{ws: prog}))
+	r.loader.Store(loader)
 
 	const n, batchAllocs = 500, 12
 	in := make(service.MessageBatch, n)
