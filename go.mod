@@ -3,7 +3,6 @@ module github.com/speculapro/speculapro
 go 1.26.8
 
 require (
-	github.com/goccy/go-json v0.12.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/redis/go-redis/v9 v9.23.0

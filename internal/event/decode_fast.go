@@ -73,6 +73,9 @@ type fastDecoder struct {
 	// unplain: a string read so far holds DEL, which CheckText must then
 	// find.
 	unplain bool
+	// decoded: a string read since it was last cleared had escapes or
+	// invalid UTF-8 (unquoteAt).
+	decoded bool
 }
 
 func (d *fastDecoder) ws() {
@@ -101,7 +104,7 @@ func (d *fastDecoder) object(field func(key string) bool) bool {
 	}
 	for {
 		d.ws()
-		key, ok := d.str()
+		key, ok := d.key()
 		if !ok {
 			return false
 		}
@@ -118,6 +121,15 @@ func (d *fastDecoder) object(field func(key string) bool) bool {
 			return ok
 		}
 	}
+}
+
+// key reads an object's key, which must be plain: encoding/json matches an
+// escaped or differently cased key to a field too, and such a record is
+// left to it.
+func (d *fastDecoder) key() (string, bool) {
+	d.decoded = false
+	k, ok := d.str()
+	return k, ok && !d.decoded
 }
 
 // afterMember reads what follows an object's or array's member: a ',' (more
@@ -139,8 +151,9 @@ func (d *fastDecoder) afterMember(closing byte) (end, ok bool) {
 	}
 }
 
-// str reads a string without escapes or control characters, in valid
-// UTF-8, as a substring of the record.
+// str reads a string as a substring of the record when it is plain (no
+// escape, valid UTF-8), else decoded by unquoteAt as encoding/json decodes
+// it. Either way no control character is left unescaped.
 func (d *fastDecoder) str() (string, bool) {
 	if d.i >= len(d.s) || d.s[d.i] != '"' {
 		return "", false
@@ -163,12 +176,13 @@ func (d *fastDecoder) str() (string, bool) {
 		case c == '"':
 			v := d.s[start:j]
 			if !ascii && !utf8.ValidString(v) {
-				// The library would put U+FFFD in: its job.
-				return "", false
+				return d.unquoteAt(start)
 			}
 			d.i = j + 1
 			return v, true
-		case c == '\\' || c < 0x20:
+		case c == '\\':
+			return d.unquoteAt(start)
+		case c < 0x20:
 			return "", false
 		case c >= 0x80:
 			ascii = false
@@ -177,6 +191,23 @@ func (d *fastDecoder) str() (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// unquoteAt reads the string whose content starts at start, with escapes
+// or invalid UTF-8, decoded into a string of its own. Its text may then
+// hold anything, so the record is no longer plain.
+func (d *fastDecoder) unquoteAt(start int) (string, bool) {
+	end, _ := skipString(d.b, start-1)
+	if end < 0 {
+		return "", false
+	}
+	v, ok := appendUnquoted(make([]byte, 0, end-start), d.b[start:end-1])
+	if !ok {
+		return "", false
+	}
+	d.i = end
+	d.unplain, d.decoded = true, true
+	return unsafe.String(unsafe.SliceData(v), len(v)), true
 }
 
 // special8 reports whether any of x's eight bytes is '"', '\\', below 0x20,
@@ -475,8 +506,11 @@ func (d *fastDecoder) uuid(into *UUID) bool {
 // UnmarshalJSON itself.
 func (d *fastDecoder) time(into *time.Time) bool {
 	start := d.i
+	d.decoded = false
 	v, ok := d.str()
-	if !ok {
+	if !ok || d.decoded {
+		// time.Time's UnmarshalJSON reads the quoted bytes as they
+		// are, escapes and all: left to encoding/json.
 		return false
 	}
 	if t, ok := parseUTC(v); ok {

@@ -12,8 +12,6 @@ import (
 	"time"
 	"unsafe"
 
-	gojson "github.com/goccy/go-json"
-
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/identity"
 )
@@ -65,13 +63,13 @@ type item struct {
 }
 
 // encode builds the item's message: the envelope as event.Encode writes
-// it (appendRecord), encoded once, with the counterparty in its protected
+// it (event.AppendRecord), encoded once, with the counterparty in its protected
 // form (the API protects it while the item is parsed, so no step of the
 // pipeline parses the record again). The record is appended to slab, the
 // request's one buffer for all of them, when there is one.
 func (it *item) encode(slab *recordSlab) {
 	if slab == nil {
-		it.value = appendRecord(nil, &it.env)
+		it.value = event.AppendRecord(nil, &it.env)
 		return
 	}
 	if cap(slab.cur)-len(slab.cur) < recordRoom {
@@ -80,7 +78,7 @@ func (it *item) encode(slab *recordSlab) {
 		slab.take()
 	}
 	start := len(slab.cur)
-	slab.cur = appendRecord(slab.cur, &it.env)
+	slab.cur = event.AppendRecord(slab.cur, &it.env)
 	it.value = slab.cur[start:len(slab.cur):len(slab.cur)]
 }
 
@@ -151,7 +149,7 @@ func (s *recordSlab) release() {
 
 // memberSlabs are the requests' buffers of object members (about 15 an
 // item), reused between requests.
-var memberSlabs = sync.Pool{New: func() any { s := make([]objField, 0, 8<<10); return &s }}
+var memberSlabs = sync.Pool{New: func() any { s := make([]event.Member, 0, 8<<10); return &s }}
 
 // withID gives the item the ID it was first accepted under, and that
 // ID's occurred_at, so a resend of an item that may already be in Kafka is
@@ -232,7 +230,7 @@ func decodeBatchInto(body []byte, kind event.Kind, ws event.UUID, now time.Time,
 	}
 	wsPrefix := ws.String() + ":"
 	keys := make([]byte, 0, len(raws)*(len(wsPrefix)+24))
-	mp := memberSlabs.Get().(*[]objField)
+	mp := memberSlabs.Get().(*[]event.Member)
 	members := (*mp)[:0]
 	defer func() {
 		// The members slice the body; none is read after this call.
@@ -280,57 +278,25 @@ func splitItems(body []byte, fault *event.JSONFault) ([][]byte, bool) {
 	if fault != nil {
 		return nil, false
 	}
-	fields, ok := splitObject(body)
-	if !ok || len(fields) != 1 || string(fields[0].key) != "items" {
+	fields, ok := event.AppendMembers(nil, body)
+	if !ok || len(fields) != 1 || string(fields[0].Key) != "items" {
 		return nil, false
 	}
-	return splitArray(fields[0].val)
-}
-
-// splitArray splits a JSON array (JSON already checked) into its elements,
-// slices of arr; false when arr is not an array.
-func splitArray(arr []byte) ([][]byte, bool) {
-	if len(arr) < 2 || arr[0] != '[' {
-		return nil, false
-	}
-	raws := make([][]byte, 0, 64)
-	i := skipSpace(arr, 1)
-	if arr[i] == ']' {
-		return raws, true
-	}
-	for {
-		end := skipValue(arr, i)
-		if end < 0 {
-			return nil, false
-		}
-		raws = append(raws, arr[i:end:end])
-		i = skipSpace(arr, end)
-		if i >= len(arr) {
-			return nil, false
-		}
-		switch arr[i] {
-		case ',':
-			i = skipSpace(arr, i+1)
-		case ']':
-			return raws, true
-		default:
-			return nil, false
-		}
-	}
+	return event.SplitArray(fields[0].Value)
 }
 
 // readItems reads {"items": [...]} from a body (JSON, checkBody found no
 // syntax fault) splitItems did not take, with the request-level error that
 // explains why it is refused; a fault inside the items is left to them.
 func readItems(body []byte, fault *event.JSONFault) ([][]byte, error) {
-	fields, ok := splitObject(body)
+	fields, ok := event.AppendMembers(nil, body)
 	if !ok {
 		return nil, fmt.Errorf("%w: want a JSON object with an items array", errMalformed)
 	}
 	var unknown []string
 	seen := map[string]bool{}
 	for _, f := range fields {
-		if k := string(f.key); k != "items" && !seen[k] {
+		if k := string(f.Key); k != "items" && !seen[k] {
 			seen[k] = true
 			unknown = append(unknown, k)
 		}
@@ -348,7 +314,7 @@ func readItems(body []byte, fault *event.JSONFault) ([][]byte, error) {
 	case len(fields) > 1: // items named twice, a fault in the first named first
 		return nil, faultError(&event.JSONFault{Path: "items", Reason: event.ReasonDuplicateKey})
 	}
-	raws, ok := splitArray(fields[0].val)
+	raws, ok := event.SplitArray(fields[0].Value)
 	if !ok {
 		return nil, fmt.Errorf("%w: items: want an array of objects", errMalformed)
 	}
@@ -386,7 +352,7 @@ type fieldReader struct {
 	sealer   *identity.Sealer // the request's, for its identifiers; nil: one per identifier
 	text     *bodyText        // the request's body as text, strings are cut from; nil: copied each
 	records  *recordSlab      // the request's buffer the records are appended to; nil: one each
-	slab     *[]objField      // the request's buffer of object members; nil: one slice an object
+	slab     *[]event.Member  // the request's buffer of object members; nil: one slice an object
 	wsPrefix string           // "<workspace>:", the Kafka keys' start; "": made per item
 	keys     *[]byte          // the request's buffer the Kafka keys are cut from; nil: one each
 	// The object's path, written only when a failure names it: path, or
@@ -395,7 +361,7 @@ type fieldReader struct {
 	item    int
 	parent  *fieldReader
 	name    string
-	fields  []objField // the object's members in order (a repeated key: the last counts)
+	fields  []event.Member // the object's members in order (a repeated key: the last counts)
 	errs    *[]FieldError
 	ownErrs []FieldError // errs of a reader that is not nested
 	nested  []*fieldReader
@@ -420,14 +386,6 @@ func (r *fieldReader) objectPath() string {
 	return r.path
 }
 
-// objField is one member of a JSON object: its key (unescaped) and its
-// value's bytes, sliced from the request body, not copied.
-type objField struct {
-	key  []byte
-	val  json.RawMessage
-	used bool
-}
-
 // newFieldReader fails the whole request only when raw is not an object; a
 // field of the wrong type is the item's fault and reported per field.
 func newFieldReader(raw json.RawMessage, path string) (*fieldReader, error) {
@@ -436,14 +394,14 @@ func newFieldReader(raw json.RawMessage, path string) (*fieldReader, error) {
 
 // newSlabReader is newFieldReader with the members of raw's objects kept
 // in slab, the request's one buffer of them (nil: one slice an object).
-func newSlabReader(raw json.RawMessage, path string, slab *[]objField) (*fieldReader, error) {
+func newSlabReader(raw json.RawMessage, path string, slab *[]event.Member) (*fieldReader, error) {
 	r := &fieldReader{path: path, present: true, slab: slab}
 	return r, r.start(raw)
 }
 
 // newItemReader is newSlabReader for items[i], its path written only when
 // a failure names it.
-func newItemReader(raw json.RawMessage, i int, slab *[]objField) (*fieldReader, error) {
+func newItemReader(raw json.RawMessage, i int, slab *[]event.Member) (*fieldReader, error) {
 	r := &fieldReader{item: i + 1, present: true, slab: slab}
 	return r, r.start(raw)
 }
@@ -459,138 +417,17 @@ func (r *fieldReader) start(raw json.RawMessage) error {
 
 // split splits an object into its members, in the reader's slab when it
 // has one.
-func (r *fieldReader) split(raw []byte) ([]objField, bool) {
+func (r *fieldReader) split(raw []byte) ([]event.Member, bool) {
 	if r.slab == nil {
-		return splitObject(raw)
+		return event.AppendMembers(make([]event.Member, 0, 16), raw)
 	}
 	start := len(*r.slab)
-	grown, ok := appendMembers(*r.slab, raw)
+	grown, ok := event.AppendMembers(*r.slab, raw)
 	if !ok {
 		return nil, false
 	}
 	*r.slab = grown
 	return grown[start:len(grown):len(grown)], true
-}
-
-// splitObject splits a JSON object into its members without decoding the
-// values (nor allocating a map): false when raw is not one object.
-func splitObject(raw []byte) ([]objField, bool) {
-	return appendMembers(make([]objField, 0, 16), raw)
-}
-
-// appendMembers appends the members of the JSON object raw to fields:
-// false when raw is not one object.
-func appendMembers(fields []objField, raw []byte) ([]objField, bool) {
-	i := skipSpace(raw, 0)
-	if i >= len(raw) || raw[i] != '{' {
-		return nil, false
-	}
-	i = skipSpace(raw, i+1)
-	if i < len(raw) && raw[i] == '}' {
-		return fields, skipSpace(raw, i+1) == len(raw)
-	}
-	for {
-		if i >= len(raw) || raw[i] != '"' {
-			return nil, false
-		}
-		end, escaped := skipString(raw, i)
-		if end < 0 {
-			return nil, false
-		}
-		key := raw[i+1 : end-1 : end-1]
-		if escaped {
-			var k string
-			if gojson.Unmarshal(raw[i:end], &k) != nil {
-				return nil, false
-			}
-			key = []byte(k)
-		}
-		i = skipSpace(raw, end)
-		if i >= len(raw) || raw[i] != ':' {
-			return nil, false
-		}
-		i = skipSpace(raw, i+1)
-		vend := skipValue(raw, i)
-		if vend < 0 {
-			return nil, false
-		}
-		fields = append(fields, objField{key: key, val: raw[i:vend:vend]})
-		i = skipSpace(raw, vend)
-		if i >= len(raw) {
-			return nil, false
-		}
-		switch raw[i] {
-		case ',':
-			i = skipSpace(raw, i+1)
-		case '}':
-			return fields, skipSpace(raw, i+1) == len(raw)
-		default:
-			return nil, false
-		}
-	}
-}
-
-func skipSpace(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\r' || b[i] == '\n') {
-		i++
-	}
-	return i
-}
-
-// skipString returns the end of the string starting at b[i] (after its
-// closing quote; -1: unterminated) and whether it holds escapes.
-func skipString(b []byte, i int) (int, bool) {
-	escaped := false
-	for j := i + 1; j < len(b); j++ {
-		switch b[j] {
-		case '"':
-			return j + 1, escaped
-		case '\\':
-			escaped = true
-			j++
-		}
-	}
-	return -1, false
-}
-
-// skipValue returns the end of the JSON value starting at b[i] (-1: none).
-// The body parsed as JSON already, so this only finds the value's end.
-func skipValue(b []byte, i int) int {
-	if i >= len(b) {
-		return -1
-	}
-	switch b[i] {
-	case '"':
-		end, _ := skipString(b, i)
-		return end
-	case '{', '[':
-		depth := 0
-		for j := i; j < len(b); j++ {
-			switch b[j] {
-			case '"':
-				end, _ := skipString(b, j)
-				if end < 0 {
-					return -1
-				}
-				j = end - 1
-			case '{', '[':
-				depth++
-			case '}', ']':
-				if depth--; depth == 0 {
-					return j + 1
-				}
-			}
-		}
-		return -1
-	}
-	j := i
-	for j < len(b) && b[j] != ',' && b[j] != '}' && b[j] != ']' && b[j] != ' ' && b[j] != '\t' && b[j] != '\r' && b[j] != '\n' {
-		j++
-	}
-	if j == i || !json.Valid(b[i:j]) {
-		return -1
-	}
-	return j
 }
 
 // joinPath is path.field, either part possibly empty.
@@ -617,9 +454,9 @@ func (r *fieldReader) fail(field, msg string) {
 func (r *fieldReader) raw(field string) json.RawMessage {
 	var v json.RawMessage
 	for i := range r.fields {
-		if string(r.fields[i].key) == field {
-			r.fields[i].used = true
-			v = r.fields[i].val // the last of repeated keys, as a map keeps it
+		if string(r.fields[i].Key) == field {
+			r.fields[i].Read = true
+			v = r.fields[i].Value // the last of repeated keys, as a map keeps it
 		}
 	}
 	if v == nil || string(v) == "null" {
@@ -639,7 +476,7 @@ func (r *fieldReader) str(field string, required bool, max int) string {
 	}
 	s, ok := r.plainString(v)
 	if !ok {
-		if s, ok = decodeString(v); !ok {
+		if s, ok = event.Unquote(v); !ok {
 			r.fail(field, "want a string")
 			return ""
 		}
@@ -721,16 +558,6 @@ func (t *bodyText) cut(v []byte) (string, bool) {
 		return "", false
 	}
 	return t.s[off : off+uintptr(len(v))], true
-}
-
-// decodeString decodes a JSON string with escapes (false: not a string).
-// Apart from str, so that str's own result does not escape to the heap.
-func decodeString(v json.RawMessage) (string, bool) {
-	var s string
-	if err := gojson.Unmarshal(v, &s); err != nil {
-		return "", false
-	}
-	return s, true
 }
 
 func (r *fieldReader) enum(field string, required bool, allowed ...string) string {
@@ -872,7 +699,7 @@ func (r *fieldReader) amount(field string) string {
 	}
 	s, ok := r.plainString(v)
 	if !ok {
-		if s, ok = decodeString(v); !ok {
+		if s, ok = event.Unquote(v); !ok {
 			r.fail(field, `want a decimal string such as "1249.90", not a JSON number`)
 			return ""
 		}
@@ -1010,14 +837,14 @@ func (r *fieldReader) unknownFields() []string {
 	if r.present {
 		var seen map[string]bool // a repeated unknown key is listed once
 		for _, f := range r.fields {
-			if f.used || seen[string(f.key)] {
+			if f.Read || seen[string(f.Key)] {
 				continue
 			}
 			if seen == nil {
 				seen = map[string]bool{}
 			}
-			seen[string(f.key)] = true
-			out = append(out, joinPath(r.objectPath(), string(f.key)))
+			seen[string(f.Key)] = true
+			out = append(out, joinPath(r.objectPath(), string(f.Key)))
 		}
 	}
 	for _, n := range r.nested {

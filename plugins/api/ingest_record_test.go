@@ -110,14 +110,6 @@ func TestBatchAnswerIsMarshal(t *testing.T) {
 	}
 }
 
-func TestUUIDStringIsString(t *testing.T) {
-	for _, u := range []event.UUID{{}, testWS, event.TransactionID(testWS, "x", testNow), {0xff, 0x0f, 0xf0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 0xab}} {
-		if got := uuidString(u); got != u.String() {
-			t.Errorf("uuidString = %s, want %s", got, u.String())
-		}
-	}
-}
-
 var rfc3339Samples = []string{
 	"2026-11-30T07:41:12.345Z", "2026-11-30T07:41:12Z", "2026-11-30T07:41:12.123456789+01:00", "2026-11-30T07:41:12.1-09:30",
 	"1970-01-01T00:30:00+01:00", "1969-12-31T23:30:00-01:00", "2024-02-29T00:00:00Z", "2023-02-29T00:00:00Z", "2100-02-29T00:00:00Z",

@@ -12,7 +12,6 @@ import (
 	"sync"
 	"time"
 
-	gojson "github.com/goccy/go-json"
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/redpanda-data/benthos/v4/public/service"
 
@@ -182,7 +181,7 @@ func (e *spoolEntry) names() (ws, ext string) {
 		WorkspaceID string `json:"workspace_id"`
 		ExternalID  string `json:"external_id"`
 	}
-	_ = gojson.Unmarshal(e.bytes(), &n)
+	_ = json.Unmarshal(e.bytes(), &n)
 	return n.WorkspaceID, n.ExternalID
 }
 
