@@ -10,6 +10,8 @@ import (
 	"time"
 )
 
+// The checks Encode and Decode apply to an envelope and its canonical form.
+
 // normalize checks what the persister and the database rely on, every
 // limit of limits.go but the occurred_at window included, and puts the
 // envelope in its canonical form (UTC times, compact JSON objects, no empty
@@ -26,45 +28,24 @@ func (e *Envelope) normalize(plain bool) error {
 	if e.WorkspaceID.IsZero() {
 		return ErrMissingWorkspace
 	}
-	invalid := func(field, reason string) error {
-		return fmt.Errorf("%w: %s %s: %s", ErrNotJSON, e.Kind, field, reason)
-	}
-	outOfLimits := func(field string, err error) error {
-		return fmt.Errorf("%w: %s %s: %s", ErrOutOfLimits, e.Kind, field, err)
-	}
 	if e.Kind != KindTransaction && e.Kind != KindAccountEvent {
 		return fmt.Errorf("%w: unknown kind (want transaction or account_event)", ErrNotJSON)
 	}
 	if e.ExternalID == "" {
-		return invalid("external_id", "missing")
+		return e.invalid("external_id", "missing")
 	}
 	if err := checkExternalID(e.ExternalID, plain); err != nil {
-		return outOfLimits("external_id", err)
+		return e.outOfLimits("external_id", err)
 	}
 	var err error
 	if e.OccurredAt, err = canonicalTime(e.OccurredAt, true); err != nil {
-		return invalid("occurred_at", err.Error())
+		return e.invalid("occurred_at", err.Error())
 	}
 	if e.ReceivedAt, err = canonicalTime(e.ReceivedAt, false); err != nil {
-		return invalid("received_at", err.Error())
+		return e.invalid("received_at", err.Error())
 	}
-	if e.Metadata, err = canonicalObject(e.Metadata); err != nil {
-		return invalid("metadata", err.Error())
-	}
-	if e.Metadata != nil {
-		// As jsonb will read it (jsonb.go): no \u0000, numbers numeric
-		// holds, no duplicate key, bounded size and depth.
-		if err := CheckJSONB(e.Metadata); err != nil {
-			return outOfLimits("metadata", err)
-		}
-	}
-	if e.Attributes, err = canonicalObject(e.Attributes); err != nil {
-		return invalid("attributes", err.Error())
-	}
-	if e.Attributes != nil {
-		if err := CheckJSONB(e.Attributes); err != nil {
-			return outOfLimits("attributes", err)
-		}
+	if err := e.normalizeObjects(); err != nil {
+		return err
 	}
 	// Text fields either kind may carry; empty means absent.
 	for _, f := range [...]struct {
@@ -78,85 +59,133 @@ func (e *Envelope) normalize(plain bool) error {
 		{"reference", e.Reference, MaxReferenceBytes},
 	} {
 		if err := checkText(f.value, f.max, plain); err != nil {
-			return outOfLimits(f.name, err)
+			return e.outOfLimits(f.name, err)
 		}
 	}
 	if e.CustomerExternalID != "" {
 		if err := checkExternalID(e.CustomerExternalID, plain); err != nil {
-			return outOfLimits("customer_external_id", err)
+			return e.outOfLimits("customer_external_id", err)
 		}
 	}
 	if e.AccountExternalID != "" {
 		if err := checkExternalID(e.AccountExternalID, plain); err != nil {
-			return outOfLimits("account_external_id", err)
+			return e.outOfLimits("account_external_id", err)
 		}
 	}
 
 	switch e.Kind {
 	case KindTransaction:
-		if e.AccountExternalID == "" {
-			return invalid("account_external_id", "missing")
-		}
-		if !validDecimal(e.Amount) {
-			return invalid("amount", "want a decimal string such as \"1234.50\"")
-		}
-		if err := CheckAmount(e.Amount); err != nil {
-			return outOfLimits("amount", err)
-		}
-		if !validCurrency(e.Currency) {
-			return invalid("currency", "want an ISO 4217 code such as \"EUR\"")
-		}
-		if !IsCurrency(e.Currency) {
-			return outOfLimits("currency", errors.New("not an active ISO 4217 code"))
-		}
-		if e.Direction != DirectionIn && e.Direction != DirectionOut {
-			return invalid("direction", "want in or out")
-		}
-		if c := e.Counterparty; c != nil {
-			if err := c.check(plain); err != nil {
-				return fmt.Errorf("%w: %s counterparty.%s", ErrOutOfLimits, e.Kind, err)
-			}
-		}
-		if d := e.Decision; d != nil {
-			if d.Outcome != OutcomeApprove && d.Outcome != OutcomeReview && d.Outcome != OutcomeDecline {
-				return invalid("decision.outcome", "want approve, review or decline")
-			}
-			if d.DecidedAt, err = canonicalTime(d.DecidedAt, false); err != nil {
-				return invalid("decision.decided_at", err.Error())
-			}
-			if !(d.Score > -DecisionScoreLimit && d.Score < DecisionScoreLimit) {
-				return outOfLimits("decision.score", fmt.Errorf("want a number between -%g and %g, exclusive", DecisionScoreLimit, DecisionScoreLimit))
-			}
-			if len(d.Reasons) > MaxDecisionReasons {
-				return outOfLimits("decision.reasons", fmt.Errorf("%d reasons, at most %d", len(d.Reasons), MaxDecisionReasons))
-			}
-			for _, r := range d.Reasons {
-				if err := checkText(r, MaxNameBytes, plain); err != nil {
-					return outOfLimits("decision.reasons", err)
-				}
-			}
-			if len(d.Reasons) == 0 {
-				d.Reasons = nil
-			}
-			if len(d.RuleIDs) > MaxDecisionReasons {
-				return outOfLimits("decision.rule_ids", fmt.Errorf("%d rules, at most %d", len(d.RuleIDs), MaxDecisionReasons))
-			}
-			if len(d.RuleIDs) == 0 {
-				d.RuleIDs = nil
-			}
-			if d.LatencyMS < 0 {
-				return invalid("decision.latency_ms", "negative")
-			}
-		}
+		return e.normalizeTransaction(plain)
 	case KindAccountEvent:
 		if e.CustomerExternalID == "" {
-			return invalid("customer_external_id", "missing")
+			return e.invalid("customer_external_id", "missing")
 		}
 		if e.Type == "" {
-			return invalid("type", "missing")
+			return e.invalid("type", "missing")
 		}
 	}
 	return nil
+}
+
+// normalizeObjects puts metadata and attributes in canonical form and
+// checks them as jsonb will read them.
+func (e *Envelope) normalizeObjects() error {
+	var err error
+	if e.Metadata, err = canonicalObject(e.Metadata); err != nil {
+		return e.invalid("metadata", err.Error())
+	}
+	if e.Metadata != nil {
+		// As jsonb will read it (jsonb.go): no \u0000, numbers numeric
+		// holds, no duplicate key, bounded size and depth.
+		if err := CheckJSONB(e.Metadata); err != nil {
+			return e.outOfLimits("metadata", err)
+		}
+	}
+	if e.Attributes, err = canonicalObject(e.Attributes); err != nil {
+		return e.invalid("attributes", err.Error())
+	}
+	if e.Attributes != nil {
+		if err := CheckJSONB(e.Attributes); err != nil {
+			return e.outOfLimits("attributes", err)
+		}
+	}
+	return nil
+}
+
+// normalizeTransaction is normalize's part for a transaction's fields.
+func (e *Envelope) normalizeTransaction(plain bool) error {
+	if e.AccountExternalID == "" {
+		return e.invalid("account_external_id", "missing")
+	}
+	if !validDecimal(e.Amount) {
+		return e.invalid("amount", "want a decimal string such as \"1234.50\"")
+	}
+	if err := CheckAmount(e.Amount); err != nil {
+		return e.outOfLimits("amount", err)
+	}
+	if !validCurrency(e.Currency) {
+		return e.invalid("currency", "want an ISO 4217 code such as \"EUR\"")
+	}
+	if !IsCurrency(e.Currency) {
+		return e.outOfLimits("currency", errors.New("not an active ISO 4217 code"))
+	}
+	if e.Direction != DirectionIn && e.Direction != DirectionOut {
+		return e.invalid("direction", "want in or out")
+	}
+	if c := e.Counterparty; c != nil {
+		if err := c.check(plain); err != nil {
+			return fmt.Errorf("%w: %s counterparty.%s", ErrOutOfLimits, e.Kind, err)
+		}
+	}
+	if d := e.Decision; d != nil {
+		return e.normalizeDecision(d, plain)
+	}
+	return nil
+}
+
+// normalizeDecision is normalize's part for a transaction's decision.
+func (e *Envelope) normalizeDecision(d *Decision, plain bool) error {
+	var err error
+	if d.Outcome != OutcomeApprove && d.Outcome != OutcomeReview && d.Outcome != OutcomeDecline {
+		return e.invalid("decision.outcome", "want approve, review or decline")
+	}
+	if d.DecidedAt, err = canonicalTime(d.DecidedAt, false); err != nil {
+		return e.invalid("decision.decided_at", err.Error())
+	}
+	if !(d.Score > -DecisionScoreLimit && d.Score < DecisionScoreLimit) {
+		return e.outOfLimits("decision.score", fmt.Errorf("want a number between -%g and %g, exclusive", DecisionScoreLimit, DecisionScoreLimit))
+	}
+	if len(d.Reasons) > MaxDecisionReasons {
+		return e.outOfLimits("decision.reasons", fmt.Errorf("%d reasons, at most %d", len(d.Reasons), MaxDecisionReasons))
+	}
+	for _, r := range d.Reasons {
+		if err := checkText(r, MaxNameBytes, plain); err != nil {
+			return e.outOfLimits("decision.reasons", err)
+		}
+	}
+	if len(d.Reasons) == 0 {
+		d.Reasons = nil
+	}
+	if len(d.RuleIDs) > MaxDecisionReasons {
+		return e.outOfLimits("decision.rule_ids", fmt.Errorf("%d rules, at most %d", len(d.RuleIDs), MaxDecisionReasons))
+	}
+	if len(d.RuleIDs) == 0 {
+		d.RuleIDs = nil
+	}
+	if d.LatencyMS < 0 {
+		return e.invalid("decision.latency_ms", "negative")
+	}
+	return nil
+}
+
+// invalid is the error of a field that is missing or not of its form.
+func (e *Envelope) invalid(field, reason string) error {
+	return fmt.Errorf("%w: %s %s: %s", ErrNotJSON, e.Kind, field, reason)
+}
+
+// outOfLimits is the error of a field outside its limits.
+func (e *Envelope) outOfLimits(field string, err error) error {
+	return fmt.Errorf("%w: %s %s: %s", ErrOutOfLimits, e.Kind, field, err)
 }
 
 // check checks a counterparty's fields; the error names the field first
