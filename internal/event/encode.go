@@ -27,15 +27,19 @@ func Encode(e Envelope) ([]byte, error) {
 	return AppendRecord(make([]byte, 0, recordSizeHint(&e)), &e), nil
 }
 
-// recordSizeHint is about the length of e's record, so Encode allocates
-// once: the fixed keys, IDs and times, the objects, a counterparty.
+// recordSizeHint is a little over the length of e's record, so Encode
+// allocates once: every key, the IDs and times, the texts, the objects
+// (text needing escapes may still grow it).
 func recordSizeHint(e *Envelope) int {
-	n := 320 + len(e.Metadata) + len(e.Attributes) + len(e.ExternalID) + len(e.CustomerExternalID) + len(e.AccountExternalID) + len(e.Reference)
+	n := 400 + len(e.Kind) + len(e.ExternalID) + len(e.CustomerExternalID) + len(e.AccountExternalID) +
+		len(e.Type) + len(e.Amount) + len(e.Currency) + len(e.Direction) + len(e.Status) + len(e.Reference) +
+		len(e.Channel) + len(e.Metadata) + len(e.Attributes)
 	if c := e.Counterparty; c != nil {
-		n += 100 + len(c.Name) + len(c.IdentifierEnc) + len(c.IdentifierMasked) + len(c.IdentifierFP) + len(c.Fingerprint)
+		n += 120 + len(c.Name) + len(c.IdentifierKind) + len(c.IdentifierEnc) + len(c.IdentifierMasked) +
+			len(c.IdentifierFP) + len(c.Fingerprint)
 	}
 	if d := e.Decision; d != nil {
-		n += 160 + 40*len(d.RuleIDs)
+		n += 160 + 39*len(d.RuleIDs)
 		for _, r := range d.Reasons {
 			n += len(r) + 3
 		}
