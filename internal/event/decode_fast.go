@@ -309,20 +309,22 @@ func (d *fastDecoder) counterparty(e *Envelope) bool {
 		*c = Counterparty{}
 	}
 	e.Counterparty = c
-	outer := d.seen
-	d.seen = 0
-	ok := d.object(func(key string) bool { return d.counterpartyField(c, key) })
-	d.seen = outer
-	return ok
+	return d.nested(func(key string) bool { return d.counterpartyField(c, key) })
 }
 
 // decision reads the decision object.
 func (d *fastDecoder) decision(e *Envelope) bool {
 	dec := &Decision{}
 	e.Decision = dec
+	return d.nested(func(key string) bool { return d.decisionField(dec, key) })
+}
+
+// nested reads an object inside the envelope, its keys counted apart
+// from the envelope's.
+func (d *fastDecoder) nested(field func(key string) bool) bool {
 	outer := d.seen
 	d.seen = 0
-	ok := d.object(func(key string) bool { return d.decisionField(dec, key) })
+	ok := d.object(field)
 	d.seen = outer
 	return ok
 }

@@ -109,30 +109,6 @@ func TestDecodeFastPlainIsAboutDELOnly(t *testing.T) {
 	}
 }
 
-func BenchmarkDecodeUndecided(b *testing.B) {
-	raw := []byte(sampleUndecided)
-	b.SetBytes(int64(len(raw)))
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := DecodeAt(raw, sampleNow); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-// BenchmarkDecodeUndecidedLibrary is the path of a record decodeFast is
-// unsure of: encoding/json alone.
-func BenchmarkDecodeUndecidedLibrary(b *testing.B) {
-	raw := []byte(sampleUndecided)
-	b.SetBytes(int64(len(raw)))
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := decodeStd(raw, sampleNow); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
 // TestSpecial8FindsEverySpecialByte: the eight-at-a-time scan of str must
 // stop at every byte the byte loop treats specially, in any position and
 // beside any other byte, or a string could hide a quote or an escape.

@@ -113,28 +113,14 @@ func appendDecision(dst []byte, d *Decision) []byte {
 	dst = append(dst, `,"score":`...)
 	dst = appendFloat(dst, d.Score)
 	if len(d.Reasons) > 0 {
-		dst = append(dst, `,"reasons":[`...)
-		for i, r := range d.Reasons {
-			if i > 0 {
-				dst = append(dst, ',')
-			}
-			dst = AppendJSONString(dst, r, false)
-		}
-		dst = append(dst, ']')
+		dst = appendList(append(dst, `,"reasons":`...), d.Reasons, appendRecordString)
 	}
 	if !d.DecidedAt.IsZero() {
 		dst = append(dst, `,"decided_at":`...)
 		dst = appendTime(dst, d.DecidedAt)
 	}
 	if len(d.RuleIDs) > 0 {
-		dst = append(dst, `,"rule_ids":[`...)
-		for i, id := range d.RuleIDs {
-			if i > 0 {
-				dst = append(dst, ',')
-			}
-			dst = appendUUID(dst, id)
-		}
-		dst = append(dst, ']')
+		dst = appendList(append(dst, `,"rule_ids":`...), d.RuleIDs, appendUUID)
 	}
 	if d.LatencyMS != 0 {
 		dst = strconv.AppendInt(append(dst, `,"latency_ms":`...), int64(d.LatencyMS), 10)
@@ -144,6 +130,21 @@ func appendDecision(dst []byte, d *Decision) []byte {
 	}
 	return append(dst, '}')
 }
+
+// appendList appends items as a JSON array, each by appendItem.
+func appendList[T any](dst []byte, items []T, appendItem func([]byte, T) []byte) []byte {
+	dst = append(dst, '[')
+	for i, it := range items {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = appendItem(dst, it)
+	}
+	return append(dst, ']')
+}
+
+// appendRecordString is AppendJSONString as a record writes it.
+func appendRecordString(dst []byte, s string) []byte { return AppendJSONString(dst, s, false) }
 
 // appendFloat appends a finite float64 as encoding/json does: the shortest
 // decimal that reads back, in exponent form below 1e-6 and from 1e21 on,

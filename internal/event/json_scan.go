@@ -61,18 +61,14 @@ func AppendMembers(dst []Member, raw []byte) ([]Member, bool) {
 			return nil, false
 		}
 		dst = append(dst, Member{Key: key, Value: raw[i:vend:vend]})
-		i = skipSpace(raw, vend)
-		if i >= len(raw) {
+		next, last, ok := afterMember(raw, vend, '}')
+		switch {
+		case !ok:
 			return nil, false
+		case last:
+			return dst, skipSpace(raw, next) == len(raw)
 		}
-		switch raw[i] {
-		case ',':
-			i = skipSpace(raw, i+1)
-		case '}':
-			return dst, skipSpace(raw, i+1) == len(raw)
-		default:
-			return nil, false
-		}
+		i = next
 	}
 }
 
@@ -93,19 +89,32 @@ func SplitArray(arr []byte) ([][]byte, bool) {
 			return nil, false
 		}
 		raws = append(raws, arr[i:end:end])
-		i = skipSpace(arr, end)
-		if i >= len(arr) {
+		next, last, ok := afterMember(arr, end, ']')
+		switch {
+		case !ok:
 			return nil, false
-		}
-		switch arr[i] {
-		case ',':
-			i = skipSpace(arr, i+1)
-		case ']':
+		case last:
 			return raws, true
-		default:
-			return nil, false
 		}
+		i = next
 	}
+}
+
+// afterMember reads what follows a member ending at b[i]: ',' and the space
+// after it (next is the next member's start) or closing (last: next is
+// after it); ok is false for anything else.
+func afterMember(b []byte, i int, closing byte) (next int, last, ok bool) {
+	i = skipSpace(b, i)
+	if i >= len(b) {
+		return i, false, false
+	}
+	switch b[i] {
+	case ',':
+		return skipSpace(b, i+1), false, true
+	case closing:
+		return i + 1, true, true
+	}
+	return i, false, false
 }
 
 func skipSpace(b []byte, i int) int {

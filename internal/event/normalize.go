@@ -48,19 +48,11 @@ func (e *Envelope) normalize(plain bool) error {
 		return err
 	}
 	// Text fields either kind may carry; empty means absent.
-	for _, f := range [...]struct {
-		name  string
-		value string
-		max   int
-	}{
-		{"type", e.Type, MaxLabelBytes},
-		{"status", e.Status, MaxLabelBytes},
-		{"channel", e.Channel, MaxLabelBytes},
-		{"reference", e.Reference, MaxReferenceBytes},
-	} {
-		if err := checkText(f.value, f.max, plain); err != nil {
-			return e.outOfLimits(f.name, err)
-		}
+	if name, err := checkTexts(plain, []textField{
+		{"type", e.Type, MaxLabelBytes}, {"status", e.Status, MaxLabelBytes},
+		{"channel", e.Channel, MaxLabelBytes}, {"reference", e.Reference, MaxReferenceBytes},
+	}); err != nil {
+		return e.outOfLimits(name, err)
 	}
 	if e.CustomerExternalID != "" {
 		if err := checkExternalID(e.CustomerExternalID, plain); err != nil {
@@ -191,26 +183,38 @@ func (e *Envelope) outOfLimits(field string, err error) error {
 // check checks a counterparty's fields; the error names the field first
 // ("name: 300 bytes, at most 256"). plain as normalize's.
 func (c *Counterparty) check(plain bool) error {
-	for _, f := range [...]struct {
-		name  string
-		value string
-		max   int
-	}{
+	if name, err := checkTexts(plain, []textField{
 		{"name", c.Name, MaxNameBytes},
 		{"identifier_kind", c.IdentifierKind, MaxLabelBytes},
 		{"identifier_enc", c.IdentifierEnc, MaxProtectedIdentifierBytes},
 		{"identifier_masked", c.IdentifierMasked, MaxMaskedIdentifierBytes},
 		{"identifier_fp", c.IdentifierFP, MaxFingerprintBytes},
 		{"fingerprint", c.Fingerprint, MaxFingerprintBytes},
-	} {
-		if err := checkText(f.value, f.max, plain); err != nil {
-			return fmt.Errorf("%s: %w", f.name, err)
-		}
+	}); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
 	}
 	if c.IdentifierKind != "" && !slices.Contains(IdentifierKinds, c.IdentifierKind) {
 		return fmt.Errorf("identifier_kind: want one of %s", strings.Join(IdentifierKinds, ", "))
 	}
 	return nil
+}
+
+// textField is a text field to check: its name, its value, its limit.
+type textField struct {
+	name  string
+	value string
+	max   int
+}
+
+// checkTexts checks each field with checkText, and names the first that
+// fails.
+func checkTexts(plain bool, fields []textField) (string, error) {
+	for _, f := range fields {
+		if err := checkText(f.value, f.max, plain); err != nil {
+			return f.name, err
+		}
+	}
+	return "", nil
 }
 
 // checkText is CheckText, which for a plain value (valid UTF-8 without

@@ -154,7 +154,12 @@ func (r *fieldReader) str(field string, required bool, max int) string {
 		r.fail(field, "required, must not be empty")
 		return ""
 	}
-	if err := event.CheckText(s, max); err != nil {
+	return r.valid(field, s, event.CheckText(s, max))
+}
+
+// valid is s, or "" with err reported on field when there is one.
+func (r *fieldReader) valid(field, s string, err error) string {
+	if err != nil {
 		r.fail(field, err.Error())
 		return ""
 	}
@@ -168,11 +173,7 @@ func (r *fieldReader) externalID(field string, required bool) string {
 	if s == "" {
 		return ""
 	}
-	if err := event.CheckExternalID(s); err != nil {
-		r.fail(field, err.Error())
-		return ""
-	}
-	return s
+	return r.valid(field, s, event.CheckExternalID(s))
 }
 
 // plainString reads a JSON string without escapes straight from its bytes,

@@ -43,11 +43,7 @@ func (r *fieldReader) amount(field string) string {
 			return ""
 		}
 	}
-	if err := event.CheckAmount(s); err != nil {
-		r.fail(field, err.Error())
-		return ""
-	}
-	return s
+	return r.valid(field, s, event.CheckAmount(s))
 }
 
 func (r *fieldReader) currency(field string, required bool) string {
