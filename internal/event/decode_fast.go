@@ -9,19 +9,20 @@ import (
 )
 
 // decodeFast reads an envelope in the shape Encode writes it: one object of
-// known keys, each once, with plain strings (no escape) and the metadata
-// and attributes objects, the counterparty and decision objects. It reports
-// false as soon as the record strays from that shape in any way (an escape,
-// an unknown, repeated or differently cased key, a null, "v" other than 1,
-// bytes after the object), and Decode then reads the record with the JSON library; so does a
-// record it read that normalize refuses. Every record it is unsure of, and
-// every error, comes from the one general path.
-// What it accepts it reads exactly as the JSON library would (the
-// differential test and fuzz in decode_fast_test.go hold it to that).
+// known keys, each once, with strings (escaped ones decoded as
+// encoding/json decodes them) and the metadata and attributes objects, the
+// counterparty and decision objects. It reports false as soon as the record
+// strays from that shape in any way (an escaped, unknown, repeated or
+// differently cased key, a null, "v" other than 1, an escaped time, bytes
+// after the object), and Decode then reads the record with encoding/json;
+// so does a record it read that normalize refuses. Every record it is
+// unsure of, and every error, comes from the one general path.
+// What it accepts it reads exactly as encoding/json would (the
+// differential suite, codec_differential_test.go, holds it to that).
 //
 // It is the persister's heaviest per-record step made cheap: one string
 // conversion of the record with substrings for the fields, one copy of the
-// metadata, against the library's allocation per field and its reflection
+// metadata, against encoding/json's allocation per field and its reflection
 // (about 3× faster on a realistic transaction).
 //
 // shared makes the envelope's strings and metadata share b's memory instead
