@@ -5,7 +5,6 @@ go 1.26.8
 require (
 	github.com/bsm/redislock v0.9.4
 	github.com/dustin/go-humanize v1.1.0
-	github.com/goccy/go-json v0.12.0
 	github.com/hashicorp/golang-lru/v2 v2.0.7
 	github.com/jackc/pgerrcode v0.0.0-20250907135507-afb5586c32a6
 	github.com/jackc/pgx/v5 v5.12.0

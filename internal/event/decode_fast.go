@@ -4,25 +4,25 @@ import (
 	"encoding/binary"
 	"strconv"
 	"strings"
-	"time"
 	"unicode/utf8"
 	"unsafe"
 )
 
 // decodeFast reads an envelope in the shape Encode writes it: one object of
-// known keys, each once, with plain strings (no escape) and the metadata
-// and attributes objects, the counterparty and decision objects. It reports
-// false as soon as the record strays from that shape in any way (an escape,
-// an unknown, repeated or differently cased key, a null, "v" other than 1,
-// bytes after the object), and Decode then reads the record with the JSON library; so does a
-// record it read that normalize refuses. Every record it is unsure of, and
-// every error, comes from the one general path.
-// What it accepts it reads exactly as the JSON library would (the
-// differential test and fuzz in decode_fast_test.go hold it to that).
+// known keys, each once, with strings (escaped ones decoded as
+// encoding/json decodes them) and the metadata and attributes objects, the
+// counterparty and decision objects. It reports false as soon as the record
+// strays from that shape in any way (an escaped, unknown, repeated or
+// differently cased key, a null, "v" other than 1, an escaped time, bytes
+// after the object), and Decode then reads the record with encoding/json;
+// so does a record it read that normalize refuses. Every record it is
+// unsure of, and every error, comes from the one general path.
+// What it accepts it reads exactly as encoding/json would (the
+// differential suite, codec_differential_test.go, holds it to that).
 //
 // It is the persister's heaviest per-record step made cheap: one string
 // conversion of the record with substrings for the fields, one copy of the
-// metadata, against the library's allocation per field and its reflection
+// metadata, against encoding/json's allocation per field and its reflection
 // (about 3× faster on a realistic transaction).
 //
 // shared makes the envelope's strings and metadata share b's memory instead
@@ -73,6 +73,9 @@ type fastDecoder struct {
 	// unplain: a string read so far holds DEL, which CheckText must then
 	// find.
 	unplain bool
+	// decoded: a string read since it was last cleared had escapes or
+	// invalid UTF-8 (unquoteAt).
+	decoded bool
 }
 
 func (d *fastDecoder) ws() {
@@ -101,7 +104,7 @@ func (d *fastDecoder) object(field func(key string) bool) bool {
 	}
 	for {
 		d.ws()
-		key, ok := d.str()
+		key, ok := d.key()
 		if !ok {
 			return false
 		}
@@ -118,6 +121,15 @@ func (d *fastDecoder) object(field func(key string) bool) bool {
 			return ok
 		}
 	}
+}
+
+// key reads an object's key, which must be plain: encoding/json matches an
+// escaped or differently cased key to a field too, and such a record is
+// left to it.
+func (d *fastDecoder) key() (string, bool) {
+	d.decoded = false
+	k, ok := d.str()
+	return k, ok && !d.decoded
 }
 
 // afterMember reads what follows an object's or array's member: a ',' (more
@@ -139,8 +151,9 @@ func (d *fastDecoder) afterMember(closing byte) (end, ok bool) {
 	}
 }
 
-// str reads a string without escapes or control characters, in valid
-// UTF-8, as a substring of the record.
+// str reads a string as a substring of the record when it is plain (no
+// escape, valid UTF-8), else decoded by unquoteAt as encoding/json decodes
+// it. Either way no control character is left unescaped.
 func (d *fastDecoder) str() (string, bool) {
 	if d.i >= len(d.s) || d.s[d.i] != '"' {
 		return "", false
@@ -163,12 +176,13 @@ func (d *fastDecoder) str() (string, bool) {
 		case c == '"':
 			v := d.s[start:j]
 			if !ascii && !utf8.ValidString(v) {
-				// The library would put U+FFFD in: its job.
-				return "", false
+				return d.unquoteAt(start)
 			}
 			d.i = j + 1
 			return v, true
-		case c == '\\' || c < 0x20:
+		case c == '\\':
+			return d.unquoteAt(start)
+		case c < 0x20:
 			return "", false
 		case c >= 0x80:
 			ascii = false
@@ -177,6 +191,23 @@ func (d *fastDecoder) str() (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// unquoteAt reads the string whose content starts at start, with escapes
+// or invalid UTF-8, decoded into a string of its own. Its text may then
+// hold anything, so the record is no longer plain.
+func (d *fastDecoder) unquoteAt(start int) (string, bool) {
+	end, _ := skipString(d.b, start-1)
+	if end < 0 {
+		return "", false
+	}
+	v, ok := appendUnquoted(make([]byte, 0, end-start), d.b[start:end-1])
+	if !ok {
+		return "", false
+	}
+	d.i = end
+	d.unplain, d.decoded = true, true
+	return unsafe.String(unsafe.SliceData(v), len(v)), true
 }
 
 // special8 reports whether any of x's eight bytes is '"', '\\', below 0x20,
@@ -226,21 +257,7 @@ func (d *fastDecoder) envelopeField(e *Envelope, key string) bool {
 		e.Direction = Direction(v)
 		return ok && d.once(6)
 	case "counterparty":
-		if !d.once(7) {
-			return false
-		}
-		c := d.cp
-		if c == nil {
-			c = &Counterparty{}
-		} else {
-			*c = Counterparty{}
-		}
-		e.Counterparty = c
-		outer := d.seen
-		d.seen = 0
-		ok := d.object(func(key string) bool { return d.counterpartyField(c, key) })
-		d.seen = outer
-		return ok
+		return d.once(7) && d.counterparty(e)
 	case "metadata":
 		if !d.once(8) {
 			return false
@@ -256,16 +273,7 @@ func (d *fastDecoder) envelopeField(e *Envelope, key string) bool {
 		e.Attributes = raw
 		return ok
 	case "decision":
-		if !d.once(19) {
-			return false
-		}
-		dec := &Decision{}
-		e.Decision = dec
-		outer := d.seen
-		d.seen = 0
-		ok := d.object(func(key string) bool { return d.decisionField(dec, key) })
-		d.seen = outer
-		return ok
+		return d.once(19) && d.decision(e)
 	case "external_id":
 		into, bit = &e.ExternalID, 10
 	case "customer_external_id":
@@ -291,6 +299,35 @@ func (d *fastDecoder) envelopeField(e *Envelope, key string) bool {
 	v, ok := d.str()
 	*into = v
 	return ok && d.once(bit)
+}
+
+// counterparty reads the counterparty object into d.cp, or a new one.
+func (d *fastDecoder) counterparty(e *Envelope) bool {
+	c := d.cp
+	if c == nil {
+		c = &Counterparty{}
+	} else {
+		*c = Counterparty{}
+	}
+	e.Counterparty = c
+	return d.nested(func(key string) bool { return d.counterpartyField(c, key) })
+}
+
+// decision reads the decision object.
+func (d *fastDecoder) decision(e *Envelope) bool {
+	dec := &Decision{}
+	e.Decision = dec
+	return d.nested(func(key string) bool { return d.decisionField(dec, key) })
+}
+
+// nested reads an object inside the envelope, its keys counted apart
+// from the envelope's.
+func (d *fastDecoder) nested(field func(key string) bool) bool {
+	outer := d.seen
+	d.seen = 0
+	ok := d.object(field)
+	d.seen = outer
+	return ok
 }
 
 func (d *fastDecoder) decisionField(dec *Decision, key string) bool {
@@ -468,34 +505,6 @@ func (d *fastDecoder) uuid(into *UUID) bool {
 	u, err := ParseUUID(v)
 	*into = u
 	return err == nil
-}
-
-// time reads a string as time.Time's UnmarshalJSON does, which is what the
-// library calls: the UTC form Encode writes by parseUTC, anything else by
-// UnmarshalJSON itself.
-func (d *fastDecoder) time(into *time.Time) bool {
-	start := d.i
-	v, ok := d.str()
-	if !ok {
-		return false
-	}
-	if t, ok := parseUTC(v); ok {
-		*into = t
-		return !t.IsZero()
-	}
-	// Year 1's first instant is time.Time's zero, which the envelope
-	// reads as absent: the library path tells the two apart.
-	return into.UnmarshalJSON(d.b[start:d.i]) == nil && !into.IsZero()
-}
-
-// parseUTC reads exactly "2006-01-02T15:04:05Z" with 1 to 9 fractional
-// digits or none, each field in its range (ParseRFC3339), into the
-// time.Time UnmarshalJSON returns for it, and reports false for anything
-// else, valid or not: UnmarshalJSON gives a time with an offset its own
-// zone, which only the library builds.
-func parseUTC(s string) (time.Time, bool) {
-	t, _, ok := ParseRFC3339(s)
-	return t, ok && s[len(s)-1] == 'Z'
 }
 
 // rawObject returns the object at d.i as its bytes, as they are (the

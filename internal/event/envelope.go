@@ -1,15 +1,10 @@
 package event
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
 	"time"
-
-	gojson "github.com/goccy/go-json"
 )
 
 // Version is the envelope version this build writes and reads (`"v": 1`).
@@ -150,18 +145,16 @@ type Decision struct {
 // hold names and amounts). Every limit of limits.go is checked, the
 // occurred_at window against the wall clock (DecodeWindow(time.Now())).
 //
-// The JSON library was chosen by benchmark (jsonbench_test.go, build tag
-// jsonbench): on Go 1.26 github.com/goccy/go-json decodes a realistic
-// transaction about 3× faster than encoding/json with fewer allocations, and
-// agreed with encoding/json on every input of a differential fuzz (values
-// and errors alike, invalid UTF-8 and deep nesting included). Only decoding
-// uses it; Encode and error descriptions stay on encoding/json, and FuzzDecode
-// checks the two agree through a round trip. Re-run the comparison when Go
-// makes encoding/json/v2 the default: v1 then runs on v2 and most of the gap
-// closes.
+// One decoder reads every record: decodeFast, which reads the shape
+// AppendRecord writes (escaped strings included) with no reflection and
+// about one allocation, and encoding/json for the rest (a record decodeFast
+// is unsure of: a null, an unknown or differently cased key, a key named
+// twice, a time it cannot tell from absent) and for every error, so that
+// whatever is read or refused is read or refused as encoding/json does
+// (codec_differential_test.go holds the two paths to that).
 //
 // A record in the shape Encode writes is read by decodeFast first, and by
-// the library only when decodeFast is unsure of it or it fails a check.
+// encoding/json only when decodeFast is unsure of it or it fails a check.
 func Decode(b []byte) (Envelope, error) {
 	return DecodeAt(b, time.Now())
 }
@@ -186,8 +179,8 @@ func DecodeShared(b []byte) (Envelope, error) {
 // (dst.Counterparty is then cp), for a caller that decodes a whole batch
 // into slices it keeps from one batch to the next: a record's counterparty
 // is then no allocation of its own (96 bytes), and the envelope is not
-// copied twice on its way out. A record the JSON library reads (one decodeFast is
-// unsure of) gets a counterparty of its own, and cp may then hold part of
+// copied twice on its way out. A record encoding/json reads (one decodeFast
+// is unsure of) gets a counterparty of its own, and cp may then hold part of
 // the record: clear cp before the record's memory is reused. dst is
 // unspecified on an error.
 func DecodeSharedInto(dst *Envelope, cp *Counterparty, b []byte) error {
@@ -199,7 +192,7 @@ func decodeSharedIntoAt(dst *Envelope, cp *Counterparty, b []byte, now time.Time
 		return nil
 	}
 	var err error
-	*dst, err = decodeWith(b, gojson.Unmarshal, now)
+	*dst, err = decodeStd(b, now)
 	return err
 }
 
@@ -207,14 +200,15 @@ func decodeAt(b []byte, now time.Time, shared bool) (Envelope, error) {
 	if e, plain, ok := decodeFast(b, shared); ok && e.check(now, plain) == nil {
 		return e, nil
 	}
-	return decodeWith(b, gojson.Unmarshal, now)
+	return decodeStd(b, now)
 }
 
-// decodeWith is Decode with the JSON library as a parameter, so the
-// jsonbench comparison measures exactly Decode's work with each candidate.
-func decodeWith(b []byte, unmarshal func([]byte, any) error, now time.Time) (Envelope, error) {
+// decodeStd is Decode on encoding/json alone: the path of a record
+// decodeFast is unsure of, and the reference the differential suite holds
+// decodeFast to.
+func decodeStd(b []byte, now time.Time) (Envelope, error) {
 	var e Envelope
-	if err := unmarshal(b, &e); err != nil {
+	if err := json.Unmarshal(b, &e); err != nil {
 		return Envelope{}, classify(b)
 	}
 	if err := e.sentZeroTime(b); err != nil {
@@ -271,29 +265,6 @@ func (e *Envelope) check(now time.Time, plain bool) error {
 		return fmt.Errorf("%w: %s occurred_at: %s", ErrOutOfLimits, e.Kind, err)
 	}
 	return nil
-}
-
-// Encode writes an envelope after checking it as Decode would, so a producer
-// can never put a record on Kafka that the persister will dead-letter, with
-// one exception: the occurred_at window depends on the reader's clock, so
-// only Decode checks it (the ingest API checks its narrower AcceptWindow).
-// It sets V to Version when zero.
-func Encode(e Envelope) ([]byte, error) {
-	if e.V == 0 {
-		e.V = Version
-	}
-	if err := e.normalize(false); err != nil {
-		return nil, fmt.Errorf("encoding event: %w", err)
-	}
-	// goccy/go-json, as Decode: the same bytes as encoding/json, in about a
-	// third of the time. HTML escaping would rewrite "<" in names and
-	// metadata as \u003c, so a decoded-then-encoded record would differ from
-	// what the client sent.
-	b, err := gojson.MarshalWithOption(&e, gojson.DisableHTMLEscape())
-	if err != nil {
-		return nil, fmt.Errorf("encoding event %s: %w", e.ID, err)
-	}
-	return b, nil
 }
 
 // classify turns an unmarshal failure into one of the classes. A
@@ -353,285 +324,3 @@ func describe(err error) string {
 	}
 	return "cannot unmarshal"
 }
-
-// normalize checks what the persister and the database rely on, every
-// limit of limits.go but the occurred_at window included, and puts the
-// envelope in its canonical form (UTC times, compact JSON objects, no empty
-// slices). plain says every text field is known to be valid UTF-8 without
-// control characters (the fast scanner saw every string of the record),
-// which leaves CheckText only the lengths to check.
-func (e *Envelope) normalize(plain bool) error {
-	if e.V != Version {
-		return fmt.Errorf("%w: v=%d", ErrUnknownVersion, e.V)
-	}
-	if e.ID.IsZero() {
-		return ErrMissingID
-	}
-	if e.WorkspaceID.IsZero() {
-		return ErrMissingWorkspace
-	}
-	invalid := func(field, reason string) error {
-		return fmt.Errorf("%w: %s %s: %s", ErrNotJSON, e.Kind, field, reason)
-	}
-	outOfLimits := func(field string, err error) error {
-		return fmt.Errorf("%w: %s %s: %s", ErrOutOfLimits, e.Kind, field, err)
-	}
-	if e.Kind != KindTransaction && e.Kind != KindAccountEvent {
-		return fmt.Errorf("%w: unknown kind (want transaction or account_event)", ErrNotJSON)
-	}
-	if e.ExternalID == "" {
-		return invalid("external_id", "missing")
-	}
-	if err := checkExternalID(e.ExternalID, plain); err != nil {
-		return outOfLimits("external_id", err)
-	}
-	var err error
-	if e.OccurredAt, err = canonicalTime(e.OccurredAt, true); err != nil {
-		return invalid("occurred_at", err.Error())
-	}
-	if e.ReceivedAt, err = canonicalTime(e.ReceivedAt, false); err != nil {
-		return invalid("received_at", err.Error())
-	}
-	if e.Metadata, err = canonicalObject(e.Metadata); err != nil {
-		return invalid("metadata", err.Error())
-	}
-	if e.Metadata != nil {
-		// As jsonb will read it (jsonb.go): no \u0000, numbers numeric
-		// holds, no duplicate key, bounded size and depth.
-		if err := CheckJSONB(e.Metadata); err != nil {
-			return outOfLimits("metadata", err)
-		}
-	}
-	if e.Attributes, err = canonicalObject(e.Attributes); err != nil {
-		return invalid("attributes", err.Error())
-	}
-	if e.Attributes != nil {
-		if err := CheckJSONB(e.Attributes); err != nil {
-			return outOfLimits("attributes", err)
-		}
-	}
-	// Text fields either kind may carry; empty means absent.
-	for _, f := range [...]struct {
-		name  string
-		value string
-		max   int
-	}{
-		{"type", e.Type, MaxLabelBytes},
-		{"status", e.Status, MaxLabelBytes},
-		{"channel", e.Channel, MaxLabelBytes},
-		{"reference", e.Reference, MaxReferenceBytes},
-	} {
-		if err := checkText(f.value, f.max, plain); err != nil {
-			return outOfLimits(f.name, err)
-		}
-	}
-	if e.CustomerExternalID != "" {
-		if err := checkExternalID(e.CustomerExternalID, plain); err != nil {
-			return outOfLimits("customer_external_id", err)
-		}
-	}
-	if e.AccountExternalID != "" {
-		if err := checkExternalID(e.AccountExternalID, plain); err != nil {
-			return outOfLimits("account_external_id", err)
-		}
-	}
-
-	switch e.Kind {
-	case KindTransaction:
-		if e.AccountExternalID == "" {
-			return invalid("account_external_id", "missing")
-		}
-		if !validDecimal(e.Amount) {
-			return invalid("amount", "want a decimal string such as \"1234.50\"")
-		}
-		if err := CheckAmount(e.Amount); err != nil {
-			return outOfLimits("amount", err)
-		}
-		if !validCurrency(e.Currency) {
-			return invalid("currency", "want an ISO 4217 code such as \"EUR\"")
-		}
-		if !IsCurrency(e.Currency) {
-			return outOfLimits("currency", errors.New("not an active ISO 4217 code"))
-		}
-		if e.Direction != DirectionIn && e.Direction != DirectionOut {
-			return invalid("direction", "want in or out")
-		}
-		if c := e.Counterparty; c != nil {
-			if err := c.check(plain); err != nil {
-				return fmt.Errorf("%w: %s counterparty.%s", ErrOutOfLimits, e.Kind, err)
-			}
-		}
-		if d := e.Decision; d != nil {
-			if d.Outcome != OutcomeApprove && d.Outcome != OutcomeReview && d.Outcome != OutcomeDecline {
-				return invalid("decision.outcome", "want approve, review or decline")
-			}
-			if d.DecidedAt, err = canonicalTime(d.DecidedAt, false); err != nil {
-				return invalid("decision.decided_at", err.Error())
-			}
-			if !(d.Score > -DecisionScoreLimit && d.Score < DecisionScoreLimit) {
-				return outOfLimits("decision.score", fmt.Errorf("want a number between -%g and %g, exclusive", DecisionScoreLimit, DecisionScoreLimit))
-			}
-			if len(d.Reasons) > MaxDecisionReasons {
-				return outOfLimits("decision.reasons", fmt.Errorf("%d reasons, at most %d", len(d.Reasons), MaxDecisionReasons))
-			}
-			for _, r := range d.Reasons {
-				if err := checkText(r, MaxNameBytes, plain); err != nil {
-					return outOfLimits("decision.reasons", err)
-				}
-			}
-			if len(d.Reasons) == 0 {
-				d.Reasons = nil
-			}
-			if len(d.RuleIDs) > MaxDecisionReasons {
-				return outOfLimits("decision.rule_ids", fmt.Errorf("%d rules, at most %d", len(d.RuleIDs), MaxDecisionReasons))
-			}
-			if len(d.RuleIDs) == 0 {
-				d.RuleIDs = nil
-			}
-			if d.LatencyMS < 0 {
-				return invalid("decision.latency_ms", "negative")
-			}
-		}
-	case KindAccountEvent:
-		if e.CustomerExternalID == "" {
-			return invalid("customer_external_id", "missing")
-		}
-		if e.Type == "" {
-			return invalid("type", "missing")
-		}
-	}
-	return nil
-}
-
-// check checks a counterparty's fields; the error names the field first
-// ("name: 300 bytes, at most 256"). plain as normalize's.
-func (c *Counterparty) check(plain bool) error {
-	for _, f := range [...]struct {
-		name  string
-		value string
-		max   int
-	}{
-		{"name", c.Name, MaxNameBytes},
-		{"identifier_kind", c.IdentifierKind, MaxLabelBytes},
-		{"identifier_enc", c.IdentifierEnc, MaxProtectedIdentifierBytes},
-		{"identifier_masked", c.IdentifierMasked, MaxMaskedIdentifierBytes},
-		{"identifier_fp", c.IdentifierFP, MaxFingerprintBytes},
-		{"fingerprint", c.Fingerprint, MaxFingerprintBytes},
-	} {
-		if err := checkText(f.value, f.max, plain); err != nil {
-			return fmt.Errorf("%s: %w", f.name, err)
-		}
-	}
-	if c.IdentifierKind != "" && !slices.Contains(IdentifierKinds, c.IdentifierKind) {
-		return fmt.Errorf("identifier_kind: want one of %s", strings.Join(IdentifierKinds, ", "))
-	}
-	return nil
-}
-
-// checkText is CheckText, which for a plain value (valid UTF-8 without
-// control characters) can only fail on its length: the byte loops of a dozen fields a record
-// would be 8 % of decoding one.
-func checkText(s string, max int, plain bool) error {
-	if plain && len(s) <= max {
-		return nil
-	}
-	return CheckText(s, max)
-}
-
-// checkExternalID is CheckExternalID with checkText's shortcut.
-func checkExternalID(s string, plain bool) error {
-	if plain && len(s) <= MaxExternalIDBytes && strings.TrimSpace(s) != "" {
-		return nil
-	}
-	return CheckExternalID(s)
-}
-
-// canonicalTime returns t in UTC, truncated to the microsecond: the
-// precision PostgreSQL's timestamptz stores (pgx truncates too), and the one
-// a TransactionID fixes, so an envelope's time, its ID and its stored row
-// always agree. Years outside 1970..9999 are refused: the ID's time prefix
-// starts at 1970 and RFC 3339 ends at 9999.
-func canonicalTime(t time.Time, required bool) (time.Time, error) {
-	if t.IsZero() {
-		if required {
-			return t, errors.New("missing")
-		}
-		return time.Time{}, nil
-	}
-	t = t.UTC().Truncate(time.Microsecond)
-	if y := t.Year(); y < 1970 || y > 9999 {
-		return t, errYearOutside
-	}
-	return t, nil
-}
-
-// errYearOutside: the ID's time prefix starts at 1970 and RFC 3339 ends at
-// 9999.
-var errYearOutside = errors.New("year outside 1970..9999")
-
-// canonicalObject accepts an absent or null value (returned as nil) or a JSON
-// object (returned compact); anything else is refused, because the database
-// column is a jsonb object and rules address its keys.
-func canonicalObject(raw json.RawMessage) (json.RawMessage, error) {
-	if len(raw) == 0 || string(raw) == "null" {
-		return nil, nil
-	}
-	if raw[0] != '{' {
-		return nil, errors.New("want a JSON object")
-	}
-	if !needsCompact(raw) {
-		return raw, nil
-	}
-	var buf bytes.Buffer
-	buf.Grow(len(raw))
-	if err := json.Compact(&buf, raw); err != nil {
-		return nil, errors.New("invalid JSON")
-	}
-	return buf.Bytes(), nil
-}
-
-// needsCompact reports whether raw holds JSON whitespace (inside strings
-// too, which json.Compact keeps as it is). A loop rather than
-// bytes.ContainsAny, which builds its byte set anew on every call: 1 % of
-// the persister's CPU for metadata of a few dozen bytes.
-func needsCompact(raw []byte) bool {
-	for _, c := range raw {
-		switch c {
-		case ' ', '\t', '\r', '\n':
-			return true
-		}
-	}
-	return false
-}
-
-// validDecimal accepts an optional minus sign, digits, and optionally a dot
-// followed by digits: what PostgreSQL's numeric reads exactly. No exponent,
-// no plus sign, at most 40 characters.
-func validDecimal(s string) bool {
-	if len(s) == 0 || len(s) > 40 {
-		return false
-	}
-	i := 0
-	if s[0] == '-' {
-		i = 1
-	}
-	digits, dot := 0, false
-	for ; i < len(s); i++ {
-		switch c := s[i]; {
-		case c >= '0' && c <= '9':
-			digits++
-		case c == '.' && !dot && digits > 0:
-			dot = true
-			digits = 0
-		default:
-			return false
-		}
-	}
-	return digits > 0
-}
-
-func validCurrency(s string) bool {
-	return len(s) == 3 && isUpper(s[0]) && isUpper(s[1]) && isUpper(s[2])
-}
-
-func isUpper(c byte) bool { return c >= 'A' && c <= 'Z' }

@@ -279,30 +279,6 @@ func TestNameBasedIDs(t *testing.T) {
 	}
 }
 
-func BenchmarkDecode(b *testing.B) {
-	in := []byte(sampleTransaction)
-	b.SetBytes(int64(len(in)))
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := DecodeAt(in, sampleNow); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-func BenchmarkEncode(b *testing.B) {
-	e, err := DecodeAt([]byte(sampleTransaction), sampleNow)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := Encode(e); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
 func BenchmarkTransactionID(b *testing.B) {
 	ws, _ := ParseUUID("6f1c2b9e-3d4a-4f5b-9c8d-7e6f5a4b3c2d")
 	at := time.Now()

@@ -2,11 +2,11 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
-	gojson "github.com/goccy/go-json"
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/speculapro/speculapro/internal/event"
@@ -86,7 +86,7 @@ func (a *decisionAPI) applyBatch(ctx context.Context, batch []applyReq) {
 	for i, r := range batch {
 		if b, err := gets[i].Bytes(); err == nil {
 			var prev decisionResponse
-			if gojson.Unmarshal(b, &prev) == nil {
+			if json.Unmarshal(b, &prev) == nil {
 				r.done <- applyRes{prev: &prev}
 				continue
 			}
@@ -174,7 +174,7 @@ func (a *decisionAPI) rememberBatch(ctx context.Context, batch []rememberReq) {
 		for j, i := range lost {
 			if b, err := gets[j].Bytes(); err == nil {
 				var prev decisionResponse
-				if gojson.Unmarshal(b, &prev) == nil {
+				if json.Unmarshal(b, &prev) == nil {
 					answered[i] = &prev
 				}
 			}

@@ -1,18 +1,13 @@
 package api
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 	"unsafe"
-
-	gojson "github.com/goccy/go-json"
 
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/identity"
@@ -64,109 +59,6 @@ type item struct {
 	cp         *wireCounterparty // nil: none
 }
 
-// encode builds the item's message: the envelope as event.Encode writes
-// it (appendRecord), encoded once, with the counterparty in its protected
-// form (the API protects it while the item is parsed, so no step of the
-// pipeline parses the record again). The record is appended to slab, the
-// request's one buffer for all of them, when there is one.
-func (it *item) encode(slab *recordSlab) {
-	if slab == nil {
-		it.value = appendRecord(nil, &it.env)
-		return
-	}
-	if cap(slab.cur)-len(slab.cur) < recordRoom {
-		// A new chunk rather than a bigger copy of this one: the records
-		// already written keep pointing into the old chunk.
-		slab.take()
-	}
-	start := len(slab.cur)
-	slab.cur = appendRecord(slab.cur, &it.env)
-	it.value = slab.cur[start:len(slab.cur):len(slab.cur)]
-}
-
-// Records are written into chunks of recordChunk bytes, a new one taken when
-// less than recordRoom is left (a usual record is under 1 KiB; a longer one
-// only grows its chunk).
-const (
-	recordChunk = 64 << 10
-	recordRoom  = 4 << 10
-)
-
-// recordChunks are the chunks requests write their records into, reused:
-// made afresh, each one zeroed, they are 16 % of the bytes the ingest API
-// allocates at the benchmark's load.
-var recordChunks = sync.Pool{New: func() any { b := make([]byte, 0, recordChunk); return &b }}
-
-// recordSlab is one request's records: the chunk being written and every
-// chunk taken from recordChunks; and its decoded items, from parsedSlices
-// (an item with its envelope is about 600 bytes: 13 % of the bytes
-// allocated at the benchmark's load), which the pipeline's messages point
-// into (their envelopes) and so are given back with the records.
-type recordSlab struct {
-	cur    []byte
-	chunks []*[]byte
-	parsed *[]parsedItem
-}
-
-// parsedSlices are requests' item slices, reused (up to maxItemsDefault).
-var parsedSlices = sync.Pool{New: func() any { s := make([]parsedItem, 0, maxItemsDefault); return &s }}
-
-// items returns n zero items, from the pool when n fits.
-func (s *recordSlab) items(n int) []parsedItem {
-	if n > maxItemsDefault {
-		return make([]parsedItem, n)
-	}
-	p := parsedSlices.Get().(*[]parsedItem)
-	s.parsed = p
-	return (*p)[:n] // zero: release cleared them
-}
-
-// take starts a new chunk.
-func (s *recordSlab) take() {
-	c := recordChunks.Get().(*[]byte)
-	s.chunks = append(s.chunks, c)
-	s.cur = (*c)[:0]
-}
-
-// release gives the chunks back for other requests' records. Only once no
-// record in them can be read again: the output acknowledged every one
-// (Kafka has them, franz-go is done with them), or they never left the
-// request. Records still in the output's hands (a timeout, a failed
-// write) are left to the collector.
-func (s *recordSlab) release() {
-	for _, c := range s.chunks {
-		*c = (*c)[:0]
-		recordChunks.Put(c)
-	}
-	s.chunks, s.cur = nil, nil
-	if p := s.parsed; p != nil {
-		// Cleared whole: no string, error or envelope of this request is
-		// kept alive by the pool, and the next one starts from zero items.
-		clear((*p)[:cap(*p)])
-		*p = (*p)[:0]
-		parsedSlices.Put(p)
-		s.parsed = nil
-	}
-}
-
-// memberSlabs are the requests' buffers of object members (about 15 an
-// item), reused between requests.
-var memberSlabs = sync.Pool{New: func() any { s := make([]objField, 0, 8<<10); return &s }}
-
-// withID gives the item the ID it was first accepted under, and that
-// ID's occurred_at, so a resend of an item that may already be in Kafka is
-// the same record (id, occurred_at) the persister stores once.
-func (it *item) withID(id event.UUID) error {
-	at, ok := event.OccurredAtOfID(id)
-	if !ok {
-		return errors.New("the first ID carries no time")
-	}
-	it.id, it.occurredAt = id, at
-	it.env.ID, it.env.OccurredAt = id, at
-	it.encode(nil)
-	return nil
-}
-
 // parsedItem is what decoding one item gives: either an item or its errors.
 type parsedItem struct {
 	item   item
@@ -187,40 +79,9 @@ func decodeBatch(body []byte, kind event.Kind, ws event.UUID, now time.Time, max
 // decodeBatchInto is decodeBatch writing the records into slab, which the
 // caller releases when no record can be read again.
 func decodeBatchInto(body []byte, kind event.Kind, ws event.UUID, now time.Time, maxItems int, prot *identity.Protector, slab *recordSlab) ([]parsedItem, error) {
-	// One pass over the body (checkBody) proves it is JSON and finds a key
-	// named twice, a \u0000, a number numeric cannot hold or nesting too
-	// deep. A body that passes and is {"items": [...]} is split in place,
-	// its items slices of the body; anything else takes the careful path,
-	// which names the fault.
-	fault, err := checkBody(body, framingBatch)
+	raws, itemFaults, err := splitBatch(body, maxItems)
 	if err != nil {
 		return nil, err
-	}
-	raws, ok := splitItems(body, fault)
-	if !ok {
-		if raws, err = readItems(body, fault); err != nil {
-			return nil, err
-		}
-	}
-	if len(raws) == 0 {
-		return nil, fmt.Errorf("%w: items is empty", errNoItems)
-	}
-	if len(raws) > maxItems {
-		return nil, fmt.Errorf("%w: %d items, at most %d per request", errTooManyItems, len(raws), maxItems)
-	}
-	// Only when the body failed is each item checked, so that every item's
-	// fault is answered on its item (the body's check stops at the first).
-	var itemFaults []*FieldError
-	if fault != nil {
-		itemFaults = make([]*FieldError, len(raws))
-		found := false
-		for i, raw := range raws {
-			itemFaults[i] = checkItem(raw, i)
-			found = found || itemFaults[i] != nil
-		}
-		if !found {
-			return nil, faultError(fault)
-		}
 	}
 	out := slab.items(len(raws))
 	// One Sealer for the request's identifiers: its key is derived once,
@@ -232,7 +93,7 @@ func decodeBatchInto(body []byte, kind event.Kind, ws event.UUID, now time.Time,
 	}
 	wsPrefix := ws.String() + ":"
 	keys := make([]byte, 0, len(raws)*(len(wsPrefix)+24))
-	mp := memberSlabs.Get().(*[]objField)
+	mp := memberSlabs.Get().(*[]event.Member)
 	members := (*mp)[:0]
 	defer func() {
 		// The members slice the body; none is read after this call.
@@ -273,6 +134,48 @@ func decodeBatchInto(body []byte, kind event.Kind, ws event.UUID, now time.Time,
 	return out, nil
 }
 
+// splitBatch checks a batch's body and splits it into its items (at most
+// maxItems), with each item's JSON fault when the body has one (nil
+// otherwise), or the request-level error that refuses it as a whole.
+func splitBatch(body []byte, maxItems int) ([][]byte, []*FieldError, error) {
+	// One pass over the body (checkBody) proves it is JSON and finds a key
+	// named twice, a \u0000, a number numeric cannot hold or nesting too
+	// deep. A body that passes and is {"items": [...]} is split in place,
+	// its items slices of the body; anything else takes the careful path,
+	// which names the fault.
+	fault, err := checkBody(body, framingBatch)
+	if err != nil {
+		return nil, nil, err
+	}
+	raws, ok := splitItems(body, fault)
+	if !ok {
+		if raws, err = readItems(body, fault); err != nil {
+			return nil, nil, err
+		}
+	}
+	if len(raws) == 0 {
+		return nil, nil, fmt.Errorf("%w: items is empty", errNoItems)
+	}
+	if len(raws) > maxItems {
+		return nil, nil, fmt.Errorf("%w: %d items, at most %d per request", errTooManyItems, len(raws), maxItems)
+	}
+	// Only when the body failed is each item checked, so that every item's
+	// fault is answered on its item (the body's check stops at the first).
+	var itemFaults []*FieldError
+	if fault != nil {
+		itemFaults = make([]*FieldError, len(raws))
+		found := false
+		for i, raw := range raws {
+			itemFaults[i] = checkItem(raw, i)
+			found = found || itemFaults[i] != nil
+		}
+		if !found {
+			return nil, nil, faultError(fault)
+		}
+	}
+	return raws, itemFaults, nil
+}
+
 // splitItems splits a body checkBody found no fault in that is exactly
 // {"items": [...]} into its items without copying them; false for any
 // other body.
@@ -280,57 +183,25 @@ func splitItems(body []byte, fault *event.JSONFault) ([][]byte, bool) {
 	if fault != nil {
 		return nil, false
 	}
-	fields, ok := splitObject(body)
-	if !ok || len(fields) != 1 || string(fields[0].key) != "items" {
+	fields, ok := event.AppendMembers(nil, body)
+	if !ok || len(fields) != 1 || string(fields[0].Key) != "items" {
 		return nil, false
 	}
-	return splitArray(fields[0].val)
-}
-
-// splitArray splits a JSON array (JSON already checked) into its elements,
-// slices of arr; false when arr is not an array.
-func splitArray(arr []byte) ([][]byte, bool) {
-	if len(arr) < 2 || arr[0] != '[' {
-		return nil, false
-	}
-	raws := make([][]byte, 0, 64)
-	i := skipSpace(arr, 1)
-	if arr[i] == ']' {
-		return raws, true
-	}
-	for {
-		end := skipValue(arr, i)
-		if end < 0 {
-			return nil, false
-		}
-		raws = append(raws, arr[i:end:end])
-		i = skipSpace(arr, end)
-		if i >= len(arr) {
-			return nil, false
-		}
-		switch arr[i] {
-		case ',':
-			i = skipSpace(arr, i+1)
-		case ']':
-			return raws, true
-		default:
-			return nil, false
-		}
-	}
+	return event.SplitArray(fields[0].Value)
 }
 
 // readItems reads {"items": [...]} from a body (JSON, checkBody found no
 // syntax fault) splitItems did not take, with the request-level error that
 // explains why it is refused; a fault inside the items is left to them.
 func readItems(body []byte, fault *event.JSONFault) ([][]byte, error) {
-	fields, ok := splitObject(body)
+	fields, ok := event.AppendMembers(nil, body)
 	if !ok {
 		return nil, fmt.Errorf("%w: want a JSON object with an items array", errMalformed)
 	}
 	var unknown []string
 	seen := map[string]bool{}
 	for _, f := range fields {
-		if k := string(f.key); k != "items" && !seen[k] {
+		if k := string(f.Key); k != "items" && !seen[k] {
 			seen[k] = true
 			unknown = append(unknown, k)
 		}
@@ -348,7 +219,7 @@ func readItems(body []byte, fault *event.JSONFault) ([][]byte, error) {
 	case len(fields) > 1: // items named twice, a fault in the first named first
 		return nil, faultError(&event.JSONFault{Path: "items", Reason: event.ReasonDuplicateKey})
 	}
-	raws, ok := splitArray(fields[0].val)
+	raws, ok := event.SplitArray(fields[0].Value)
 	if !ok {
 		return nil, fmt.Errorf("%w: items: want an array of objects", errMalformed)
 	}
@@ -378,373 +249,6 @@ func quoteAll(ss []string) string {
 		q[i] = strconv.Quote(s)
 	}
 	return strings.Join(q, ", ")
-}
-
-// fieldReader reads the fields of one JSON object by name, collecting every
-// failure with its path instead of stopping at the first.
-type fieldReader struct {
-	sealer   *identity.Sealer // the request's, for its identifiers; nil: one per identifier
-	text     *bodyText        // the request's body as text, strings are cut from; nil: copied each
-	records  *recordSlab      // the request's buffer the records are appended to; nil: one each
-	slab     *[]objField      // the request's buffer of object members; nil: one slice an object
-	wsPrefix string           // "<workspace>:", the Kafka keys' start; "": made per item
-	keys     *[]byte          // the request's buffer the Kafka keys are cut from; nil: one each
-	// The object's path, written only when a failure names it: path, or
-	// items[item-1] when item is set, or parent's path and name.
-	path    string
-	item    int
-	parent  *fieldReader
-	name    string
-	fields  []objField // the object's members in order (a repeated key: the last counts)
-	errs    *[]FieldError
-	ownErrs []FieldError // errs of a reader that is not nested
-	nested  []*fieldReader
-	// spares are readers sub may reset and use instead of allocating one
-	// (a request's item readers share them: each item's are done with
-	// before the next item is read).
-	spares  []*fieldReader
-	present bool
-	// checked: the bytes read passed checkBody, so an object value needs
-	// no second look for what jsonb refuses.
-	checked bool
-}
-
-// objectPath is the path of the reader's object.
-func (r *fieldReader) objectPath() string {
-	switch {
-	case r.parent != nil:
-		return joinPath(r.parent.objectPath(), r.name)
-	case r.item > 0:
-		return itemPath(r.item - 1)
-	}
-	return r.path
-}
-
-// objField is one member of a JSON object: its key (unescaped) and its
-// value's bytes, sliced from the request body, not copied.
-type objField struct {
-	key  []byte
-	val  json.RawMessage
-	used bool
-}
-
-// newFieldReader fails the whole request only when raw is not an object; a
-// field of the wrong type is the item's fault and reported per field.
-func newFieldReader(raw json.RawMessage, path string) (*fieldReader, error) {
-	return newSlabReader(raw, path, nil)
-}
-
-// newSlabReader is newFieldReader with the members of raw's objects kept
-// in slab, the request's one buffer of them (nil: one slice an object).
-func newSlabReader(raw json.RawMessage, path string, slab *[]objField) (*fieldReader, error) {
-	r := &fieldReader{path: path, present: true, slab: slab}
-	return r, r.start(raw)
-}
-
-// newItemReader is newSlabReader for items[i], its path written only when
-// a failure names it.
-func newItemReader(raw json.RawMessage, i int, slab *[]objField) (*fieldReader, error) {
-	r := &fieldReader{item: i + 1, present: true, slab: slab}
-	return r, r.start(raw)
-}
-
-func (r *fieldReader) start(raw json.RawMessage) error {
-	r.errs = &r.ownErrs
-	var ok bool
-	if r.fields, ok = r.split(raw); !ok {
-		return fmt.Errorf("%w: %s: want a JSON object", errMalformed, r.objectPath())
-	}
-	return nil
-}
-
-// split splits an object into its members, in the reader's slab when it
-// has one.
-func (r *fieldReader) split(raw []byte) ([]objField, bool) {
-	if r.slab == nil {
-		return splitObject(raw)
-	}
-	start := len(*r.slab)
-	grown, ok := appendMembers(*r.slab, raw)
-	if !ok {
-		return nil, false
-	}
-	*r.slab = grown
-	return grown[start:len(grown):len(grown)], true
-}
-
-// splitObject splits a JSON object into its members without decoding the
-// values (nor allocating a map): false when raw is not one object.
-func splitObject(raw []byte) ([]objField, bool) {
-	return appendMembers(make([]objField, 0, 16), raw)
-}
-
-// appendMembers appends the members of the JSON object raw to fields:
-// false when raw is not one object.
-func appendMembers(fields []objField, raw []byte) ([]objField, bool) {
-	i := skipSpace(raw, 0)
-	if i >= len(raw) || raw[i] != '{' {
-		return nil, false
-	}
-	i = skipSpace(raw, i+1)
-	if i < len(raw) && raw[i] == '}' {
-		return fields, skipSpace(raw, i+1) == len(raw)
-	}
-	for {
-		if i >= len(raw) || raw[i] != '"' {
-			return nil, false
-		}
-		end, escaped := skipString(raw, i)
-		if end < 0 {
-			return nil, false
-		}
-		key := raw[i+1 : end-1 : end-1]
-		if escaped {
-			var k string
-			if gojson.Unmarshal(raw[i:end], &k) != nil {
-				return nil, false
-			}
-			key = []byte(k)
-		}
-		i = skipSpace(raw, end)
-		if i >= len(raw) || raw[i] != ':' {
-			return nil, false
-		}
-		i = skipSpace(raw, i+1)
-		vend := skipValue(raw, i)
-		if vend < 0 {
-			return nil, false
-		}
-		fields = append(fields, objField{key: key, val: raw[i:vend:vend]})
-		i = skipSpace(raw, vend)
-		if i >= len(raw) {
-			return nil, false
-		}
-		switch raw[i] {
-		case ',':
-			i = skipSpace(raw, i+1)
-		case '}':
-			return fields, skipSpace(raw, i+1) == len(raw)
-		default:
-			return nil, false
-		}
-	}
-}
-
-func skipSpace(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\r' || b[i] == '\n') {
-		i++
-	}
-	return i
-}
-
-// skipString returns the end of the string starting at b[i] (after its
-// closing quote; -1: unterminated) and whether it holds escapes.
-func skipString(b []byte, i int) (int, bool) {
-	escaped := false
-	for j := i + 1; j < len(b); j++ {
-		switch b[j] {
-		case '"':
-			return j + 1, escaped
-		case '\\':
-			escaped = true
-			j++
-		}
-	}
-	return -1, false
-}
-
-// skipValue returns the end of the JSON value starting at b[i] (-1: none).
-// The body parsed as JSON already, so this only finds the value's end.
-func skipValue(b []byte, i int) int {
-	if i >= len(b) {
-		return -1
-	}
-	switch b[i] {
-	case '"':
-		end, _ := skipString(b, i)
-		return end
-	case '{', '[':
-		depth := 0
-		for j := i; j < len(b); j++ {
-			switch b[j] {
-			case '"':
-				end, _ := skipString(b, j)
-				if end < 0 {
-					return -1
-				}
-				j = end - 1
-			case '{', '[':
-				depth++
-			case '}', ']':
-				if depth--; depth == 0 {
-					return j + 1
-				}
-			}
-		}
-		return -1
-	}
-	j := i
-	for j < len(b) && b[j] != ',' && b[j] != '}' && b[j] != ']' && b[j] != ' ' && b[j] != '\t' && b[j] != '\r' && b[j] != '\n' {
-		j++
-	}
-	if j == i || !json.Valid(b[i:j]) {
-		return -1
-	}
-	return j
-}
-
-// joinPath is path.field, either part possibly empty.
-func joinPath(path, field string) string {
-	switch {
-	case path == "":
-		return field
-	case field == "":
-		return path
-	}
-	return path + "." + field
-}
-
-// failAt reports a fault found inside field's value, at its path.
-func (r *fieldReader) failAt(field string, f *event.JSONFault) {
-	*r.errs = append(*r.errs, faultField(joinPath(r.objectPath(), field), f))
-}
-
-func (r *fieldReader) fail(field, msg string) {
-	*r.errs = append(*r.errs, FieldError{Field: joinPath(r.objectPath(), field), Message: msg})
-}
-
-// raw returns a field's JSON, nil when absent or null.
-func (r *fieldReader) raw(field string) json.RawMessage {
-	var v json.RawMessage
-	for i := range r.fields {
-		if string(r.fields[i].key) == field {
-			r.fields[i].used = true
-			v = r.fields[i].val // the last of repeated keys, as a map keeps it
-		}
-	}
-	if v == nil || string(v) == "null" {
-		return nil
-	}
-	return v
-}
-
-// str reads a string field of at most max bytes with no control characters.
-func (r *fieldReader) str(field string, required bool, max int) string {
-	v := r.raw(field)
-	if v == nil {
-		if required {
-			r.fail(field, "required")
-		}
-		return ""
-	}
-	s, ok := r.plainString(v)
-	if !ok {
-		if s, ok = decodeString(v); !ok {
-			r.fail(field, "want a string")
-			return ""
-		}
-	}
-	if s == "" && required {
-		r.fail(field, "required, must not be empty")
-		return ""
-	}
-	if err := event.CheckText(s, max); err != nil {
-		r.fail(field, err.Error())
-		return ""
-	}
-	return s
-}
-
-// externalID reads an external ID: a string, not empty or only whitespace
-// (event.CheckExternalID).
-func (r *fieldReader) externalID(field string, required bool) string {
-	s := r.str(field, required, maxIDLen)
-	if s == "" {
-		return ""
-	}
-	if err := event.CheckExternalID(s); err != nil {
-		r.fail(field, err.Error())
-		return ""
-	}
-	return s
-}
-
-// plainString reads a JSON string without escapes straight from its bytes,
-// the common case, sparing a decoder call per field. The caller still
-// checks UTF-8 and control characters.
-func plainString(v json.RawMessage) (string, bool) {
-	if len(v) < 2 || v[0] != '"' || v[len(v)-1] != '"' || bytes.IndexByte(v[1:len(v)-1], '\\') >= 0 || bytes.IndexByte(v[1:len(v)-1], '"') >= 0 {
-		return "", false
-	}
-	return string(v[1 : len(v)-1]), true
-}
-
-// plainString is plainString cut from the request's text when the reader
-// has it and v is a slice of its body: no allocation.
-func (r *fieldReader) plainString(v json.RawMessage) (string, bool) {
-	if r.text == nil {
-		return plainString(v)
-	}
-	if len(v) < 2 || v[0] != '"' || v[len(v)-1] != '"' || bytes.IndexByte(v[1:len(v)-1], '\\') >= 0 || bytes.IndexByte(v[1:len(v)-1], '"') >= 0 {
-		return "", false
-	}
-	if s, ok := r.text.cut(v[1 : len(v)-1]); ok {
-		return s, true
-	}
-	return string(v[1 : len(v)-1]), true
-}
-
-// bodyText is a request body and the same bytes as a string, which the
-// items' strings are cut from: no allocation a field (copies of the
-// fields would be 4 of an item's 21) and no copy of the body (one copy a
-// request would be 8 % of the bytes allocated at the benchmark's load).
-// The body is the request's own buffer (readAllSized), never written after
-// it was read nor reused, so the strings read it in place; every one of
-// them keeps it alive only as long as the request's items live.
-type bodyText struct {
-	b []byte
-	s string
-}
-
-func newBodyText(body []byte) *bodyText {
-	return &bodyText{b: body, s: unsafe.String(unsafe.SliceData(body), len(body))}
-}
-
-// cut is v's text when v is a slice of the body (false otherwise: an item
-// the careful path copied out of it).
-func (t *bodyText) cut(v []byte) (string, bool) {
-	if len(v) == 0 || len(t.b) == 0 {
-		return "", false
-	}
-	off := uintptr(unsafe.Pointer(unsafe.SliceData(v))) - uintptr(unsafe.Pointer(unsafe.SliceData(t.b)))
-	if off >= uintptr(len(t.b)) || uintptr(len(v)) > uintptr(len(t.b))-off {
-		return "", false
-	}
-	return t.s[off : off+uintptr(len(v))], true
-}
-
-// decodeString decodes a JSON string with escapes (false: not a string).
-// Apart from str, so that str's own result does not escape to the heap.
-func decodeString(v json.RawMessage) (string, bool) {
-	var s string
-	if err := gojson.Unmarshal(v, &s); err != nil {
-		return "", false
-	}
-	return s, true
-}
-
-func (r *fieldReader) enum(field string, required bool, allowed ...string) string {
-	s := r.str(field, required, maxLabelLen)
-	if s == "" {
-		return ""
-	}
-	for _, a := range allowed {
-		if s == a {
-			return s
-		}
-	}
-	r.fail(field, "want one of "+strings.Join(allowed, ", "))
-	return ""
 }
 
 // time reads an RFC 3339 time between 1970 and now + event.FutureSkew.
@@ -788,111 +292,6 @@ func (r *fieldReader) occurredAt(now time.Time) time.Time {
 	return t
 }
 
-// amount reads a non-negative decimal string that numeric(20,4) holds
-// exactly: a float would lose cents, and a value the column would round is
-// refused rather than changed.
-func (r *fieldReader) amount(field string) string {
-	v := r.raw(field)
-	if v == nil {
-		r.fail(field, "required")
-		return ""
-	}
-	s, ok := r.plainString(v)
-	if !ok {
-		if s, ok = decodeString(v); !ok {
-			r.fail(field, `want a decimal string such as "1249.90", not a JSON number`)
-			return ""
-		}
-	}
-	if err := event.CheckAmount(s); err != nil {
-		r.fail(field, err.Error())
-		return ""
-	}
-	return s
-}
-
-func (r *fieldReader) currency(field string, required bool) string {
-	s := r.str(field, required, maxLabelLen)
-	if s == "" {
-		return ""
-	}
-	if !event.IsCurrency(s) {
-		r.fail(field, `want an ISO 4217 currency code such as "EUR"`)
-		return ""
-	}
-	return s
-}
-
-func (r *fieldReader) country(field string) string {
-	s := r.str(field, false, maxLabelLen)
-	if s == "" {
-		return ""
-	}
-	if len(s) != 2 || s[0] < 'A' || s[0] > 'Z' || s[1] < 'A' || s[1] > 'Z' {
-		r.fail(field, `want an ISO 3166-1 alpha-2 country code such as "DE"`)
-		return ""
-	}
-	return s
-}
-
-// object reads a JSON object that jsonb stores as sent (event.CheckJSONB:
-// at most event.MaxObjectBytes, no \u0000, numbers numeric holds, no
-// duplicate key), compacted.
-func (r *fieldReader) object(field string) json.RawMessage {
-	v := r.raw(field)
-	if v == nil {
-		return nil
-	}
-	var err error
-	switch {
-	case !r.checked:
-		err = event.CheckJSONB(v)
-	case len(v) > event.MaxObjectBytes:
-		err = fmt.Errorf("%d bytes, at most %d", len(v), event.MaxObjectBytes)
-	case v[0] != '{':
-		err = errors.New("want a JSON object")
-	}
-	if err != nil {
-		var f *event.JSONFault
-		if errors.As(err, &f) {
-			r.failAt(field, f)
-		} else {
-			r.fail(field, err.Error())
-		}
-		return nil
-	}
-	if !bytes.ContainsAny(v, " \t\r\n") {
-		return v[:len(v):len(v)] // compact already: the body's bytes, which nobody writes
-	}
-	var buf bytes.Buffer
-	_ = json.Compact(&buf, v)
-	return buf.Bytes()
-}
-
-// sub reads a nested object's fields; absent or null gives a reader that
-// reports nothing present.
-func (r *fieldReader) sub(field string) *fieldReader {
-	var n *fieldReader
-	if k := len(r.nested); k < len(r.spares) {
-		n = r.spares[k]
-		*n = fieldReader{parent: r, name: field, errs: r.errs, slab: r.slab, text: r.text, checked: r.checked}
-	} else {
-		n = &fieldReader{parent: r, name: field, errs: r.errs, slab: r.slab, text: r.text, checked: r.checked}
-	}
-	r.nested = append(r.nested, n)
-	v := r.raw(field)
-	if v == nil {
-		return n
-	}
-	var ok bool
-	if n.fields, ok = r.split(v); !ok {
-		r.fail(field, "want a JSON object")
-		return n
-	}
-	n.present = true
-	return n
-}
-
 // identifier validates a clear identifier (its kind given or inferred the
 // way counterparty_fingerprint infers it). The message never quotes the value.
 func (r *fieldReader) identifier(field, kindField string) (value, kind string) {
@@ -920,38 +319,6 @@ func (r *fieldReader) identifierNormalized(field, kindField string) (value, kind
 		return "", "", ""
 	}
 	return value, string(k), norm
-}
-
-// withUnknown is errs and an "unknown field" error for each field nobody
-// read.
-func (r *fieldReader) withUnknown(errs []FieldError) []FieldError {
-	for _, u := range r.unknownFields() {
-		errs = append(errs, FieldError{Field: u, Message: "unknown field"})
-	}
-	return errs
-}
-
-// unknownFields lists the paths of fields nobody read, nested ones included.
-func (r *fieldReader) unknownFields() []string {
-	var out []string
-	if r.present {
-		var seen map[string]bool // a repeated unknown key is listed once
-		for _, f := range r.fields {
-			if f.used || seen[string(f.key)] {
-				continue
-			}
-			if seen == nil {
-				seen = map[string]bool{}
-			}
-			seen[string(f.key)] = true
-			out = append(out, joinPath(r.objectPath(), string(f.key)))
-		}
-	}
-	for _, n := range r.nested {
-		out = append(out, n.unknownFields()...)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // wireCounterparty is the counterparty as the client sent it (validated);

@@ -110,14 +110,6 @@ func TestBatchAnswerIsMarshal(t *testing.T) {
 	}
 }
 
-func TestUUIDStringIsString(t *testing.T) {
-	for _, u := range []event.UUID{{}, testWS, event.TransactionID(testWS, "x", testNow), {0xff, 0x0f, 0xf0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 0xab}} {
-		if got := uuidString(u); got != u.String() {
-			t.Errorf("uuidString = %s, want %s", got, u.String())
-		}
-	}
-}
-
 // A request's record buffers are reused only when no record in them can
 // be read again: deliver is settled when the pipeline acknowledged every
 // message, or never took the batch, and not settled while the output may

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/bsm/redislock"
-	gojson "github.com/goccy/go-json"
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/redpanda-data/benthos/v4/public/service"
 	"golang.org/x/time/rate"
@@ -180,7 +179,7 @@ func (e *spoolEntry) names() (ws, ext string) {
 		WorkspaceID string `json:"workspace_id"`
 		ExternalID  string `json:"external_id"`
 	}
-	_ = gojson.Unmarshal(e.bytes(), &n)
+	_ = json.Unmarshal(e.bytes(), &n)
 	return n.WorkspaceID, n.ExternalID
 }
 

@@ -1,0 +1,270 @@
+package event
+
+import (
+	"encoding/json"
+	"unicode/utf8"
+	"unsafe"
+)
+
+// The JSON scanning every reader of JSON in the product shares: splitting
+// an object into its members and an array into its elements without
+// decoding the values, and decoding one string exactly as encoding/json
+// does. The ingest and decision APIs split their request bodies with it,
+// and decodeFast reads a record's escaped strings with Unquote.
+
+// Member is one member of a JSON object: its key (unescaped) and its value's
+// bytes, slices of the object's bytes, not copies. Read is the caller's to
+// mark the members it has read (the ingest API names the others as unknown
+// fields).
+type Member struct {
+	Key   []byte
+	Value []byte
+	Read  bool
+}
+
+// AppendMembers appends the members of the JSON object raw to dst, in
+// order (a key named twice appears twice): false when raw is not one
+// object. The values are not decoded, only delimited: raw is expected to
+// be JSON that CheckJSON accepted, or to be refused as a whole when not.
+func AppendMembers(dst []Member, raw []byte) ([]Member, bool) {
+	i := skipSpace(raw, 0)
+	if i >= len(raw) || raw[i] != '{' {
+		return nil, false
+	}
+	i = skipSpace(raw, i+1)
+	if i < len(raw) && raw[i] == '}' {
+		return dst, skipSpace(raw, i+1) == len(raw)
+	}
+	for {
+		if i >= len(raw) || raw[i] != '"' {
+			return nil, false
+		}
+		end, escaped := skipString(raw, i)
+		if end < 0 {
+			return nil, false
+		}
+		key := raw[i+1 : end-1 : end-1]
+		if escaped {
+			k, ok := Unquote(raw[i:end])
+			if !ok {
+				return nil, false
+			}
+			key = []byte(k)
+		}
+		i = skipSpace(raw, end)
+		if i >= len(raw) || raw[i] != ':' {
+			return nil, false
+		}
+		i = skipSpace(raw, i+1)
+		vend := SkipValue(raw, i)
+		if vend < 0 {
+			return nil, false
+		}
+		dst = append(dst, Member{Key: key, Value: raw[i:vend:vend]})
+		next, last, ok := afterMember(raw, vend, '}')
+		switch {
+		case !ok:
+			return nil, false
+		case last:
+			return dst, skipSpace(raw, next) == len(raw)
+		}
+		i = next
+	}
+}
+
+// SplitArray splits a JSON array (JSON already checked) into its elements,
+// slices of arr; false when arr is not an array.
+func SplitArray(arr []byte) ([][]byte, bool) {
+	if len(arr) < 2 || arr[0] != '[' {
+		return nil, false
+	}
+	raws := make([][]byte, 0, 64)
+	i := skipSpace(arr, 1)
+	if arr[i] == ']' {
+		return raws, true
+	}
+	for {
+		end := SkipValue(arr, i)
+		if end < 0 {
+			return nil, false
+		}
+		raws = append(raws, arr[i:end:end])
+		next, last, ok := afterMember(arr, end, ']')
+		switch {
+		case !ok:
+			return nil, false
+		case last:
+			return raws, true
+		}
+		i = next
+	}
+}
+
+// afterMember reads what follows a member ending at b[i]: ',' and the space
+// after it (next is the next member's start) or closing (last: next is
+// after it); ok is false for anything else.
+func afterMember(b []byte, i int, closing byte) (next int, last, ok bool) {
+	i = skipSpace(b, i)
+	if i >= len(b) {
+		return i, false, false
+	}
+	switch b[i] {
+	case ',':
+		return skipSpace(b, i+1), false, true
+	case closing:
+		return i + 1, true, true
+	}
+	return i, false, false
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\r' || b[i] == '\n') {
+		i++
+	}
+	return i
+}
+
+// skipString returns the end of the string starting at b[i] (after its
+// closing quote; -1: unterminated) and whether it holds escapes.
+func skipString(b []byte, i int) (int, bool) {
+	escaped := false
+	for j := i + 1; j < len(b); j++ {
+		switch b[j] {
+		case '"':
+			return j + 1, escaped
+		case '\\':
+			escaped = true
+			j++
+		}
+	}
+	return -1, false
+}
+
+// SkipValue returns the end of the JSON value starting at b[i] (-1: none).
+// A container's or a string's end is only found, not checked (the bytes
+// passed CheckJSON, or are refused as a whole); a number or literal is
+// checked.
+func SkipValue(b []byte, i int) int {
+	if i >= len(b) {
+		return -1
+	}
+	switch b[i] {
+	case '"':
+		end, _ := skipString(b, i)
+		return end
+	case '{', '[':
+		return skipContainer(b, i)
+	}
+	j := i
+	for j < len(b) && b[j] != ',' && b[j] != '}' && b[j] != ']' && b[j] != ' ' && b[j] != '\t' && b[j] != '\r' && b[j] != '\n' {
+		j++
+	}
+	if j == i || !json.Valid(b[i:j]) {
+		return -1
+	}
+	return j
+}
+
+// skipContainer returns the end of the object or array at b[i] (-1: it
+// does not end).
+func skipContainer(b []byte, i int) int {
+	depth := 0
+	for j := i; j < len(b); j++ {
+		switch b[j] {
+		case '"':
+			end, _ := skipString(b, j)
+			if end < 0 {
+				return -1
+			}
+			j = end - 1
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth--; depth == 0 {
+				return j + 1
+			}
+		}
+	}
+	return -1
+}
+
+// Unquote decodes the JSON string raw (quotes included) exactly as
+// encoding/json decodes one into a Go string: escapes resolved, a lone or
+// broken surrogate escape and every byte of invalid UTF-8 read as U+FFFD.
+// false when raw is not one JSON string.
+func Unquote(raw []byte) (string, bool) {
+	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
+		return "", false
+	}
+	b, ok := appendUnquoted(make([]byte, 0, len(raw)), raw[1:len(raw)-1])
+	if !ok {
+		return "", false
+	}
+	return unsafe.String(unsafe.SliceData(b), len(b)), true
+}
+
+// appendUnquoted appends the decoded content of a JSON string (s is what
+// lies between its quotes) to dst: false on a quote, a control character or
+// an escape JSON does not have.
+func appendUnquoted(dst, s []byte) ([]byte, bool) {
+	for r := 0; r < len(s); {
+		switch c := s[r]; {
+		case c == '\\':
+			if r+1 >= len(s) {
+				return nil, false
+			}
+			var ok bool
+			if dst, r, ok = appendEscape(dst, s, r); !ok {
+				return nil, false
+			}
+		case c == '"' || c < ' ':
+			return nil, false
+		case c < utf8.RuneSelf:
+			dst = append(dst, c)
+			r++
+		default:
+			rr, size := utf8.DecodeRune(s[r:])
+			dst = utf8.AppendRune(dst, rr)
+			r += size
+		}
+	}
+	return dst, true
+}
+
+// appendEscape appends the escape at s[r] (a backslash with at least one
+// byte after it) decoded, and returns where the next byte is.
+func appendEscape(dst, s []byte, r int) ([]byte, int, bool) {
+	switch s[r+1] {
+	case '"', '\\', '/':
+		return append(dst, s[r+1]), r + 2, true
+	case 'b':
+		return append(dst, '\b'), r + 2, true
+	case 'f':
+		return append(dst, '\f'), r + 2, true
+	case 'n':
+		return append(dst, '\n'), r + 2, true
+	case 'r':
+		return append(dst, '\r'), r + 2, true
+	case 't':
+		return append(dst, '\t'), r + 2, true
+	case 'u':
+		rr, ok := hex4(s, r+2)
+		if !ok {
+			return nil, 0, false
+		}
+		r += 6
+		if rr >= 0xD800 && rr < 0xE000 {
+			// A high surrogate followed by a low one's escape is one
+			// rune; anything else is U+FFFD, and what follows is read on
+			// its own (encoding/json's reading).
+			if rr < 0xDC00 && r+1 < len(s) && s[r] == '\\' && s[r+1] == 'u' {
+				if lo, ok := hex4(s, r+2); ok && lo >= 0xDC00 && lo < 0xE000 {
+					return utf8.AppendRune(dst, (rr-0xD800)<<10|(lo-0xDC00)+0x10000), r + 6, true
+				}
+			}
+			rr = utf8.RuneError
+		}
+		return utf8.AppendRune(dst, rr), r, true
+	}
+	return nil, 0, false
+}
