@@ -52,6 +52,7 @@ const (
 	rollbackTimeout = 5 * time.Second
 )
 
+// long: the component's config spec, one field after another as its documentation page lists them
 func pgCopyUpsertSpec() *service.ConfigSpec {
 	return service.NewConfigSpec().
 		Beta().
@@ -200,7 +201,7 @@ type pgCopyUpsert struct {
 	log            *service.Logger
 	m              *persistMetrics
 	waits          *partitionWaits
-	known          *knownParties // customers and accounts seen committed (store.go)
+	known          *knownParties // customers and accounts seen committed (store_parties.go)
 }
 
 // pcuOptions are the settings of a pgCopyUpsert.
@@ -343,14 +344,6 @@ func (o *pgCopyUpsert) WriteBatch(ctx context.Context, batch service.MessageBatc
 	ctx, release := lease.Watch(ctx, batch)
 	defer release()
 
-	var (
-		// Sized for the batch: grown from nothing they were copied a dozen
-		// times over per batch.
-		rows       = make([]*event.Envelope, 0, len(batch))
-		rowIndex   = make([]int, 0, len(batch))
-		dead       []deadLetter
-		duplicates int64
-	)
 	// Records no event_decode step read (the persist pipelines have none)
 	// are decoded here, into one slice a batch, sharing the records' bytes:
 	// they outlive nothing but this write. A pipeline step cost the engine
@@ -358,28 +351,7 @@ func (o *pgCopyUpsert) WriteBatch(ctx context.Context, batch service.MessageBatc
 	envs, decoded, undecodable := o.decodeBatch(batch)
 	defer decoded.release()
 	start := time.Now()
-	seen := newSeenIDs(len(batch))
-	defer releaseSeenIDs(seen)
-	for i, msg := range batch {
-		if err := msg.GetError(); err != nil {
-			dead = append(dead, deadLetter{index: i, message: err.Error()})
-			continue
-		}
-		env := envs[i]
-		if env == nil {
-			dead = append(dead, deadLetter{index: i, message: undecodable[i].Error()})
-			continue
-		}
-		// A record repeated within the batch (a producer's retry) is
-		// written once; the copy is acked with the batch.
-		if _, ok := seen[env.ID]; ok {
-			duplicates++
-			continue
-		}
-		seen[env.ID] = struct{}{}
-		rows = append(rows, env)
-		rowIndex = append(rowIndex, i)
-	}
+	rows, rowIndex, dead, duplicates := rowsToStore(batch, envs, undecodable)
 	o.m.stage.Timing(time.Since(start).Nanoseconds(), o.table, "prepare")
 
 	faulted := false // the batch's fault is counted once, whichever step fails
@@ -435,6 +407,40 @@ func (o *pgCopyUpsert) WriteBatch(ctx context.Context, batch service.MessageBatc
 		return waiting.batchError(batch)
 	}
 	return nil
+}
+
+// rowsToStore picks the batch's rows to store, once each, with their
+// messages' indices (rowIndex), and the dead letters of the messages
+// flagged with an error or undecodable; duplicates counts the copies of a
+// record repeated within the batch.
+func rowsToStore(batch service.MessageBatch, envs []*event.Envelope, undecodable []error) (rows []*event.Envelope, rowIndex []int, dead []deadLetter, duplicates int64) {
+	// Sized for the batch: grown from nothing they were copied a dozen
+	// times over per batch.
+	rows = make([]*event.Envelope, 0, len(batch))
+	rowIndex = make([]int, 0, len(batch))
+	seen := newSeenIDs(len(batch))
+	defer releaseSeenIDs(seen)
+	for i, msg := range batch {
+		if err := msg.GetError(); err != nil {
+			dead = append(dead, deadLetter{index: i, message: err.Error()})
+			continue
+		}
+		env := envs[i]
+		if env == nil {
+			dead = append(dead, deadLetter{index: i, message: undecodable[i].Error()})
+			continue
+		}
+		// A record repeated within the batch (a producer's retry) is
+		// written once; the copy is acked with the batch.
+		if _, ok := seen[env.ID]; ok {
+			duplicates++
+			continue
+		}
+		seen[env.ID] = struct{}{}
+		rows = append(rows, env)
+		rowIndex = append(rowIndex, i)
+	}
+	return rows, rowIndex, dead, duplicates
 }
 
 // decodeBatch returns each message's envelope: the one event_decode
