@@ -138,56 +138,22 @@ func runLoadgen(ctx context.Context, c *cli.Context, stderr io.Writer) error {
 
 	setupCtx, cancel := context.WithTimeout(ctx, loadgenSetupTimeout)
 	defer cancel()
-	if dbURL != "" {
-		st, err := loadgen.SeedKnownURL(setupCtx, dbURL, g)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(stderr, "loadgen: %d workspaces (%d new), %d known customers and %d known accounts written\n",
-			cfg.Workspaces, st.Workspaces, st.Customers, st.Accounts)
-	} else {
-		fmt.Fprintf(stderr, "loadgen: no --%s: workspaces %v must already exist\n", loadgenFlagDBURL, g.Workspaces())
+	if err := seedKnown(setupCtx, dbURL, g, cfg, stderr); err != nil {
+		return err
 	}
 
-	topic := c.String(loadgenFlagTopic)
-	if topic == "" {
-		topic = config.KafkaTopicPrefix.Value() + "txn.ingested"
-	}
-	eventsTopic := c.String(loadgenFlagEventsTopic)
-	if eventsTopic == "" {
-		eventsTopic = config.KafkaTopicPrefix.Value() + "account.events"
-	}
-	conn, err := kafkaconf.FromEnv()
-	if err != nil {
-		return err
-	}
-	opts, err := loadgen.ProducerOpts(conn, c.Duration(loadgenFlagLinger))
-	if err != nil {
-		return err
-	}
-	cl, err := kgo.NewClient(opts...)
-	if err != nil {
-		return fmt.Errorf("creating Kafka producer: %w", err)
-	}
-	defer cl.Close()
-	if err := conn.Check(setupCtx, cl); err != nil {
-		return err
-	}
+	topic, eventsTopic := loadgenTopics(c)
 	// franz-go would wait for a missing topic until the delivery timeout and
 	// then fail every record; say what to do instead.
 	need := []string{topic}
 	if cfg.AccountEvents > 0 {
 		need = append(need, eventsTopic)
 	}
-	topics, err := kadm.NewClient(cl).ListTopics(setupCtx, need...)
+	cl, err := loadgenProducer(setupCtx, c, need)
 	if err != nil {
-		return fmt.Errorf("looking up topics %v: %w", need, err)
+		return err
 	}
-	for _, name := range need {
-		if !topics.Has(name) || topics[name].Err != nil {
-			return fmt.Errorf("topic %s does not exist: create it with `speculapro topics`", name)
-		}
-	}
+	defer cl.Close()
 
 	// Account events first, so the transfers that follow an incident reach
 	// the stream after the incident's events, as they would in real life.
@@ -210,6 +176,69 @@ func runLoadgen(ctx context.Context, c *cli.Context, stderr io.Writer) error {
 		m = m.WithEvents(0, cfg.AccountEvents, es)
 	}
 	return finishLoadgen(ctx, c, m, s, cfg.Count, "transactions", runErr)
+}
+
+// loadgenTopics are the topics of transactions and account events: the
+// flags', or the names under SP_KAFKA_TOPIC_PREFIX.
+func loadgenTopics(c *cli.Context) (topic, eventsTopic string) {
+	topic = c.String(loadgenFlagTopic)
+	if topic == "" {
+		topic = config.KafkaTopicPrefix.Value() + "txn.ingested"
+	}
+	eventsTopic = c.String(loadgenFlagEventsTopic)
+	if eventsTopic == "" {
+		eventsTopic = config.KafkaTopicPrefix.Value() + "account.events"
+	}
+	return topic, eventsTopic
+}
+
+// seedKnown writes the known workspaces, customers and accounts when dbURL
+// is given; without it the workspaces must already exist.
+func seedKnown(ctx context.Context, dbURL string, g *loadgen.Generator, cfg loadgen.Config, stderr io.Writer) error {
+	if dbURL != "" {
+		st, err := loadgen.SeedKnownURL(ctx, dbURL, g)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "loadgen: %d workspaces (%d new), %d known customers and %d known accounts written\n",
+			cfg.Workspaces, st.Workspaces, st.Customers, st.Accounts)
+	} else {
+		fmt.Fprintf(stderr, "loadgen: no --%s: workspaces %v must already exist\n", loadgenFlagDBURL, g.Workspaces())
+	}
+	return nil
+}
+
+// loadgenProducer opens the Kafka producer and checks that every topic of
+// need exists.
+func loadgenProducer(ctx context.Context, c *cli.Context, need []string) (*kgo.Client, error) {
+	conn, err := kafkaconf.FromEnv()
+	if err != nil {
+		return nil, err
+	}
+	opts, err := loadgen.ProducerOpts(conn, c.Duration(loadgenFlagLinger))
+	if err != nil {
+		return nil, err
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("creating Kafka producer: %w", err)
+	}
+	if err := conn.Check(ctx, cl); err != nil {
+		cl.Close()
+		return nil, err
+	}
+	topics, err := kadm.NewClient(cl).ListTopics(ctx, need...)
+	if err != nil {
+		cl.Close()
+		return nil, fmt.Errorf("looking up topics %v: %w", need, err)
+	}
+	for _, name := range need {
+		if !topics.Has(name) || topics[name].Err != nil {
+			cl.Close()
+			return nil, fmt.Errorf("topic %s does not exist: create it with `speculapro topics`", name)
+		}
+	}
+	return cl, nil
 }
 
 // finishLoadgen writes the manifest (when asked for) and returns the run's

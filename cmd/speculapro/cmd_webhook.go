@@ -71,21 +71,7 @@ func webhookCommand() *cli.Command {
 					wsFlag, epFlag,
 					&cli.DurationFlag{Name: "grace", Usage: "how long the old secret stays valid (default SP_WEBHOOK_SECRET_GRACE)"},
 				},
-				Action: func(c *cli.Context) error {
-					grace := c.Duration("grace")
-					if !c.IsSet("grace") {
-						var err error
-						if grace, err = time.ParseDuration(config.WebhookSecretGrace.Value()); err != nil {
-							return fmt.Errorf("webhook rotate-secret: %s: %w", config.WebhookSecretGrace.Name, err)
-						}
-					}
-					if grace < 0 {
-						return errors.New("webhook rotate-secret: --grace must not be negative")
-					}
-					return webhookAction(c, "rotate-secret", func(ctx context.Context, ws event.UUID) error {
-						return runWebhookRotate(ctx, c.App.Writer, ws, c.String("endpoint"), grace)
-					})
-				},
+				Action: webhookRotateAction,
 			},
 			{
 				Name:  "disable",
@@ -109,6 +95,24 @@ func webhookCommand() *cli.Command {
 			},
 		},
 	}
+}
+
+// webhookRotateAction runs webhook rotate-secret: --grace, or
+// SP_WEBHOOK_SECRET_GRACE when it is not given.
+func webhookRotateAction(c *cli.Context) error {
+	grace := c.Duration("grace")
+	if !c.IsSet("grace") {
+		var err error
+		if grace, err = time.ParseDuration(config.WebhookSecretGrace.Value()); err != nil {
+			return fmt.Errorf("webhook rotate-secret: %s: %w", config.WebhookSecretGrace.Name, err)
+		}
+	}
+	if grace < 0 {
+		return errors.New("webhook rotate-secret: --grace must not be negative")
+	}
+	return webhookAction(c, "rotate-secret", func(ctx context.Context, ws event.UUID) error {
+		return runWebhookRotate(ctx, c.App.Writer, ws, c.String("endpoint"), grace)
+	})
 }
 
 // webhookAction is workspaceAction naming the command in every error.

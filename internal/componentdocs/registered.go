@@ -136,22 +136,7 @@ func registeredIn(root string, files []string) ([]Component, error) {
 			return nil, fmt.Errorf("parse: %w", err)
 		}
 		parsed = append(parsed, f)
-		for _, decl := range f.Decls {
-			gd, ok := decl.(*ast.GenDecl)
-			if !ok || gd.Tok != token.CONST {
-				continue
-			}
-			for _, spec := range gd.Specs {
-				vs := spec.(*ast.ValueSpec)
-				for i, name := range vs.Names {
-					if i < len(vs.Values) {
-						if s, ok := stringLit(vs.Values[i]); ok {
-							consts[name.Name] = s
-						}
-					}
-				}
-			}
-		}
+		addStringConsts(consts, f)
 	}
 	var out []Component
 	for _, f := range parsed {
@@ -205,6 +190,27 @@ func registeredIn(root string, files []string) ([]Component, error) {
 		}
 	}
 	return out, nil
+}
+
+// addStringConsts adds the string constants f declares at top level to
+// consts, by name.
+func addStringConsts(consts map[string]string, f *ast.File) {
+	for _, decl := range f.Decls {
+		gd, ok := decl.(*ast.GenDecl)
+		if !ok || gd.Tok != token.CONST {
+			continue
+		}
+		for _, spec := range gd.Specs {
+			vs := spec.(*ast.ValueSpec)
+			for i, name := range vs.Names {
+				if i < len(vs.Values) {
+					if s, ok := stringLit(vs.Values[i]); ok {
+						consts[name.Name] = s
+					}
+				}
+			}
+		}
+	}
 }
 
 // importName is the name file f refers to the package at path by, or "" when

@@ -185,57 +185,8 @@ func renderPage(c Component, v *service.ConfigView) ([]byte, string, error) {
 	if len(td.Fields) > 0 {
 		b.WriteString("## Fields\n\n")
 	}
-	for _, f := range td.Fields {
-		fl := flags[f.FullName]
-		fmt.Fprintf(&b, "### `%s`\n\n", f.FullName)
-		b.WriteString(markdown(f.Description) + "\n\n")
-		facts := []string{"**Type:** `" + f.Type + "`"}
-		switch {
-		case f.DefaultMarshalled != "":
-			facts = append(facts, "**Default:** `"+f.DefaultMarshalled+"`")
-		case fl.IsOptional:
-			facts = append(facts, "**Default:** none (optional)")
-		case len(fl.Children) > 0:
-			// An object's default is its fields' defaults, listed below it.
-		default:
-			facts = append(facts, "**Default:** none (required)")
-		}
-		if fl.IsAdvanced {
-			facts = append(facts, "advanced")
-		}
-		b.WriteString(strings.Join(facts, " · ") + "\n\n")
-		if f.IsInterpolated {
-			b.WriteString("This field supports [interpolation functions](" + connectDocs + "configuration/interpolation/#bloblang-queries): `${! … }` is worked out for each message.\n\n")
-		}
-		if fl.Bloblang {
-			b.WriteString("This field is a [Bloblang](" + connectDocs + "guides/bloblang/about/) mapping.\n\n")
-		}
-		if f.IsSecret {
-			b.WriteString("This field is a secret: `speculapro echo` prints it scrubbed. Set it from the environment (`${NAME}`) rather than writing it into the YAML.\n\n")
-		}
-		if len(f.AnnotatedOptions) > 0 {
-			b.WriteString("| Option | Meaning |\n| --- | --- |\n")
-			for _, o := range f.AnnotatedOptions {
-				fmt.Fprintf(&b, "| `%s` | %s |\n", o[0], cell(markdown(o[1])))
-			}
-			b.WriteString("\n")
-		} else if len(f.Options) > 0 {
-			opts := make([]string, len(f.Options))
-			for i, o := range f.Options {
-				opts[i] = "`" + o + "`"
-			}
-			b.WriteString("**Options:** " + strings.Join(opts, ", ") + "\n\n")
-		}
-		if len(f.ExamplesMarshalled) > 0 {
-			b.WriteString("```yaml\n# Examples\n")
-			for i, e := range f.ExamplesMarshalled {
-				if i > 0 {
-					b.WriteString("\n")
-				}
-				b.WriteString(e)
-			}
-			b.WriteString("```\n\n")
-		}
+	for i := range td.Fields {
+		writeField(&b, &td.Fields[i], flags[td.Fields[i].FullName])
 	}
 
 	if fn := markdown(td.Footnotes); fn != "" {
@@ -243,6 +194,60 @@ func renderPage(c Component, v *service.ConfigView) ([]byte, string, error) {
 	}
 	b.WriteString("---\n\n[Every SpeculaPro component](../" + IndexPath + ")\n")
 	return []byte(b.String()), summary, nil
+}
+
+// writeField writes one field's section of a page: its description, type,
+// default and options, and its examples.
+func writeField(b *strings.Builder, f *service.TemplateDataPluginField, fl fieldJSON) {
+	fmt.Fprintf(b, "### `%s`\n\n", f.FullName)
+	b.WriteString(markdown(f.Description) + "\n\n")
+	facts := []string{"**Type:** `" + f.Type + "`"}
+	switch {
+	case f.DefaultMarshalled != "":
+		facts = append(facts, "**Default:** `"+f.DefaultMarshalled+"`")
+	case fl.IsOptional:
+		facts = append(facts, "**Default:** none (optional)")
+	case len(fl.Children) > 0:
+		// An object's default is its fields' defaults, listed below it.
+	default:
+		facts = append(facts, "**Default:** none (required)")
+	}
+	if fl.IsAdvanced {
+		facts = append(facts, "advanced")
+	}
+	b.WriteString(strings.Join(facts, " · ") + "\n\n")
+	if f.IsInterpolated {
+		b.WriteString("This field supports [interpolation functions](" + connectDocs + "configuration/interpolation/#bloblang-queries): `${! … }` is worked out for each message.\n\n")
+	}
+	if fl.Bloblang {
+		b.WriteString("This field is a [Bloblang](" + connectDocs + "guides/bloblang/about/) mapping.\n\n")
+	}
+	if f.IsSecret {
+		b.WriteString("This field is a secret: `speculapro echo` prints it scrubbed. Set it from the environment (`${NAME}`) rather than writing it into the YAML.\n\n")
+	}
+	if len(f.AnnotatedOptions) > 0 {
+		b.WriteString("| Option | Meaning |\n| --- | --- |\n")
+		for _, o := range f.AnnotatedOptions {
+			fmt.Fprintf(b, "| `%s` | %s |\n", o[0], cell(markdown(o[1])))
+		}
+		b.WriteString("\n")
+	} else if len(f.Options) > 0 {
+		opts := make([]string, len(f.Options))
+		for i, o := range f.Options {
+			opts[i] = "`" + o + "`"
+		}
+		b.WriteString("**Options:** " + strings.Join(opts, ", ") + "\n\n")
+	}
+	if len(f.ExamplesMarshalled) > 0 {
+		b.WriteString("```yaml\n# Examples\n")
+		for i, e := range f.ExamplesMarshalled {
+			if i > 0 {
+				b.WriteString("\n")
+			}
+			b.WriteString(e)
+		}
+		b.WriteString("```\n\n")
+	}
 }
 
 func renderIndex(rows []indexRow) []byte {

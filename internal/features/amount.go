@@ -3,6 +3,7 @@ package features
 import (
 	"encoding/json"
 	"errors"
+	"math/big"
 	"strconv"
 	"strings"
 )
@@ -98,4 +99,75 @@ func fromUnits(v any) json.Number {
 		out = "-" + out
 	}
 	return json.Number(out)
+}
+
+// amt is an exact sum of money in units of 0.0001: an int64, or a big.Int
+// once it would leave int64 (a huge sum of huge amounts).
+type amt struct {
+	n int64
+	b *big.Int // non-nil: the value is b (n unused)
+}
+
+func (a *amt) add(x amt) {
+	if a.b == nil && x.b == nil {
+		s := a.n + x.n
+		if (x.n >= 0) == (s >= a.n) {
+			a.n = s
+			return
+		}
+	}
+	r := new(big.Int).Add(a.bigVal(), x.bigVal())
+	if r.IsInt64() {
+		*a = amt{n: r.Int64()}
+		return
+	}
+	*a = amt{b: r}
+}
+
+func (a amt) bigVal() *big.Int {
+	if a.b != nil {
+		return a.b
+	}
+	return big.NewInt(a.n)
+}
+
+func (a amt) isZero() bool { return a.b == nil && a.n == 0 }
+
+// number formats a as a decimal with exactly four places (amount.go).
+func (a amt) number() json.Number {
+	if a.b != nil {
+		return fromUnits(a.b.String())
+	}
+	if a.n == 0 {
+		return "0.0000"
+	}
+	return unitsNumber(a.n)
+}
+
+// unitsNumber is fromUnits(strconv.FormatInt(n, 10)) in one allocation
+// (the feature maps hold about 20 sums per event).
+func unitsNumber(n int64) json.Number {
+	var buf [24]byte
+	i := len(buf)
+	u := uint64(n)
+	if n < 0 {
+		u = uint64(-n)
+	}
+	for range scale {
+		i--
+		buf[i] = byte('0' + u%10)
+		u /= 10
+	}
+	i--
+	buf[i] = '.'
+	for first := true; first || u > 0; first = false {
+		i--
+		buf[i] = byte('0' + u%10)
+		u /= 10
+	}
+	if n < 0 {
+		i--
+		buf[i] = '-'
+	}
+	return json.Number(buf[i:])
 }

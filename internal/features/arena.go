@@ -3,6 +3,9 @@ package features
 import (
 	"math/bits"
 	"sync"
+	"unsafe"
+
+	"github.com/speculapro/speculapro/internal/event"
 )
 
 // A decoded state's arrays are carved from one arena (decodeBufs.build).
@@ -87,4 +90,112 @@ func (st *state) recycle() {
 		putArena(st.arena)
 		st.arena = nil
 	}
+}
+
+// decodeBufs hold a base's arrays as base reads them, until build copies
+// them into the state's arena; reused across decodes (decodePool).
+type decodeBufs struct {
+	lv        [levels][]bucket
+	sums, evs [levels][]cell
+	mk        [2][]event.UUID
+	mv        [2][]int64
+	sk        []uint64
+	sv        []int64
+}
+
+// sized is b with length n, reallocated only when too small.
+func sized[T any](b []T, n int) []T {
+	if cap(b) < n {
+		return make([]T, n)
+	}
+	return b[:n]
+}
+
+var decodePool = sync.Pool{New: func() any { return new(decodeBufs) }}
+
+// lend points st's arrays at b's (as base read them), which the delta
+// records then grow; reclaim takes them back, grown or not, for build.
+func (b *decodeBufs) lend(st *state) {
+	st.lv, st.sums, st.evs = b.lv, b.sums, b.evs
+	for d := range st.members {
+		st.members[d].reset(b.mk[d], b.mv[d])
+	}
+	st.seen.reset(b.sk, b.sv)
+}
+
+func (b *decodeBufs) reclaim(st *state) {
+	b.lv, b.sums, b.evs = st.lv, st.sums, st.evs
+	for d := range st.members {
+		b.mk[d], b.mv[d] = st.members[d].keys, st.members[d].vals
+	}
+	b.sk, b.sv = st.seen.keys, st.seen.vals
+}
+
+// build gives st the arrays in b, all carved from one allocation, its
+// arena (state.arena), each with room for what a batch typically adds: two
+// buckets and cells a level, four other sides and four events remembered.
+// Nothing of st points into b afterwards. Decoded one by one, a state would
+// be about 18 objects, most of the stream's live objects; the collector's
+// marking costs by the object, so one arena instead of about ten makes each
+// collection cheaper. None of the arrays' element types holds a pointer, so
+// the arena is a []uint64, and one the cache let go of is reused
+// (arena.go).
+func (b *decodeBufs) build(st *state) {
+	var lvCap, sumsCap, evsCap [levels]int
+	n := 0
+	for l := range levels {
+		lvCap[l], sumsCap[l], evsCap[l] = withRoom(len(b.lv[l]), 2), withRoom(len(b.sums[l]), 2), withRoom(len(b.evs[l]), 2)
+		n += words[bucket](lvCap[l]) + words[cell](sumsCap[l]) + words[cell](evsCap[l])
+	}
+	memberCap := [2]int{withRoom(len(b.mk[0]), 4), withRoom(len(b.mk[1]), 4)}
+	seenCap := withRoom(len(b.sk), 4)
+	for _, c := range memberCap {
+		n += words[event.UUID](c) + words[int64](c)
+	}
+	n += words[uint64](seenCap) + words[int64](seenCap)
+	var arena []uint64
+	if n > 0 {
+		arena = getArena(n)
+	}
+	st.arena = arena
+	off := 0
+	for l := range levels {
+		st.lv[l] = append(carve[bucket](arena, &off, lvCap[l]), b.lv[l]...)
+		st.sums[l] = append(carve[cell](arena, &off, sumsCap[l]), b.sums[l]...)
+		st.evs[l] = append(carve[cell](arena, &off, evsCap[l]), b.evs[l]...)
+	}
+	for d, c := range memberCap {
+		st.members[d].reset(append(carve[event.UUID](arena, &off, c), b.mk[d]...),
+			append(carve[int64](arena, &off, c), b.mv[d]...))
+	}
+	st.seen.reset(append(carve[uint64](arena, &off, seenCap), b.sk...),
+		append(carve[int64](arena, &off, seenCap), b.sv...))
+}
+
+// withRoom is the capacity of an array of n elements that more will join
+// (room guessed); 0 for an empty one.
+func withRoom(n, room int) int {
+	if n == 0 {
+		return 0
+	}
+	return n + room
+}
+
+// words is how many of the arena's 8-byte words c elements of T take.
+func words[T any](c int) int {
+	var z T
+	return (c*int(unsafe.Sizeof(z)) + 7) / 8
+}
+
+// carve returns an empty slice of capacity c over the arena's words from
+// *off, and moves *off past it; nil when c is 0. An append beyond c
+// allocates elsewhere, as for any slice, so neighbours are never
+// overwritten.
+func carve[T any](arena []uint64, off *int, c int) []T {
+	if c == 0 {
+		return nil
+	}
+	p := unsafe.Pointer(&arena[*off])
+	*off += words[T](c)
+	return unsafe.Slice((*T)(p), c)[:0]
 }

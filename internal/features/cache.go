@@ -1,6 +1,10 @@
 package features
 
-import "sync"
+import (
+	"encoding/binary"
+	"sync"
+	"unsafe"
+)
 
 // cache keeps, between batches, entities as this process last wrote (or
 // read) them, with the generation and lengths of Redis' value, so that a
@@ -346,4 +350,56 @@ func (c *cache) invalidate(ents []*entity) {
 // (codec.go), of a whole value as of an appended record.
 func (e *entity) newGen() string {
 	return string(e.val[len(e.val)-genLen:])
+}
+
+// keepFor readies what the cache will keep of e (cache.go), here on the
+// batch's goroutines rather than under the cache's lock: a large entity's
+// decoded state, any other's value as Redis will hold it once written (its
+// state's arena then goes to the next decode at once, so a batch's decoded
+// states are not all alive together), and its measure.
+func (s *Store) keepFor(e *entity) {
+	st := e.st
+	vlen := e.vlen
+	switch {
+	case e.changed && e.appended:
+		vlen += len(e.val)
+	case e.changed:
+		vlen = len(e.val)
+	}
+	// old is the value e was decoded from, kept as it is when e did not
+	// change (a state the cache held decoded has none).
+	var old []byte
+	switch {
+	case e.hit:
+		old = e.cval
+	case e.exists:
+		old = unsafe.Slice(unsafe.StringData(e.base), len(e.base))
+	}
+	if decodedKept(vlen) || (!e.changed && old == nil) {
+		// Large, or a state from the cache that did not change.
+		e.cval = nil
+		e.size = st.size() + int64(len(e.key)) + 160
+		return
+	}
+	switch {
+	case e.changed && !e.appended:
+		e.cval = append(reuse(e.cval, len(e.val)), e.val...)
+	case e.changed:
+		// Redis' value gains a delta record; the cache's is the state
+		// encoded whole at the same generation, which decodes to the same
+		// state without applying the records again: they would be two
+		// fifths of what decoding the cache's values costs.
+		gen := binary.BigEndian.Uint64(e.val[len(e.val)-genLen:])
+		buf := e.cval[:0]
+		if !e.hit {
+			buf = make([]byte, 0, e.blen+e.blen/4+64)
+		}
+		e.cval = encode(buf, gen, st)
+	case !e.hit:
+		// old is go-redis' reply string: copied, never written to.
+		e.cval = append(make([]byte, 0, len(old)), old...)
+	}
+	st.free()
+	e.st = nil
+	e.size = int64(cap(e.cval)+len(e.key)+len(e.skey)) + cachedOverhead
 }

@@ -6,11 +6,7 @@ import (
 	"fmt"
 	"math/big"
 	"strings"
-	"sync"
 	"unique"
-	"unsafe"
-
-	"github.com/speculapro/speculapro/internal/event"
 )
 
 // The value of an entity's key (doc.go "Value format"):
@@ -119,59 +115,73 @@ func encode(dst []byte, gen uint64, st *state) []byte {
 		h := st.head(l)
 		dst = binary.AppendUvarint(dst, uint64(len(st.lv[l])))
 		forCells(st, l, func(b *bucket, sums, evs []cell) {
-			dst = binary.AppendUvarint(dst, uint64(h-b.n))
-			var nSums, nEvs int
-			for i := range sums {
-				if c := &sums[i]; c.big || c.v != 0 {
-					nSums++
-				}
-			}
-			for i := range evs {
-				if evs[i].v != 0 {
-					nEvs++
-				}
-			}
-			var f byte
-			for bit, v := range [4]int64{b.oc, b.ic, b.dp, b.ds} {
-				if v != 0 {
-					f |= 1 << bit
-				}
-			}
-			if nSums > 0 {
-				f |= fSums
-			}
-			if nEvs > 0 {
-				f |= fEvs
-			}
-			dst = append(dst, f)
-			for bit, v := range [4]int64{b.oc, b.ic, b.dp, b.ds} {
-				if f&(1<<bit) != 0 {
-					dst = binary.AppendVarint(dst, v)
-				}
-			}
-			if nSums > 0 {
-				dst = binary.AppendUvarint(dst, uint64(nSums))
-				for i := range sums {
-					c := &sums[i]
-					if !c.big && c.v == 0 {
-						continue
-					}
-					dst = binary.AppendUvarint(dst, uint64(remap[c.k>>1])<<1|uint64(c.k&1))
-					dst = appendAmt(dst, st.sumOf(l, c))
-				}
-			}
-			if nEvs > 0 {
-				dst = binary.AppendUvarint(dst, uint64(nEvs))
-				for i := range evs {
-					if evs[i].v != 0 {
-						dst = binary.AppendUvarint(dst, uint64(remap[evs[i].k]))
-						dst = binary.AppendVarint(dst, evs[i].v)
-					}
-				}
-			}
+			dst = appendBucket(dst, st, l, h, b, sums, evs, remap)
 		})
 	}
 
+	dst = appendMembersAndSeen(dst, st)
+	return binary.BigEndian.AppendUint64(dst, gen)
+}
+
+// appendBucket appends bucket b of level l (head h) with its cells: sums and
+// event counts, the strings they name by remap's index in the string table.
+func appendBucket(dst []byte, st *state, l int, h int64, b *bucket, sums, evs []cell, remap []int32) []byte {
+	dst = binary.AppendUvarint(dst, uint64(h-b.n))
+	var nSums, nEvs int
+	for i := range sums {
+		if c := &sums[i]; c.big || c.v != 0 {
+			nSums++
+		}
+	}
+	for i := range evs {
+		if evs[i].v != 0 {
+			nEvs++
+		}
+	}
+	var f byte
+	for bit, v := range [4]int64{b.oc, b.ic, b.dp, b.ds} {
+		if v != 0 {
+			f |= 1 << bit
+		}
+	}
+	if nSums > 0 {
+		f |= fSums
+	}
+	if nEvs > 0 {
+		f |= fEvs
+	}
+	dst = append(dst, f)
+	for bit, v := range [4]int64{b.oc, b.ic, b.dp, b.ds} {
+		if f&(1<<bit) != 0 {
+			dst = binary.AppendVarint(dst, v)
+		}
+	}
+	if nSums > 0 {
+		dst = binary.AppendUvarint(dst, uint64(nSums))
+		for i := range sums {
+			c := &sums[i]
+			if !c.big && c.v == 0 {
+				continue
+			}
+			dst = binary.AppendUvarint(dst, uint64(remap[c.k>>1])<<1|uint64(c.k&1))
+			dst = appendAmt(dst, st.sumOf(l, c))
+		}
+	}
+	if nEvs > 0 {
+		dst = binary.AppendUvarint(dst, uint64(nEvs))
+		for i := range evs {
+			if evs[i].v != 0 {
+				dst = binary.AppendUvarint(dst, uint64(remap[evs[i].k]))
+				dst = binary.AppendVarint(dst, evs[i].v)
+			}
+		}
+	}
+	return dst
+}
+
+// appendMembersAndSeen appends the distinct payees' and senders' members and
+// the replay memory: the sections that follow the buckets.
+func appendMembersAndSeen(dst []byte, st *state) []byte {
 	for d := range st.members {
 		m := &st.members[d]
 		dst = binary.AppendUvarint(dst, uint64(m.len()))
@@ -194,7 +204,7 @@ func encode(dst []byte, gen uint64, st *state) []byte {
 			dst = binary.AppendUvarint(dst, uint64(seen.vals[i]-base))
 		}
 	}
-	return binary.BigEndian.AppendUint64(dst, gen)
+	return dst
 }
 
 // forCells calls fn with each bucket of level l, oldest first, and its
@@ -451,6 +461,16 @@ func (r *reader) base(b *decodeBufs) (*state, error) {
 		}
 		b.lv[l], b.sums[l], b.evs[l] = bs, sums, evs
 	}
+	r.membersAndSeen(st, b)
+	if r.err != nil {
+		return nil, r.err
+	}
+	return st, nil
+}
+
+// membersAndSeen reads the members and the replay memory into b (the
+// sections after the buckets); a failure is left in r.err.
+func (r *reader) membersAndSeen(st *state, b *decodeBufs) {
 	for d := range st.members {
 		n := r.count(17)
 		keys, vals := sized(b.mk[d], n), sized(b.mv[d], n)
@@ -474,116 +494,4 @@ func (r *reader) base(b *decodeBufs) (*state, error) {
 		}
 		b.sk, b.sv = keys, vals
 	}
-	if r.err != nil {
-		return nil, r.err
-	}
-	return st, nil
-}
-
-// decodeBufs hold a base's arrays as base reads them, until build copies
-// them into the state's arena; reused across decodes (decodePool).
-type decodeBufs struct {
-	lv        [levels][]bucket
-	sums, evs [levels][]cell
-	mk        [2][]event.UUID
-	mv        [2][]int64
-	sk        []uint64
-	sv        []int64
-}
-
-// sized is b with length n, reallocated only when too small.
-func sized[T any](b []T, n int) []T {
-	if cap(b) < n {
-		return make([]T, n)
-	}
-	return b[:n]
-}
-
-var decodePool = sync.Pool{New: func() any { return new(decodeBufs) }}
-
-// lend points st's arrays at b's (as base read them), which the delta
-// records then grow; reclaim takes them back, grown or not, for build.
-func (b *decodeBufs) lend(st *state) {
-	st.lv, st.sums, st.evs = b.lv, b.sums, b.evs
-	for d := range st.members {
-		st.members[d].reset(b.mk[d], b.mv[d])
-	}
-	st.seen.reset(b.sk, b.sv)
-}
-
-func (b *decodeBufs) reclaim(st *state) {
-	b.lv, b.sums, b.evs = st.lv, st.sums, st.evs
-	for d := range st.members {
-		b.mk[d], b.mv[d] = st.members[d].keys, st.members[d].vals
-	}
-	b.sk, b.sv = st.seen.keys, st.seen.vals
-}
-
-// build gives st the arrays in b, all carved from one allocation, its
-// arena (state.arena), each with room for what a batch typically adds: two
-// buckets and cells a level, four other sides and four events remembered.
-// Nothing of st points into b afterwards. Decoded one by one, a state would
-// be about 18 objects, most of the stream's live objects; the collector's
-// marking costs by the object, so one arena instead of about ten makes each
-// collection cheaper. None of the arrays' element types holds a pointer, so
-// the arena is a []uint64, and one the cache let go of is reused
-// (arena.go).
-func (b *decodeBufs) build(st *state) {
-	var lvCap, sumsCap, evsCap [levels]int
-	n := 0
-	for l := range levels {
-		lvCap[l], sumsCap[l], evsCap[l] = withRoom(len(b.lv[l]), 2), withRoom(len(b.sums[l]), 2), withRoom(len(b.evs[l]), 2)
-		n += words[bucket](lvCap[l]) + words[cell](sumsCap[l]) + words[cell](evsCap[l])
-	}
-	memberCap := [2]int{withRoom(len(b.mk[0]), 4), withRoom(len(b.mk[1]), 4)}
-	seenCap := withRoom(len(b.sk), 4)
-	for _, c := range memberCap {
-		n += words[event.UUID](c) + words[int64](c)
-	}
-	n += words[uint64](seenCap) + words[int64](seenCap)
-	var arena []uint64
-	if n > 0 {
-		arena = getArena(n)
-	}
-	st.arena = arena
-	off := 0
-	for l := range levels {
-		st.lv[l] = append(carve[bucket](arena, &off, lvCap[l]), b.lv[l]...)
-		st.sums[l] = append(carve[cell](arena, &off, sumsCap[l]), b.sums[l]...)
-		st.evs[l] = append(carve[cell](arena, &off, evsCap[l]), b.evs[l]...)
-	}
-	for d, c := range memberCap {
-		st.members[d].reset(append(carve[event.UUID](arena, &off, c), b.mk[d]...),
-			append(carve[int64](arena, &off, c), b.mv[d]...))
-	}
-	st.seen.reset(append(carve[uint64](arena, &off, seenCap), b.sk...),
-		append(carve[int64](arena, &off, seenCap), b.sv...))
-}
-
-// withRoom is the capacity of an array of n elements that more will join
-// (room guessed); 0 for an empty one.
-func withRoom(n, room int) int {
-	if n == 0 {
-		return 0
-	}
-	return n + room
-}
-
-// words is how many of the arena's 8-byte words c elements of T take.
-func words[T any](c int) int {
-	var z T
-	return (c*int(unsafe.Sizeof(z)) + 7) / 8
-}
-
-// carve returns an empty slice of capacity c over the arena's words from
-// *off, and moves *off past it; nil when c is 0. An append beyond c
-// allocates elsewhere, as for any slice, so neighbours are never
-// overwritten.
-func carve[T any](arena []uint64, off *int, c int) []T {
-	if c == 0 {
-		return nil
-	}
-	p := unsafe.Pointer(&arena[*off])
-	*off += words[T](c)
-	return unsafe.Slice((*T)(p), c)[:0]
 }

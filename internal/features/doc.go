@@ -156,6 +156,13 @@
 // that were first applied in an earlier batch, round trip 3: one pipeline
 // of GET, one per replayed entity and snapshot string, of their snapshots.
 //
+// The files follow these steps: store.go runs the rounds (ApplyValues);
+// batch.go groups the events by entity (prepare); redis_read.go is round
+// trip 1; compute.go is the computation, Go on the states in memory with no
+// Redis (decodeState, applyOps, and encodeWrite, which readies the value to
+// write); redis_write.go is round trip 2, with its scripts; replay.go is
+// round trip 3 and the snapshot strings' keys.
+//
 // # Counted once
 //
 // Each entity remembers the events it counted for SP_STREAM_REPLAY_TTL of

@@ -95,7 +95,7 @@ func (v *Values) Map() map[string]any {
 }
 
 // m is the section's map, built by the functions a replay's snapshot uses
-// too (state.go), so both are deep-equal; nil for an absent section.
+// too (feature_maps.go), so both are deep-equal; nil for an absent section.
 func (s *secVals) m() any {
 	if s == nil {
 		return nil

@@ -92,59 +92,17 @@ func lex(s string) ([]token, error) {
 		glued = true
 		switch {
 		case c >= '0' && c <= '9':
-			j := i
-			for j < len(s) && s[j] >= '0' && s[j] <= '9' {
-				j++
+			j, err := lexNumber(s, i, &t)
+			if err != nil {
+				return nil, err
 			}
-			if j+1 < len(s) && s[j] == '.' && s[j+1] >= '0' && s[j+1] <= '9' {
-				j++
-				for j < len(s) && s[j] >= '0' && s[j] <= '9' {
-					j++
-				}
-				f, err := strconv.ParseFloat(s[i:j], 64)
-				if err != nil {
-					return nil, errNotNative
-				}
-				t.lit = val{k: vFloat, f: f}
-			} else {
-				n, err := strconv.ParseInt(s[i:j], 10, 64)
-				if err != nil {
-					return nil, errNotNative
-				}
-				t.lit = val{k: vInt, i: n}
-			}
-			t.kind, t.text = tNum, s[i:j]
 			i = j
 		case c == '"':
-			if strings.HasPrefix(s[i:], `"""`) {
-				end := strings.Index(s[i+3:], `"""`)
-				if end < 0 {
-					return nil, errNotNative
-				}
-				t.kind, t.lit = tStr, val{k: vStr, s: s[i+3 : i+3+end]}
-				i += 3 + end + 3
-				break
-			}
-			j, escaped := i+1, false
-			for ; j < len(s); j++ {
-				if s[j] == '"' && !escaped {
-					break
-				}
-				if s[j] == '\\' {
-					escaped = !escaped
-				} else {
-					escaped = false
-				}
-			}
-			if j >= len(s) {
-				return nil, errNotNative
-			}
-			u, err := strconv.Unquote(s[i : j+1])
+			j, err := lexString(s, i, &t)
 			if err != nil {
-				return nil, errNotNative
+				return nil, err
 			}
-			t.kind, t.lit = tStr, val{k: vStr, s: u}
-			i = j + 1
+			i = j
 		case isWordByte(c):
 			j := i
 			for j < len(s) && isWordByte(s[j]) {
@@ -186,6 +144,67 @@ func lex(s string) ([]token, error) {
 		out = append(out, t)
 	}
 	return append(out, token{kind: tEOF}), nil
+}
+
+// lexNumber reads the number at s[i:] into t, as Bloblang's literal
+// parser reads it, and returns where it ends.
+func lexNumber(s string, i int, t *token) (int, error) {
+	j := i
+	for j < len(s) && s[j] >= '0' && s[j] <= '9' {
+		j++
+	}
+	if j+1 < len(s) && s[j] == '.' && s[j+1] >= '0' && s[j+1] <= '9' {
+		j++
+		for j < len(s) && s[j] >= '0' && s[j] <= '9' {
+			j++
+		}
+		f, err := strconv.ParseFloat(s[i:j], 64)
+		if err != nil {
+			return 0, errNotNative
+		}
+		t.lit = val{k: vFloat, f: f}
+	} else {
+		n, err := strconv.ParseInt(s[i:j], 10, 64)
+		if err != nil {
+			return 0, errNotNative
+		}
+		t.lit = val{k: vInt, i: n}
+	}
+	t.kind, t.text = tNum, s[i:j]
+	return j, nil
+}
+
+// lexString reads the string literal at s[i:] (quoted, or raw between
+// triple quotes) into t and returns where it ends.
+func lexString(s string, i int, t *token) (int, error) {
+	if strings.HasPrefix(s[i:], `"""`) {
+		end := strings.Index(s[i+3:], `"""`)
+		if end < 0 {
+			return 0, errNotNative
+		}
+		t.kind, t.lit = tStr, val{k: vStr, s: s[i+3 : i+3+end]}
+		return i + 3 + end + 3, nil
+	}
+	j, escaped := i+1, false
+	for ; j < len(s); j++ {
+		if s[j] == '"' && !escaped {
+			break
+		}
+		if s[j] == '\\' {
+			escaped = !escaped
+		} else {
+			escaped = false
+		}
+	}
+	if j >= len(s) {
+		return 0, errNotNative
+	}
+	u, err := strconv.Unquote(s[i : j+1])
+	if err != nil {
+		return 0, errNotNative
+	}
+	t.kind, t.lit = tStr, val{k: vStr, s: u}
+	return j + 1, nil
 }
 
 func isWordByte(c byte) bool {

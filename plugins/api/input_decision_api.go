@@ -173,7 +173,9 @@ type decisionAPI struct {
 	handlers sync.WaitGroup
 }
 
-func newDecisionAPI(conf *service.ParsedConfig, mgr *service.Resources) (*decisionAPI, error) {
+// newDecisionAPIMetered is a decision_api with its metrics and channels,
+// its settings not yet read.
+func newDecisionAPIMetered(mgr *service.Resources) *decisionAPI {
 	a := &decisionAPI{
 		requestFront: requestFront{
 			component: "decision_api", log: mgr.Logger(), keys: newKeyCache(), readTimeout: 30 * time.Second,
@@ -189,6 +191,11 @@ func newDecisionAPI(conf *service.ParsedConfig, mgr *service.Resources) (*decisi
 		closing:  make(chan struct{}),
 	}
 	a.answered = func(_ string, code int, _ time.Time) { a.requests.Incr(1, strconv.Itoa(code)) }
+	return a
+}
+
+func newDecisionAPI(conf *service.ParsedConfig, mgr *service.Resources) (*decisionAPI, error) {
+	a := newDecisionAPIMetered(mgr)
 	var err error
 	str := func(f string, dst *string) {
 		if err == nil {

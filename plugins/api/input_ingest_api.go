@@ -60,6 +60,7 @@ const (
 // variable so a test can shorten it).
 var bodyReadTimeout = 60 * time.Second
 
+// long: the component's config spec, one field after another as its documentation page lists them
 func ingestAPISpec() *service.ConfigSpec {
 	return service.NewConfigSpec().
 		Beta().
@@ -233,7 +234,9 @@ type ingestAPI struct {
 	probe *kgo.Client
 }
 
-func newIngestAPIFromParsed(conf *service.ParsedConfig, mgr *service.Resources) (*ingestAPI, error) {
+// newIngestAPIMetered is an ingest_api with its metrics and channels, its
+// settings not yet read.
+func newIngestAPIMetered(mgr *service.Resources) *ingestAPI {
 	a := &ingestAPI{
 		requestFront: requestFront{
 			component:   "ingest_api",
@@ -256,6 +259,11 @@ func newIngestAPIFromParsed(conf *service.ParsedConfig, mgr *service.Resources) 
 		a.requests.Incr(1, endpoint, strconv.Itoa(code))
 		a.latency.Timing(time.Since(arrived).Nanoseconds(), endpoint)
 	}
+	return a
+}
+
+func newIngestAPIFromParsed(conf *service.ParsedConfig, mgr *service.Resources) (*ingestAPI, error) {
+	a := newIngestAPIMetered(mgr)
 	var err error
 	if a.kafka, err = kafkaconf.FromParsed(conf); err != nil {
 		return nil, err

@@ -70,6 +70,7 @@ var (
 	errKfiBatchingUnsupported = errors.New("kafka_franz input: batching.check and batching.processors are not supported")
 )
 
+// long: the component's config spec, one field after another as its documentation page lists them
 func kafkaFranzInputSpec() *service.ConfigSpec {
 	fields := kafkaconf.Fields()
 	fields = append(fields,
@@ -294,25 +295,38 @@ func newKafkaFranzInput(conf *service.ParsedConfig, mgr *service.Resources) (*ka
 		return nil, fmt.Errorf("kafka_franz input: %s (%s) must be shorter than %s (%s)",
 			kfiFieldRevokeWait, in.revokeWait, kfiFieldRebalanceTimeout, in.rebalanceTimeout)
 	}
-	policy, err := conf.FieldBatchPolicy(kfiFieldBatching)
-	if err != nil {
+	if err := in.parseBatchingAndFetch(conf); err != nil {
 		return nil, err
 	}
+	in.tracker = newKfiTracker(in.checkpointLimit, in.maxBuffered)
+	in.running, in.stopRunning = context.WithCancelCause(context.Background())
+	in.tracker.base = in.running
+	in.lag = mgr.Metrics().NewGauge(kfiLagMetric, "topic", "partition", "group")
+	return in, nil
+}
+
+// parseBatchingAndFetch reads how records are batched and fetched: the
+// batch policy, the records buffered and the fetch sizes and wait.
+func (in *kafkaFranzInput) parseBatchingAndFetch(conf *service.ParsedConfig) error {
+	policy, err := conf.FieldBatchPolicy(kfiFieldBatching)
+	if err != nil {
+		return err
+	}
 	if policy.Check != "" || batchPolicyHasProcessors(conf) {
-		return nil, errKfiBatchingUnsupported
+		return errKfiBatchingUnsupported
 	}
 	in.batchCount, in.batchBytes = policy.Count, policy.ByteSize
 	if policy.Period != "" {
 		if in.batchPeriod, err = time.ParseDuration(policy.Period); err != nil {
-			return nil, fmt.Errorf("kafka_franz input: parsing %s.period %q: %w", kfiFieldBatching, policy.Period, err)
+			return fmt.Errorf("kafka_franz input: parsing %s.period %q: %w", kfiFieldBatching, policy.Period, err)
 		}
 	}
 	if in.maxBuffered, err = conf.FieldInt(kfiFieldMaxBufferedRecords); err != nil {
-		return nil, err
+		return err
 	}
 	switch {
 	case in.maxBuffered < 0:
-		return nil, fmt.Errorf("kafka_franz input: %s must not be negative, got %d", kfiFieldMaxBufferedRecords, in.maxBuffered)
+		return fmt.Errorf("kafka_franz input: %s must not be negative, got %d", kfiFieldMaxBufferedRecords, in.maxBuffered)
 	case in.maxBuffered == 0 && in.batchCount > 0:
 		in.maxBuffered = 2 * in.batchCount
 	case in.maxBuffered == 0:
@@ -324,24 +338,20 @@ func newKafkaFranzInput(conf *service.ParsedConfig, mgr *service.Resources) (*ka
 	}{{kfiFieldFetchMaxBytes, &in.fetchMaxBytes}, {kfiFieldFetchMaxPartitionBytes, &in.fetchPartBytes}} {
 		v, err := conf.FieldInt(f.name)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if v < 1 || v > 1<<30 {
-			return nil, fmt.Errorf("kafka_franz input: %s must be between 1 and 1GiB, got %d", f.name, v)
+			return fmt.Errorf("kafka_franz input: %s must be between 1 and 1GiB, got %d", f.name, v)
 		}
 		*f.dst = int32(v)
 	}
 	if in.fetchMaxWait, err = conf.FieldDuration(kfiFieldFetchMaxWait); err != nil {
-		return nil, err
+		return err
 	}
 	if in.fetchMaxWait < time.Millisecond {
-		return nil, fmt.Errorf("kafka_franz input: %s must be at least 1ms, got %s", kfiFieldFetchMaxWait, in.fetchMaxWait)
+		return fmt.Errorf("kafka_franz input: %s must be at least 1ms, got %s", kfiFieldFetchMaxWait, in.fetchMaxWait)
 	}
-	in.tracker = newKfiTracker(in.checkpointLimit, in.maxBuffered)
-	in.running, in.stopRunning = context.WithCancelCause(context.Background())
-	in.tracker.base = in.running
-	in.lag = mgr.Metrics().NewGauge(kfiLagMetric, "topic", "partition", "group")
-	return in, nil
+	return nil
 }
 
 func batchPolicyHasProcessors(conf *service.ParsedConfig) bool {

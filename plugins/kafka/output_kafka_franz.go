@@ -42,6 +42,7 @@ const (
 	kfoCheckTimeout = 5 * time.Second
 )
 
+// long: the component's config spec, one field after another as its documentation page lists them
 func kfoSpec() *service.ConfigSpec {
 	return service.NewConfigSpec().
 		Beta().

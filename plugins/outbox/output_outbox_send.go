@@ -5,22 +5,23 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/redpanda-data/benthos/v4/public/service"
 
-	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/identity"
 	"github.com/speculapro/speculapro/internal/pgclass"
 	"github.com/speculapro/speculapro/internal/pgsystem"
 	"github.com/speculapro/speculapro/internal/retry"
 	"github.com/speculapro/speculapro/internal/webhook"
 )
+
+// The output's files: this one is the component (spec, construction,
+// Connect, WriteBatch, Close); output_outbox_send_deliver.go sends each
+// claimed row to its endpoint or mailbox and settles its outcome;
+// output_outbox_send_record.go records the outcomes and suspends the
+// endpoints that keep failing.
 
 const (
 	osFieldTimeout        = "timeout"
@@ -53,6 +54,7 @@ var (
 	errOutputClosing = errors.New("outbox_send is closing")
 )
 
+// long: the component's config spec, one field after another as its documentation page lists them
 func outboxSendSpec() *service.ConfigSpec {
 	return service.NewConfigSpec().
 		Beta().
@@ -220,39 +222,8 @@ const recordGroupMax = 500
 
 func newOutboxSend(conf *service.ParsedConfig, mgr *service.Resources, maxInFlight int) (*outboxSend, error) {
 	o := &outboxSend{log: mgr.Logger()}
-	var err error
-	if o.timeout, err = conf.FieldDuration(osFieldTimeout); err != nil {
+	if err := o.parseRetries(conf); err != nil {
 		return nil, err
-	}
-	if o.timeout <= 0 {
-		return nil, fmt.Errorf("outbox_send: %s must be positive, got %s", osFieldTimeout, o.timeout)
-	}
-	if o.maxAttempts, err = conf.FieldInt(osFieldMaxAttempts); err != nil {
-		return nil, err
-	}
-	if o.maxAttempts < 1 {
-		return nil, fmt.Errorf("outbox_send: %s must be at least 1, got %d", osFieldMaxAttempts, o.maxAttempts)
-	}
-	initial, err := conf.FieldDuration(osFieldInitialBackoff)
-	if err != nil {
-		return nil, err
-	}
-	maxBackoff, err := conf.FieldDuration(osFieldMaxBackoff)
-	if err != nil {
-		return nil, err
-	}
-	if initial <= 0 || maxBackoff < initial {
-		return nil, fmt.Errorf("outbox_send: %s (%s) must be positive and not longer than %s (%s)", osFieldInitialBackoff, initial, osFieldMaxBackoff, maxBackoff)
-	}
-	o.policy = retry.Policy{MaxAttempts: o.maxAttempts, Initial: initial, Max: maxBackoff, Jitter: backoffJitter}
-	if o.suspendAfter, err = conf.FieldInt(osFieldSuspendAfter); err != nil {
-		return nil, err
-	}
-	if o.suspendTime, err = conf.FieldDuration(osFieldSuspendFailing); err != nil {
-		return nil, err
-	}
-	if o.suspendTime < 0 {
-		return nil, fmt.Errorf("outbox_send: %s must not be negative, got %s", osFieldSuspendFailing, o.suspendTime)
 	}
 	allowInsecure, err := conf.FieldBool(osFieldAllowInsecure)
 	if err != nil {
@@ -307,120 +278,49 @@ func newOutboxSend(conf *service.ParsedConfig, mgr *service.Resources, maxInFlig
 	return o, nil
 }
 
+// parseRetries reads the send timeout, the retry policy and the endpoint
+// suspension thresholds.
+func (o *outboxSend) parseRetries(conf *service.ParsedConfig) error {
+	var err error
+	if o.timeout, err = conf.FieldDuration(osFieldTimeout); err != nil {
+		return err
+	}
+	if o.timeout <= 0 {
+		return fmt.Errorf("outbox_send: %s must be positive, got %s", osFieldTimeout, o.timeout)
+	}
+	if o.maxAttempts, err = conf.FieldInt(osFieldMaxAttempts); err != nil {
+		return err
+	}
+	if o.maxAttempts < 1 {
+		return fmt.Errorf("outbox_send: %s must be at least 1, got %d", osFieldMaxAttempts, o.maxAttempts)
+	}
+	initial, err := conf.FieldDuration(osFieldInitialBackoff)
+	if err != nil {
+		return err
+	}
+	maxBackoff, err := conf.FieldDuration(osFieldMaxBackoff)
+	if err != nil {
+		return err
+	}
+	if initial <= 0 || maxBackoff < initial {
+		return fmt.Errorf("outbox_send: %s (%s) must be positive and not longer than %s (%s)", osFieldInitialBackoff, initial, osFieldMaxBackoff, maxBackoff)
+	}
+	o.policy = retry.Policy{MaxAttempts: o.maxAttempts, Initial: initial, Max: maxBackoff, Jitter: backoffJitter}
+	if o.suspendAfter, err = conf.FieldInt(osFieldSuspendAfter); err != nil {
+		return err
+	}
+	if o.suspendTime, err = conf.FieldDuration(osFieldSuspendFailing); err != nil {
+		return err
+	}
+	if o.suspendTime < 0 {
+		return fmt.Errorf("outbox_send: %s must not be negative, got %s", osFieldSuspendFailing, o.suspendTime)
+	}
+	return nil
+}
+
 // Connect runs the start-up role check (a wrong role stops the process
 // before anything is sent), or after a lost connection a ping.
 func (o *outboxSend) Connect(ctx context.Context) error { return o.pool.Connect(ctx) }
-
-// job is one claimed row and, once sent, its outcome.
-type job struct {
-	outbox    string
-	id, ws    event.UUID
-	attempt   int32
-	eventType string
-	eventID   string
-	endpoint  event.UUID
-	channel   string
-	recipient string
-	body      []byte
-	outcome   string
-	status    int
-	errText   string
-	delay     time.Duration
-	gone      bool
-	recorded  bool
-}
-
-func jobOf(msg *service.Message) (*job, error) {
-	j := &job{}
-	get := func(k string) string { v, _ := msg.MetaGet(k); return v }
-	j.outbox = get(metaOutbox)
-	if j.outbox != outboxWebhook && j.outbox != outboxNotification {
-		return nil, fmt.Errorf("a message without outbox_claim's metadata (outbox %q): outbox_send sends what outbox_claim claimed", j.outbox)
-	}
-	var err error
-	if j.id, err = event.ParseUUID(get(metaID)); err != nil {
-		return nil, fmt.Errorf("outbox_id: %w", err)
-	}
-	if j.ws, err = event.ParseUUID(get(metaWorkspace)); err != nil {
-		return nil, fmt.Errorf("workspace_id: %w", err)
-	}
-	n, err := strconv.ParseInt(get(metaAttempt), 10, 32)
-	if err != nil || n < 1 {
-		return nil, fmt.Errorf("attempt %q is not a positive number", get(metaAttempt))
-	}
-	j.attempt = int32(n)
-	j.eventType = get(metaEventType)
-	if j.outbox == outboxWebhook {
-		j.eventID = get(metaEventID)
-		if j.endpoint, err = event.ParseUUID(get(metaEndpoint)); err != nil {
-			return nil, fmt.Errorf("endpoint_id: %w", err)
-		}
-	} else {
-		j.channel, j.recipient = get(metaChannel), get(metaRecipient)
-	}
-	if j.body, err = msg.AsBytes(); err != nil {
-		return nil, fmt.Errorf("reading the payload: %w", err)
-	}
-	return j, nil
-}
-
-// endpoint is what sending to a webhook endpoint needs.
-type endpoint struct {
-	url     string
-	enabled bool
-	secrets []string // the current one first
-	err     error    // a secret that cannot be decrypted
-}
-
-const loadEndpoints = `
-SELECT id, workspace_id, url, enabled, secret_encrypted,
-       CASE WHEN previous_secret_expires_at > now() THEN previous_secret_encrypted END
-  FROM speculapro.webhook_endpoints WHERE id = ANY($1)`
-
-// endpoints reads, fresh for every batch (a rotation or a disable takes
-// effect on the next batch), the endpoints the batch's webhooks go to.
-func (o *outboxSend) endpoints(ctx context.Context, jobs []*job) (map[event.UUID]*endpoint, error) {
-	var ids []event.UUID
-	for _, j := range jobs {
-		if j.outbox == outboxWebhook && !slices.Contains(ids, j.endpoint) {
-			ids = append(ids, j.endpoint)
-		}
-	}
-	out := map[event.UUID]*endpoint{}
-	if len(ids) == 0 {
-		return out, nil
-	}
-	rows, err := o.pool.Query(ctx, loadEndpoints, ids)
-	if err != nil {
-		return nil, fmt.Errorf("reading %d webhook endpoints: %w", len(ids), err)
-	}
-	var (
-		id, ws    event.UUID
-		u         string
-		enabled   bool
-		cur, prev []byte
-	)
-	_, err = pgx.ForEachRow(rows, []any{&id, &ws, &u, &enabled, &cur, &prev}, func() error {
-		ep := &endpoint{url: u, enabled: enabled}
-		for _, sealed := range [][]byte{cur, prev} {
-			if sealed == nil {
-				continue
-			}
-			s, err := webhook.OpenSecret(o.keys, ws, sealed)
-			if err != nil {
-				ep.err = err
-				break
-			}
-			ep.secrets = append(ep.secrets, s)
-		}
-		out[id] = ep
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("reading %d webhook endpoints: %w", len(ids), err)
-	}
-	return out, nil
-}
 
 // WriteBatch starts sending the batch's rows, each on its own, and returns
 // once every row has a slot: the rows' outcomes are recorded as each ends
@@ -491,384 +391,6 @@ func (o *outboxSend) handBack(jobs []*job) {
 		o.sends.Add(1)
 		go func() { defer o.sends.Done(); o.outcomes <- j }()
 	}
-}
-
-// recordLoop records outcomes as they come: each transaction takes every
-// outcome that ended while the previous one was being recorded (up to
-// recordGroupMax), so a lone delivery is recorded at once and a busy worker
-// still records in groups.
-func (o *outboxSend) recordLoop() {
-	defer close(o.recorded)
-	for j := range o.outcomes {
-		group := []*job{j}
-	more:
-		for len(group) < recordGroupMax {
-			select {
-			case j, ok := <-o.outcomes:
-				if !ok {
-					break more
-				}
-				group = append(group, j)
-			default:
-				break more
-			}
-		}
-		if err := o.record(o.recCtx, group); err != nil {
-			// Only a shutdown that could not wait ends record: the rows come
-			// back when their leases run out.
-			o.log.Warnf("worker: %v", err)
-			continue
-		}
-		signalSlotsFreed()
-		for _, j := range group {
-			o.deliveries.Incr(1, j.outbox, j.eventType, j.outcome)
-			if j.outcome == outcomeFailed && j.recorded {
-				o.log.With("outbox", j.outbox, "id", j.id.String(), "attempts", j.attempt, "status", j.status, "err", j.errText).
-					Warn("worker: delivery failed for good")
-			}
-		}
-	}
-}
-
-// send makes one attempt at j and settles its outcome.
-func (o *outboxSend) send(ctx context.Context, j *job, eps map[event.UUID]*endpoint) {
-	start := time.Now()
-	defer func() { o.duration.Timing(time.Since(start).Nanoseconds(), j.outbox) }()
-	actx, cancel := context.WithTimeout(ctx, o.timeout)
-	defer cancel()
-	if j.outbox == outboxWebhook {
-		ep := eps[j.endpoint]
-		if ep == nil || !ep.enabled {
-			j.outcome = outcomeReleased
-			return
-		}
-		if ep.err != nil {
-			o.settle(j, 0, ep.err)
-			return
-		}
-		if err := o.addressPolicy.CheckURL(ep.url); err != nil {
-			o.settle(j, 0, err)
-			return
-		}
-		h := http.Header{}
-		h.Set("Content-Type", "application/json")
-		h.Set("User-Agent", "SpeculaPro-Webhook/1")
-		h.Set(webhook.HeaderEvent, j.eventType)
-		h.Set(webhook.HeaderDelivery, j.id.String())
-		if err := webhook.SetHeaders(h, j.eventID, time.Now(), j.body, ep.secrets, o.legacyHeaders); err != nil {
-			o.settle(j, 0, err)
-			return
-		}
-		res, err := webhook.Post(actx, o.client, ep.url, h, j.body)
-		o.settleHTTP(j, res, err)
-		return
-	}
-	switch j.channel {
-	case "webhook":
-		if err := o.addressPolicy.CheckURL(j.recipient); err != nil {
-			o.settle(j, 0, err)
-			return
-		}
-		body, err := chatBody(j)
-		if err != nil {
-			o.settle(j, 0, err)
-			return
-		}
-		h := http.Header{}
-		h.Set("Content-Type", "application/json")
-		h.Set("User-Agent", "SpeculaPro-Webhook/1")
-		h.Set(webhook.HeaderEvent, j.eventType)
-		h.Set(webhook.HeaderIdempotency, j.id.String())
-		res, err := webhook.Post(actx, o.client, j.recipient, h, body)
-		o.settleHTTP(j, res, err)
-	case "email":
-		if o.smtp == nil {
-			o.settle(j, 0, errors.New("email notifications need a mail server: set SP_SMTP_URL"))
-			return
-		}
-		o.settle(j, 0, o.smtp.send(actx, j))
-	default:
-		o.settle(j, 0, fmt.Errorf("channel %q: %w (want email or webhook)", j.channel, errPermanent))
-	}
-}
-
-func (o *outboxSend) settleHTTP(j *job, res webhook.Result, err error) {
-	if err != nil && res.Snippet != "" {
-		err = fmt.Errorf("%w: %s", err, res.Snippet)
-	}
-	o.settle(j, res.Status, err)
-}
-
-// settle decides a sent row's outcome from the attempt's status and error.
-func (o *outboxSend) settle(j *job, status int, err error) {
-	j.status = status
-	if err == nil {
-		j.outcome = outcomeDelivered
-		return
-	}
-	j.errText = err.Error()
-	if len(j.errText) > maxErrorText {
-		j.errText = strings.ToValidUTF8(j.errText[:maxErrorText], "")
-	}
-	switch {
-	case status == http.StatusGone:
-		j.outcome, j.gone = outcomeFailed, true
-	case errors.Is(err, webhook.ErrRedirect), errors.Is(err, webhook.ErrBlockedAddress),
-		errors.Is(err, webhook.ErrNotAURL), errors.Is(err, webhook.ErrInsecureURL), errors.Is(err, errPermanent):
-		j.outcome = outcomeFailed
-	case int(j.attempt) >= o.maxAttempts:
-		j.outcome = outcomeFailed
-	default:
-		j.outcome, j.delay = outcomeRetry, o.policy.Delay(int(j.attempt))
-	}
-}
-
-// The outcome statements: one per outbox and batch, fenced by the claim.
-const (
-	recordWebhooks = `
-UPDATE speculapro.webhook_deliveries d
-   SET status = CASE u.outcome WHEN 'delivered' THEN 'delivered' WHEN 'failed' THEN 'failed' ELSE 'pending' END,
-       attempts = CASE WHEN u.outcome = 'released' THEN d.attempts - 1 ELSE d.attempts END,
-       next_attempt_at = now() + make_interval(secs => u.delay),
-       last_error = CASE WHEN u.outcome = 'released' THEN d.last_error ELSE NULLIF(u.err, '') END,
-       response_status = CASE WHEN u.outcome = 'released' THEN d.response_status ELSE NULLIF(u.code, 0) END,
-       delivered_at = CASE WHEN u.outcome = 'delivered' THEN now() END,
-       claimed_by = NULL
-  FROM unnest($1::uuid[], $2::int[], $3::text[], $4::float8[], $5::text[], $6::int[]) AS u(id, attempt, outcome, delay, err, code)
- WHERE d.id = u.id AND d.status = 'pending' AND d.claimed_by = $7 AND d.attempts = u.attempt
-RETURNING d.id`
-
-	recordNotifications = `
-UPDATE speculapro.notifications n
-   SET status = CASE u.outcome WHEN 'delivered' THEN 'sent' WHEN 'failed' THEN 'failed' ELSE 'pending' END,
-       attempts = CASE WHEN u.outcome = 'released' THEN n.attempts - 1 ELSE n.attempts END,
-       next_attempt_at = now() + make_interval(secs => u.delay),
-       last_error = CASE WHEN u.outcome = 'released' THEN n.last_error ELSE NULLIF(u.err, '') END,
-       sent_at = CASE WHEN u.outcome = 'delivered' THEN now() END,
-       claimed_by = NULL
-  FROM unnest($1::uuid[], $2::int[], $3::text[], $4::float8[], $5::text[], $6::int[]) AS u(id, attempt, outcome, delay, err, code)
- WHERE n.id = u.id AND n.status = 'pending' AND n.claimed_by = $7 AND n.attempts = u.attempt
-RETURNING n.id`
-
-	// Deliveries failed in a row per endpoint, and since when every attempt
-	// has failed; a delivered one resets both. Endpoints with nothing to
-	// change are not touched (not locked: the claim skips locked endpoints).
-	countFailures = `
-UPDATE speculapro.webhook_endpoints e
-   SET consecutive_failures = CASE WHEN u.delivered > 0 THEN u.failed ELSE e.consecutive_failures + u.failed END,
-       failing_since = CASE WHEN u.delivered > 0 THEN NULL WHEN u.attempts_failed > 0 THEN coalesce(e.failing_since, now()) ELSE e.failing_since END
-  FROM unnest($1::uuid[], $2::int[], $3::int[], $4::int[]) AS u(id, delivered, failed, attempts_failed)
- WHERE e.id = u.id AND (u.failed > 0 OR u.attempts_failed > 0 OR e.consecutive_failures <> 0 OR e.failing_since IS NOT NULL)
-RETURNING e.id, e.consecutive_failures, extract(epoch FROM now() - coalesce(e.failing_since, now()))::float8`
-
-	disableEndpoint = `
-UPDATE speculapro.webhook_endpoints SET enabled = false, disabled_reason = $2, updated_at = now()
- WHERE id = $1 AND enabled
-RETURNING workspace_id`
-)
-
-// record stores every outcome in one transaction, retried through the
-// retry policy while the database fails, until it succeeds or the worker
-// stops: giving up would only send again what was delivered. A row whose
-// lease ran out meanwhile and was claimed again is fenced out, harmlessly.
-func (o *outboxSend) record(ctx context.Context, jobs []*job) error {
-	var (
-		suspended []suspension
-		gone      []event.UUID
-	)
-	err := retry.Do(ctx, retry.Policy{
-		Initial: 100 * time.Millisecond, Max: 5 * time.Second, Jitter: backoffJitter,
-		OnRetry: func(attempt int, err error, backoff time.Duration) {
-			o.recRetries.Incr(1)
-			o.log.With("err", err.Error(), "backoff", backoff.String()).Warn("worker: recording outcomes failed, retrying")
-		},
-	}, func(ctx context.Context, _ int) error {
-		suspended, gone = nil, nil
-		for _, j := range jobs {
-			j.recorded = false
-		}
-		return pgx.BeginFunc(ctx, o.pool, func(tx pgx.Tx) error {
-			for _, outbox := range []string{outboxWebhook, outboxNotification} {
-				if err := o.recordOutbox(ctx, tx, outbox, jobs); err != nil {
-					return err
-				}
-			}
-			var err error
-			suspended, gone, err = o.endpointHealth(ctx, tx, jobs)
-			return err
-		})
-	})
-	if err != nil {
-		return fmt.Errorf("recording the outcomes of %d outbox rows: %w", len(jobs), err)
-	}
-	for _, s := range suspended {
-		o.suspensions.Incr(1)
-		o.log.With("endpoint", s.id.String(), "reason", s.reason).Warn("worker: endpoint suspended")
-	}
-	for _, id := range gone {
-		o.log.With("endpoint", id.String()).Warn("worker: endpoint disabled: it answered 410 Gone")
-	}
-	return nil
-}
-
-func (o *outboxSend) recordOutbox(ctx context.Context, tx pgx.Tx, outbox string, jobs []*job) error {
-	var (
-		ids      []event.UUID
-		attempts []int32
-		outcomes []string
-		delays   []float64
-		errs     []string
-		codes    []int32
-		byID     = map[event.UUID]*job{}
-	)
-	for _, j := range jobs {
-		if j.outbox != outbox {
-			continue
-		}
-		ids, attempts, outcomes = append(ids, j.id), append(attempts, j.attempt), append(outcomes, j.outcome)
-		delays, errs, codes = append(delays, j.delay.Seconds()), append(errs, j.errText), append(codes, int32(j.status))
-		byID[j.id] = j
-	}
-	if len(ids) == 0 {
-		return nil
-	}
-	query := recordWebhooks
-	if outbox == outboxNotification {
-		query = recordNotifications
-	}
-	rows, err := tx.Query(ctx, query, ids, attempts, outcomes, delays, errs, codes, workerID())
-	if err != nil {
-		return fmt.Errorf("recording %d %s outcomes: %w", len(ids), outbox, err)
-	}
-	var id event.UUID
-	_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
-		if j := byID[id]; j != nil {
-			j.recorded = true
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("recording %d %s outcomes: %w", len(ids), outbox, err)
-	}
-	return nil
-}
-
-// suspension is an endpoint suspended by a recording and why.
-type suspension struct {
-	id     event.UUID
-	reason string
-}
-
-// suspendReason says why an endpoint with inARow deliveries failed in a
-// row, failing every attempt for failingFor, is suspended, or "" when it is
-// not.
-func (o *outboxSend) suspendReason(inARow int, failingFor time.Duration) string {
-	switch {
-	case o.suspendAfter > 0 && inARow >= o.suspendAfter:
-		return fmt.Sprintf("suspended: %d deliveries failed in a row", o.suspendAfter)
-	case o.suspendTime > 0 && failingFor >= o.suspendTime:
-		return fmt.Sprintf("suspended: every attempt failed for %s", o.suspendTime)
-	}
-	return ""
-}
-
-// endpointHealth counts the failures in a row of the recorded outcomes'
-// endpoints and disables those that answered 410 or reached suspend_after
-// or suspend_after_failing. It returns the endpoints this recording
-// disabled.
-func (o *outboxSend) endpointHealth(ctx context.Context, tx pgx.Tx, jobs []*job) (suspended []suspension, gone []event.UUID, err error) {
-	type tally struct{ delivered, failed, attemptsFailed int32 }
-	per := map[event.UUID]*tally{}
-	goneSet := map[event.UUID]bool{}
-	for _, j := range jobs {
-		if j.outbox != outboxWebhook || !j.recorded {
-			continue
-		}
-		t := per[j.endpoint]
-		if t == nil {
-			t = &tally{}
-			per[j.endpoint] = t
-		}
-		switch j.outcome {
-		case outcomeDelivered:
-			t.delivered++
-		case outcomeFailed:
-			t.failed++
-			t.attemptsFailed++
-		case outcomeRetry:
-			t.attemptsFailed++
-		}
-		if j.gone {
-			goneSet[j.endpoint] = true
-		}
-	}
-	if len(per) == 0 {
-		return nil, nil, nil
-	}
-	ids := make([]event.UUID, 0, len(per))
-	for id := range per {
-		ids = append(ids, id)
-	}
-	// One lock order for every worker.
-	slices.SortFunc(ids, func(a, b event.UUID) int { return strings.Compare(a.String(), b.String()) })
-	delivered, failed, attemptsFailed := make([]int32, len(ids)), make([]int32, len(ids)), make([]int32, len(ids))
-	for i, id := range ids {
-		delivered[i], failed[i], attemptsFailed[i] = per[id].delivered, per[id].failed, per[id].attemptsFailed
-	}
-	rows, err := tx.Query(ctx, countFailures, ids, delivered, failed, attemptsFailed)
-	if err != nil {
-		return nil, nil, fmt.Errorf("counting endpoint failures: %w", err)
-	}
-	var (
-		id         event.UUID
-		inARow     int32
-		failingFor float64
-		over       []suspension
-	)
-	if _, err = pgx.ForEachRow(rows, []any{&id, &inARow, &failingFor}, func() error {
-		if goneSet[id] {
-			return nil
-		}
-		if reason := o.suspendReason(int(inARow), time.Duration(failingFor*float64(time.Second))); reason != "" {
-			over = append(over, suspension{id, reason})
-		}
-		return nil
-	}); err != nil {
-		return nil, nil, fmt.Errorf("counting endpoint failures: %w", err)
-	}
-	disable := func(id event.UUID, reason string) (bool, error) {
-		var ws event.UUID
-		err := tx.QueryRow(ctx, disableEndpoint, id, reason).Scan(&ws)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return false, nil // already disabled
-		}
-		if err != nil {
-			return false, fmt.Errorf("disabling endpoint %s: %w", id, err)
-		}
-		return true, nil
-	}
-	for _, id := range ids {
-		if !goneSet[id] {
-			continue
-		}
-		ok, err := disable(id, "gone: the endpoint answered 410 Gone")
-		if err != nil {
-			return nil, nil, err
-		}
-		if ok {
-			gone = append(gone, id)
-		}
-	}
-	for _, s := range over {
-		ok, err := disable(s.id, s.reason)
-		if err != nil {
-			return nil, nil, err
-		}
-		if ok {
-			suspended = append(suspended, s)
-		}
-	}
-	return suspended, gone, nil
 }
 
 // Close waits for the rows being sent (each bounded by timeout) and for

@@ -52,6 +52,7 @@ const (
 	rollbackTimeout = 5 * time.Second
 )
 
+// long: the component's config spec, one field after another as its documentation page lists them
 func pgCopyUpsertSpec() *service.ConfigSpec {
 	return service.NewConfigSpec().
 		Beta().
@@ -199,7 +200,7 @@ type pgCopyUpsert struct {
 	log            *service.Logger
 	m              *persistMetrics
 	waits          *partitionWaits
-	known          *knownParties // customers and accounts seen committed (store.go)
+	known          *knownParties // customers and accounts seen committed (store_parties.go)
 }
 
 // pcuOptions are the settings of a pgCopyUpsert.
@@ -415,11 +416,21 @@ func (o *pgCopyUpsert) WriteBatch(ctx context.Context, batch service.MessageBatc
 // flagged with an error or undecodable is a dead letter; a record repeated
 // within the batch is counted in duplicates and written once.
 func (o *pgCopyUpsert) prepare(batch service.MessageBatch, envs []*event.Envelope, undecodable []error) (rows []*event.Envelope, rowIndex []int, dead []deadLetter, duplicates int64) {
+	start := time.Now()
+	rows, rowIndex, dead, duplicates = rowsToStore(batch, envs, undecodable)
+	o.m.stage.Timing(time.Since(start).Nanoseconds(), o.table, "prepare")
+	return rows, rowIndex, dead, duplicates
+}
+
+// rowsToStore picks the batch's rows to store, once each, with their
+// messages' indices (rowIndex), and the dead letters of the messages
+// flagged with an error or undecodable; duplicates counts the copies of a
+// record repeated within the batch.
+func rowsToStore(batch service.MessageBatch, envs []*event.Envelope, undecodable []error) (rows []*event.Envelope, rowIndex []int, dead []deadLetter, duplicates int64) {
 	// Sized for the batch: grown from nothing they were copied a dozen
 	// times over per batch.
 	rows = make([]*event.Envelope, 0, len(batch))
 	rowIndex = make([]int, 0, len(batch))
-	start := time.Now()
 	seen := newSeenIDs(len(batch))
 	defer releaseSeenIDs(seen)
 	for i, msg := range batch {
@@ -442,7 +453,6 @@ func (o *pgCopyUpsert) prepare(batch service.MessageBatch, envs []*event.Envelop
 		rows = append(rows, env)
 		rowIndex = append(rowIndex, i)
 	}
-	o.m.stage.Timing(time.Since(start).Nanoseconds(), o.table, "prepare")
 	return rows, rowIndex, dead, duplicates
 }
 

@@ -47,9 +47,10 @@ const (
 // endpoints and notification subscriptions name it in event_types.
 const eventAlertCreated = "alert.created"
 
-// pgRuleHitsSpec is over 80 lines because it is the component's page
-// (docs/components is generated from it): one description and field after
-// another, which split up would read worse.
+// pgRuleHitsSpec is the component's page (docs/components is generated
+// from it).
+//
+// long: the component's config spec, one field after another as its documentation page lists them
 func pgRuleHitsSpec() *service.ConfigSpec {
 	return service.NewConfigSpec().
 		Beta().

@@ -462,63 +462,70 @@ func (s *redisSpool) replay(ctx context.Context) {
 			return
 		}
 		sent += len(raw)
-		// Unreadable entries are lost (logged once they are removed); the
-		// others are written in order.
-		entries := make([]*spoolEntry, len(raw))
-		var readable []*spoolEntry
-		for i, r := range raw {
-			var e spoolEntry
-			if err := json.Unmarshal([]byte(r), &e); err != nil || e.V != 1 || (len(e.Value) == 0 && e.B64 == "") {
-				continue
-			}
-			entries[i] = &e
-			readable = append(readable, &e)
-		}
-		failed := map[*spoolEntry]bool{}
-		if len(readable) > 0 {
-			for _, e := range s.write(ctx, readable) {
-				failed[e] = true
-			}
-		}
-		// Only a delivered head can be trimmed: what follows the first
-		// failure stays and is replayed again (a delivered one among them
-		// then arrives twice; storing is idempotent).
-		delivered, replayed := 0, 0
-		for _, e := range entries {
-			if e != nil && failed[e] {
-				break
-			}
-			delivered++
-			if e != nil {
-				replayed++
-			}
-		}
-		if len(failed) > 0 && ctx.Err() == nil {
-			s.warn("replay", logReplayFailed, "events", len(failed), "err", "the output did not take them")
-		}
-		if delivered == 0 {
-			return
-		}
-		rctx, cancel = context.WithTimeout(context.Background(), redisOpTimeout)
-		left, err := trimHead.Run(rctx, s.client, keys, held, delivered).Int64()
-		cancel()
-		if err != nil || left < 0 {
-			s.warn("trim", logReplayFailed, "err", fmt.Sprintf("removing %d replayed entries: %v", delivered, err))
-			return
-		}
-		for i := 0; i < delivered; i++ {
-			if entries[i] == nil {
-				s.lost.Incr(1)
-				ws, ext := (&spoolEntry{Value: json.RawMessage(raw[i])}).names()
-				applog.With(s.log, "workspace", ws, "external_id", ext).Error(logLost)
-			}
-		}
-		s.unspooled.Incr(int64(replayed))
-		s.spoolGauge.Set(left)
-		if delivered < len(raw) {
+		if !s.replayChunk(ctx, raw, keys, held) {
 			return
 		}
 	}
+}
+
+// replayChunk writes one chunk read from the spool's head to the output, in
+// order, and removes the delivered head while the lock still holds (held).
+// It reports whether the whole chunk went, so the next one may follow.
+func (s *redisSpool) replayChunk(ctx context.Context, raw []string, keys []string, held string) bool {
+	// Unreadable entries are lost (logged once they are removed); the
+	// others are written in order.
+	entries := make([]*spoolEntry, len(raw))
+	var readable []*spoolEntry
+	for i, r := range raw {
+		var e spoolEntry
+		if err := json.Unmarshal([]byte(r), &e); err != nil || e.V != 1 || (len(e.Value) == 0 && e.B64 == "") {
+			continue
+		}
+		entries[i] = &e
+		readable = append(readable, &e)
+	}
+	failed := map[*spoolEntry]bool{}
+	if len(readable) > 0 {
+		for _, e := range s.write(ctx, readable) {
+			failed[e] = true
+		}
+	}
+	// Only a delivered head can be trimmed: what follows the first
+	// failure stays and is replayed again (a delivered one among them
+	// then arrives twice; storing is idempotent).
+	delivered, replayed := 0, 0
+	for _, e := range entries {
+		if e != nil && failed[e] {
+			break
+		}
+		delivered++
+		if e != nil {
+			replayed++
+		}
+	}
+	if len(failed) > 0 && ctx.Err() == nil {
+		s.warn("replay", logReplayFailed, "events", len(failed), "err", "the output did not take them")
+	}
+	if delivered == 0 {
+		return false
+	}
+	rctx, cancel := context.WithTimeout(context.Background(), redisOpTimeout)
+	left, err := trimHead.Run(rctx, s.client, keys, held, delivered).Int64()
+	cancel()
+	if err != nil || left < 0 {
+		s.warn("trim", logReplayFailed, "err", fmt.Sprintf("removing %d replayed entries: %v", delivered, err))
+		return false
+	}
+	for i := 0; i < delivered; i++ {
+		if entries[i] == nil {
+			s.lost.Incr(1)
+			ws, ext := (&spoolEntry{Value: json.RawMessage(raw[i])}).names()
+			applog.With(s.log, "workspace", ws, "external_id", ext).Error(logLost)
+		}
+	}
+	s.unspooled.Incr(int64(replayed))
+	s.spoolGauge.Set(left)
+	return delivered == len(raw)
 }
 
 // Close gives the buffer stop_wait to reach the output, parks the rest,

@@ -1,0 +1,220 @@
+package features
+
+import (
+	"encoding/binary"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"unsafe"
+
+	"github.com/speculapro/speculapro/internal/event"
+)
+
+// minPerWorker is the fewest entities worth a goroutine of computeAll.
+const minPerWorker = 256
+
+// computeAll computes ents, on up to GOMAXPROCS goroutines: an entity's
+// computation touches only its own state and its own section of each
+// event's Values (and, for a counterparty only read, its event's slot of
+// r.reads), and while a batch computes, the next batch waits for the
+// entities it holds (cache.go), so the computing is on the critical path.
+func (s *Store) computeAll(ents []*entity, r *run) {
+	w := min(runtime.GOMAXPROCS(0), len(ents)/minPerWorker)
+	if w <= 1 || s.serial {
+		for _, e := range ents {
+			s.compute(e, r)
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	for g := range w {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := g; i < len(ents); i += w {
+				s.compute(ents[i], r)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// compute applies e's events to its state (the cache's, computed on in
+// place, or decoded as read) and records their features and, for each
+// event counted, its snapshot.
+func (s *Store) compute(e *entity, r *run) {
+	if (!e.hit || e.st == nil) && !e.decodeState() {
+		return
+	}
+	nowMs, ttlMs := r.now.UnixMilli(), s.ttl.Milliseconds()
+	e.changed = e.corrupt != nil
+	e.snaps, e.replays, e.arena = e.snaps[:0], e.replays[:0], e.arena[:0]
+	e.d.reset()
+	e.applyOps(r, nowMs, ttlMs)
+	if e.changed {
+		s.encodeWrite(e, nowMs, ttlMs)
+	}
+	if s.cache.max >= 0 && e.corrupt == nil {
+		s.keepFor(e)
+	}
+	e.base = ""
+}
+
+// decodeState gives e the state its events apply to: the value read from
+// Redis, or the cache's value of it (cache.go), decoded; an empty state for
+// an entity with no value, or one that did not decode (e.corrupt). It
+// returns false when the cache's value did not decode: e is then read from
+// Redis again (e.reread).
+func (e *entity) decodeState() bool {
+	// Read from Redis, or the cache's value of it (cache.go).
+	v := e.base
+	if e.hit {
+		v = unsafe.String(unsafe.SliceData(e.cval), len(e.cval))
+	}
+	e.corrupt, e.st = nil, nil
+	if e.exists {
+		st, base, err := decodeBase(v)
+		switch {
+		case err != nil && e.hit:
+			// The cache holds what this process encoded, so this is
+			// never expected; but Redis may hold the entity intact.
+			e.reread, e.cval, e.changed = true, nil, false
+			e.snaps, e.replays = e.snaps[:0], e.replays[:0]
+			return false
+		case err != nil:
+			e.corrupt = err
+		case e.hit:
+			// The cache's value may be encoded whole where Redis' has
+			// records (keepFor): e.blen stays Redis' base.
+			e.st = st
+		default:
+			e.st, e.blen = st, base
+		}
+	}
+	if e.st == nil {
+		e.st = newState()
+	}
+	return true
+}
+
+// applyOps applies e's events (its ops, in order) to its state and records,
+// per event, its features in r.out and, for each event counted, its
+// snapshot in e.snaps (e.replays for one counted before). It is the running
+// totals' computation alone: Go on the state in memory, no Redis.
+func (e *entity) applyOps(r *run, nowMs, ttlMs int64) {
+	st := e.st
+	keep := func(ev int, idh uint64, start int) {
+		e.snaps = append(e.snaps, snap{idh: idh, ev: ev, b: e.arena[start:len(e.arena):len(e.arena)]})
+	}
+	for _, o := range e.ops {
+		ev, p := r.events[o.ev], &r.preps[o.ev]
+		switch o.mode {
+		case modeRead:
+			sv := r.out[o.ev].setSec(slotCP, secCP)
+			sv.tf.w = st.windows(ev.Currency)
+			r.reads[o.ev] = appendCPSnap(r.reads[o.ev][:0], &sv.tf.w)
+		case modeEvent:
+			exp, seen := st.replay(p.idh, nowMs, ttlMs)
+			if !seen {
+				st.applyEvent(p.at, ev.Type)
+				e.d.event(p.idh, p.at, ev.Type)
+				e.changed = true
+			}
+			r.replayed[o.ev] = seen
+			sv := r.out[o.ev].setSec(slotCustomer, secEvents)
+			st.evFeat(&sv.ef, p.at)
+			if seen {
+				e.replays = append(e.replays, counted{o.ev, exp})
+			} else {
+				start := len(e.arena)
+				e.arena = appendEvSnap(append(e.arena, secEvents), &sv.ef)
+				keep(o.ev, p.idh, start)
+			}
+		case modeTxn:
+			exp, seen := st.replay(p.idh, nowMs, ttlMs)
+			newcp, ssp := false, int64(-1)
+			if !seen {
+				var member *event.UUID
+				switch {
+				case e.eid.kind == entityCounterparty:
+					member = &p.acct
+				case p.hasCP:
+					member = &p.cp
+				}
+				newcp, ssp = st.applyTxn(p.at, p.in, ev.Currency, p.units, p.sum, member)
+				e.d.txn(p.idh, p.at, p.in, ev.Currency, p.units, p.sum, member)
+				e.changed = true
+			}
+			start := len(e.arena)
+			switch e.eid.kind {
+			case entityAccount:
+				r.replayed[o.ev] = seen
+				sv := r.out[o.ev].setSec(slotAccount, secTxn)
+				st.txnFeat(&sv.tf, ev.Currency, newcp, ssp)
+				if !seen {
+					e.arena = appendTxnSnap(append(e.arena, secTxn), &sv.tf)
+				}
+			case entityCustomer:
+				sv := r.out[o.ev].setSec(slotCustomer, secTxn|secEvents)
+				st.txnFeat(&sv.tf, ev.Currency, newcp, ssp)
+				st.evFeat(&sv.ef, p.at)
+				if !seen {
+					e.arena = appendEvSnap(appendTxnSnap(append(e.arena, secTxn|secEvents), &sv.tf), &sv.ef)
+				}
+			case entityCounterparty:
+				sv := r.out[o.ev].setSec(slotCP, secCP)
+				sv.tf.w = st.windows(ev.Currency)
+				if !seen {
+					e.arena = appendCPSnap(append(e.arena, secCP), &sv.tf.w)
+				}
+			}
+			if seen {
+				e.replays = append(e.replays, counted{o.ev, exp})
+			} else {
+				keep(o.ev, p.idh, start)
+			}
+		}
+	}
+}
+
+// encodeWrite readies what writing the changed e takes: its state pruned,
+// the snapshot string its snapshots go to, a new generation, and the value
+// to write (a delta record to append, or the state encoded whole).
+func (s *Store) encodeWrite(e *entity, nowMs, ttlMs int64) {
+	st := e.st
+	st.prune(nowMs)
+	if len(e.snaps) > 0 {
+		// Every event counted now is remembered until nowMs + ttlMs:
+		// its snapshot goes to that slot's string.
+		e.skey, e.skeyAt = s.snapKeyOf(e, nowMs+ttlMs)
+	}
+	// Every write takes a random generation, never the one read plus
+	// one: two writers that read the same value (a batch of this
+	// process that read it while another held it, or another process)
+	// would both write "+1", and a batch that computed on the loser's
+	// published value (cache.go) would then pass its CAS against the
+	// winner's. Likewise a key that expired and was created again.
+	gen := rand.Uint64()
+	// Append this batch's record while the records stay at most half
+	// the base (delta.go); else write the whole value again.
+	e.appended = false
+	if e.exists && e.v3 && e.corrupt == nil && e.blen > 0 && !s.wholeValues {
+		e.val = e.d.appendRecord(e.val[:0], nowMs, ttlMs)
+		e.val = binary.BigEndian.AppendUint64(e.val, gen)
+		if e.vlen-e.blen+len(e.val) <= e.blen/2 {
+			e.appended = true
+		}
+	}
+	if !e.appended {
+		if cap(e.val) < e.vlen {
+			// About the size it will be: growing from nothing copied it
+			// several times over.
+			e.val = make([]byte, 0, e.vlen+len(e.d.ops)+64)
+		}
+		e.val = encode(e.val[:0], gen, st)
+	}
+	e.refreshTTL = !e.appended || !e.hit || nowMs-e.ttlAt >= keyTTLRefresh.Milliseconds()
+	if e.refreshTTL {
+		e.ttlAt = nowMs
+	}
+}

@@ -1,0 +1,71 @@
+package features
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/speculapro/speculapro/internal/event"
+)
+
+// load reads the values of ents in one pipeline.
+func (s *Store) load(ctx context.Context, ents []*entity) error {
+	cmds := make([]*redis.StringCmd, len(ents))
+	reads := 0
+	for _, e := range ents {
+		if !e.hit {
+			reads++
+		}
+	}
+	s.hits.Add(int64(len(ents) - reads))
+	s.reads.Add(int64(reads))
+	if reads == 0 {
+		return nil
+	}
+	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, e := range ents {
+			if !e.hit {
+				cmds[i] = p.Get(ctx, e.key)
+			}
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("features: redis: reading %d entities: %w", len(ents), err)
+	}
+	for i, e := range ents {
+		if e.hit {
+			continue
+		}
+		v, err := cmds[i].Result()
+		switch {
+		case errors.Is(err, redis.Nil):
+			e.base, e.exists, e.gen, e.goff, e.v3, e.vlen = "", false, "", 0, false, 0
+		case err != nil:
+			return fmt.Errorf("features: redis: reading a %s: %w", kindName(e.eid.kind), err)
+		default:
+			e.base, e.exists, e.vlen = v, true, len(v)
+			e.gen, e.goff = genAt(v)
+			e.v3 = e.goff != 0
+		}
+	}
+	return nil
+}
+
+// read returns one entity's state (empty when it has no key).
+func (s *Store) read(ctx context.Context, entity byte, id event.UUID) (*state, error) {
+	v, err := s.client.Get(ctx, s.key(entity, id)).Result()
+	if errors.Is(err, redis.Nil) {
+		return newState(), nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("features: redis: reading a %s: %w", kindName(entity), err)
+	}
+	st, err := decode(v)
+	if err != nil {
+		return nil, fmt.Errorf("features: reading a %s: %w", kindName(entity), err)
+	}
+	return st, nil
+}
