@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/speculapro/speculapro/internal/dbmigrate/dbtest"
-	"github.com/speculapro/speculapro/internal/testenv"
+	"github.com/speculapro/speculapro/devtools/testenv"
 )
 
 // slowBodyAttack is a hostile client: conns connections at once, each

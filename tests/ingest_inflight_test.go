@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/speculapro/speculapro/internal/dbmigrate/dbtest"
-	"github.com/speculapro/speculapro/internal/testenv"
+	"github.com/speculapro/speculapro/devtools/testenv"
 )
 
 // inFlightRSSBound is the documented bound of the ingest process's peak RSS

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/speculapro/speculapro/internal/dbmigrate/dbtest"
-	"github.com/speculapro/speculapro/internal/testenv"
+	"github.com/speculapro/speculapro/devtools/testenv"
 )
 
 // TestIngestKafkaOutage: with Kafka stopped, every item is answered retry

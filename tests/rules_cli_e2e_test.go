@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/speculapro/speculapro/internal/dbmigrate/dbtest"
-	"github.com/speculapro/speculapro/internal/testenv"
+	"github.com/speculapro/speculapro/devtools/testenv"
 )
 
 // rulesFile writes a rule file into dir and returns its path.

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/speculapro/speculapro/internal/event"
-	"github.com/speculapro/speculapro/internal/testenv"
+	"github.com/speculapro/speculapro/devtools/testenv"
 )
 
 // TestStreamCrashKills: while transactions keep arriving, the stream

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/speculapro/speculapro/internal/event"
-	"github.com/speculapro/speculapro/internal/loadgen"
-	"github.com/speculapro/speculapro/internal/testenv"
+	"github.com/speculapro/speculapro/devtools/loadgen"
+	"github.com/speculapro/speculapro/devtools/testenv"
 )
 
 // exactSizes are the exactness tests' sizes: 100,000

@@ -22,7 +22,7 @@ import (
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/features"
 	"github.com/speculapro/speculapro/internal/kafkaconf"
-	"github.com/speculapro/speculapro/internal/loadgen"
+	"github.com/speculapro/speculapro/devtools/loadgen"
 	"github.com/speculapro/speculapro/internal/redisconn"
 )
 

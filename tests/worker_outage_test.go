@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/speculapro/speculapro/internal/dbmigrate/dbtest"
-	"github.com/speculapro/speculapro/internal/testenv"
+	"github.com/speculapro/speculapro/devtools/testenv"
 )
 
 // PostgreSQL stopped for 10 s under a sending worker (a private instance:

@@ -18,7 +18,7 @@ import (
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/identity"
 	"github.com/speculapro/speculapro/internal/kafkaconf"
-	"github.com/speculapro/speculapro/internal/loadgen"
+	"github.com/speculapro/speculapro/devtools/loadgen"
 )
 
 const (

@@ -17,7 +17,7 @@ import (
 
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/identity"
-	"github.com/speculapro/speculapro/internal/loadgen"
+	"github.com/speculapro/speculapro/devtools/loadgen"
 )
 
 // realistic makes n events of a live stream over accounts accounts: 90 %

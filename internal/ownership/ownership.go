@@ -1,4 +1,4 @@
-package lease
+package ownership
 
 import (
 	"context"
@@ -17,7 +17,7 @@ var (
 	ErrRevoked = errors.New("the record's partition was revoked from this process")
 )
 
-// Ended reports whether err is a lease's end rather than a failure.
+// Ended reports whether err is the end of this process's ownership of a record rather than a failure.
 func Ended(err error) bool {
 	return errors.Is(err, ErrShutdown) || errors.Is(err, ErrRevoked)
 }
@@ -47,7 +47,7 @@ func Watch(parent context.Context, batch service.MessageBatch) (context.Context,
 	}
 }
 
-// Cause is why ctx ended: ErrShutdown or ErrRevoked (wrapped) for a lease,
+// Cause is why ctx ended: ErrShutdown or ErrRevoked (wrapped) for an ended ownership,
 // else ctx.Err(); nil while it runs.
 func Cause(ctx context.Context) error {
 	if ctx.Err() == nil {

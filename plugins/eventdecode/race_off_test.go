@@ -1,6 +1,6 @@
 //go:build !race
 
-package event
+package eventdecode
 
 // raceAllocsPerRecord: see race_on_test.go.
 const raceAllocsPerRecord = 0

@@ -1,6 +1,6 @@
 //go:build race
 
-package event
+package eventdecode
 
 // raceAllocsPerRecord is what the race detector's instrumentation adds to
 // the allocations counted per record (values it makes escape): 2.0 without

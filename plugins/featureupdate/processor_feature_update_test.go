@@ -1,4 +1,4 @@
-package redis
+package featureupdate
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/eventmsg"
 	"github.com/speculapro/speculapro/internal/features"
-	"github.com/speculapro/speculapro/internal/testenv"
+	"github.com/speculapro/speculapro/devtools/testenv"
 )
 
 func TestFeatureUpdateConfig(t *testing.T) {

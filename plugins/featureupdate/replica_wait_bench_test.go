@@ -1,4 +1,4 @@
-package redis
+package featureupdate
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/features"
-	"github.com/speculapro/speculapro/internal/testenv"
+	"github.com/speculapro/speculapro/devtools/testenv"
 )
 
 // BenchmarkReplicaWait is what replicas_to_wait costs: batches of 1,000
@@ -21,7 +21,7 @@ import (
 // same machine load. It reports each one's batches/s and the ratio of with
 // to without.
 //
-//	go test -run '^$' -bench BenchmarkReplicaWait -benchtime 200x ./plugins/redis/
+//	go test -run '^$' -bench BenchmarkReplicaWait -benchtime 200x ./plugins/featureupdate/
 func BenchmarkReplicaWait(b *testing.B) {
 	cluster := testenv.PrivateRedisClusterWithReplicas(b, 3)
 	ws := event.UUID{0x01, 0x8f, 0x2c, 0x4a, 0x11, 0x22, 0x73, 0x44, 0x85, 0x66, 0x77, 0x88, 0x99, 0xaa, 0xbb, 0xcd}

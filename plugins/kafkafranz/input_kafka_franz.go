@@ -1,4 +1,4 @@
-package kafka
+package kafkafranz
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/speculapro/speculapro/internal/kafkaconf"
-	"github.com/speculapro/speculapro/internal/lease"
+	"github.com/speculapro/speculapro/internal/ownership"
 )
 
 const (
@@ -199,7 +199,7 @@ type kafkaFranzInput struct {
 	lag kfiGauge
 
 	// running is the parent of every partition's lease: it ends with
-	// lease.ErrShutdown when the engine stops reading (the context of
+	// ownership.ErrShutdown when the engine stops reading (the context of
 	// ReadBatch ends) or the input closes, so batches retrying downstream
 	// stop at once instead of waiting out their backoff.
 	running     context.Context
@@ -506,7 +506,7 @@ func (in *kafkaFranzInput) checkTopics(ctx context.Context, cl *kgo.Client) erro
 	return fmt.Errorf("%w: %s; create it with `speculapro topics`", errKfiMissingTopic, strings.Join(missing, ", "))
 }
 
-// watchForStop ends every lease with lease.ErrShutdown once ctx, the
+// watchForStop ends every lease with ownership.ErrShutdown once ctx, the
 // engine's reading context, is cancelled: the engine passes the same context
 // to every ReadBatch and cancels it when it stops the stream, before it waits
 // for the batches in flight. Only a context passed twice in a row is
@@ -525,7 +525,7 @@ func (in *kafkaFranzInput) watchForStop(ctx context.Context) {
 	in.watching = ctx
 	context.AfterFunc(ctx, func() {
 		if errors.Is(ctx.Err(), context.Canceled) {
-			in.stopRunning(lease.ErrShutdown)
+			in.stopRunning(ownership.ErrShutdown)
 		}
 	})
 }
@@ -535,7 +535,7 @@ func (in *kafkaFranzInput) watchForStop(ctx context.Context) {
 func (in *kafkaFranzInput) Close(ctx context.Context) error {
 	in.connMu.Lock()
 	defer in.connMu.Unlock()
-	in.stopRunning(lease.ErrShutdown)
+	in.stopRunning(ownership.ErrShutdown)
 	in.mu.Lock()
 	in.closing = true
 	cl, stop := in.client, in.stop

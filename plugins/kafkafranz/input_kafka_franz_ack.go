@@ -1,4 +1,4 @@
-package kafka
+package kafkafranz
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 
-	"github.com/speculapro/speculapro/internal/lease"
+	"github.com/speculapro/speculapro/internal/ownership"
 	"github.com/speculapro/speculapro/internal/retry"
 )
 
@@ -144,7 +144,7 @@ func (in *kafkaFranzInput) resolve(claims []kfiClaim, ackErr error) {
 		in.maybeResumeLocked(p)
 		in.reportLagLocked(p)
 	}
-	if ackErr != nil && len(current) > 0 && !in.closing && !lease.Ended(ackErr) && in.running.Err() == nil {
+	if ackErr != nil && len(current) > 0 && !in.closing && !ownership.Ended(ackErr) && in.running.Err() == nil {
 		in.log.Warnf("kafka_franz: batch of group %s nacked, delivering its records again: %v", in.group, ackErr)
 	}
 	in.notifyLocked()

@@ -1,4 +1,4 @@
-package kafka
+package kafkafranz
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/speculapro/speculapro/internal/lease"
+	"github.com/speculapro/speculapro/internal/ownership"
 	"github.com/speculapro/speculapro/internal/retry"
 )
 
@@ -110,7 +110,7 @@ func TestInputLeases(t *testing.T) {
 	for _, m := range batch {
 		p, _ := m.MetaGet("kafka_partition")
 		cause := context.Cause(m.Context())
-		if p == "0" && !errors.Is(cause, lease.ErrRevoked) {
+		if p == "0" && !errors.Is(cause, ownership.ErrRevoked) {
 			t.Errorf("partition 0 dropped: lease cause %v, want ErrRevoked", cause)
 		}
 		if p == "1" && cause != nil {
@@ -121,7 +121,7 @@ func TestInputLeases(t *testing.T) {
 	<-reading
 	kfiEventually(t, "the leases end at shutdown", func() bool {
 		for _, m := range batch {
-			if p, _ := m.MetaGet("kafka_partition"); p == "1" && !errors.Is(context.Cause(m.Context()), lease.ErrShutdown) {
+			if p, _ := m.MetaGet("kafka_partition"); p == "1" && !errors.Is(context.Cause(m.Context()), ownership.ErrShutdown) {
 				return false
 			}
 		}

@@ -1,4 +1,4 @@
-package kafka
+package kafkafranz
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/speculapro/speculapro/internal/lease"
+	"github.com/speculapro/speculapro/internal/ownership"
 )
 
 // Nacked records wait before they are handed out again, so that an output
@@ -53,8 +53,8 @@ type kfiPartition struct {
 	notBefore time.Time // nacked records are not handed out before this
 
 	// lease is the context every message cut from this assignment carries:
-	// it ends with lease.ErrRevoked when the partition is dropped (after
-	// revoke_wait, or lost), and with lease.ErrShutdown when the input
+	// it ends with ownership.ErrRevoked when the partition is dropped (after
+	// revoke_wait, or lost), and with ownership.ErrShutdown when the input
 	// stops, so an output retrying one of its batches stops too.
 	lease    context.Context
 	endLease context.CancelCauseFunc
@@ -151,7 +151,7 @@ func (t *kfiTracker) drop(tp kfiTopicPartition) *kfiPartition {
 		return nil
 	}
 	delete(t.parts, tp)
-	p.endLease(lease.ErrRevoked)
+	p.endLease(ownership.ErrRevoked)
 	t.buffered -= len(p.pending)
 	t.reorder()
 	return p

@@ -1,10 +1,10 @@
-package kafka
+package kafkafranz
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/speculapro/speculapro/internal/testenv"
+	"github.com/speculapro/speculapro/devtools/testenv"
 	"strings"
 	"testing"
 	"time"

@@ -1,9 +1,9 @@
-package observe
+package opentelemetrycollector
 
 import (
 	"context"
 	"errors"
-	"github.com/speculapro/speculapro/internal/testenv"
+	"github.com/speculapro/speculapro/devtools/testenv"
 	"strings"
 	"testing"
 )

@@ -13,7 +13,7 @@ import (
 
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/eventmsg"
-	"github.com/speculapro/speculapro/internal/lease"
+	"github.com/speculapro/speculapro/internal/ownership"
 	"github.com/speculapro/speculapro/internal/pgsystem"
 )
 
@@ -335,12 +335,12 @@ func (o *pgCopyUpsert) Connect(ctx context.Context) error {
 //   - a *service.BatchError naming the records that wait for a missing
 //     partition, with a retry.AfterError saying how long, when the others
 //     were stored;
-//   - the cause when the records' contexts ended (lease.ErrShutdown,
-//     lease.ErrRevoked) or ctx's error.
+//   - the cause when the records' contexts ended (ownership.ErrShutdown,
+//     ownership.ErrRevoked) or ctx's error.
 //
 // Every other failure is retried here.
 func (o *pgCopyUpsert) WriteBatch(ctx context.Context, batch service.MessageBatch) error {
-	ctx, release := lease.Watch(ctx, batch)
+	ctx, release := ownership.Watch(ctx, batch)
 	defer release()
 
 	var (

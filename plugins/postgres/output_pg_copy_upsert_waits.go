@@ -11,7 +11,7 @@ import (
 
 	"github.com/speculapro/speculapro/internal/applog"
 	"github.com/speculapro/speculapro/internal/event"
-	"github.com/speculapro/speculapro/internal/lease"
+	"github.com/speculapro/speculapro/internal/ownership"
 	"github.com/speculapro/speculapro/internal/pgclass"
 	"github.com/speculapro/speculapro/internal/retry"
 )
@@ -79,9 +79,9 @@ func (o *pgCopyUpsert) retrying(rows int, err error, backoff time.Duration, faul
 // stopped is what WriteBatch returns when a step gave up with err: a lease's
 // end (shutdown: nothing logged, no fault; revoked: one WARN line) or err.
 func (o *pgCopyUpsert) stopped(ctx context.Context, err error, rows int) error {
-	cause := lease.Cause(ctx)
+	cause := ownership.Cause(ctx)
 	switch {
-	case errors.Is(cause, lease.ErrRevoked):
+	case errors.Is(cause, ownership.ErrRevoked):
 		applog.With(o.log, "rows", rows).Warn(logRevoked)
 		return cause
 	case cause != nil:

@@ -1,4 +1,4 @@
-package observe
+package prometheus
 
 import "strings"
 
@@ -106,7 +106,7 @@ func helpOf(name string) string {
 		return h
 	}
 	if strings.HasPrefix(name, "speculapro_") {
-		return missingHelpPrefix + name + " (add it to plugins/observe/metric_help.go)."
+		return missingHelpPrefix + name + " (add it to plugins/prometheus/metric_help.go)."
 	}
 	return missingHelpPrefix + name + "."
 }

@@ -1,4 +1,4 @@
-package observe
+package prometheus
 
 import (
 	"context"
@@ -348,7 +348,7 @@ func TestObserveHelpSaysWhatAMetricMeans(t *testing.T) {
 	assertLines(t, text, []string{
 		"# HELP speculapro_persist_rows_stored_total Rows the persister inserted",
 		"# HELP input_received Messages the input read.",
-		"# HELP speculapro_not_in_the_table Undocumented metric speculapro_not_in_the_table (add it to plugins/observe/metric_help.go).",
+		"# HELP speculapro_not_in_the_table Undocumented metric speculapro_not_in_the_table (add it to plugins/prometheus/metric_help.go).",
 	}, []string{"SpeculaPro metric "})
 	for name, help := range metricHelp {
 		if len(help) < 20 || !strings.HasSuffix(help, ".") {

@@ -1,4 +1,4 @@
-package redis
+package redisspool
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/redpanda-data/benthos/v4/public/service"
 
-	"github.com/speculapro/speculapro/internal/testenv"
+	"github.com/speculapro/speculapro/devtools/testenv"
 )
 
 // spoolSink is a test output: it refuses every message whose content is in
