@@ -12,10 +12,10 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/redpanda-data/benthos/v4/public/service"
 
+	"github.com/speculapro/speculapro/devtools/testenv"
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/eventmsg"
 	"github.com/speculapro/speculapro/internal/features"
-	"github.com/speculapro/speculapro/devtools/testenv"
 )
 
 func TestFeatureUpdateConfig(t *testing.T) {

@@ -9,9 +9,9 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/speculapro/speculapro/devtools/testenv"
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/features"
-	"github.com/speculapro/speculapro/devtools/testenv"
 )
 
 // BenchmarkReplicaWait is what replicas_to_wait costs: batches of 1,000

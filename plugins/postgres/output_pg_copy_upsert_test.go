@@ -16,8 +16,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/redpanda-data/benthos/v4/public/service"
 
-	"github.com/speculapro/speculapro/internal/pgsystem"
 	"github.com/speculapro/speculapro/devtools/testenv"
+	"github.com/speculapro/speculapro/internal/pgsystem"
 
 	"github.com/speculapro/speculapro/internal/dbmigrate/dbtest"
 	"github.com/speculapro/speculapro/internal/event"

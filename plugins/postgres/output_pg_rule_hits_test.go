@@ -13,10 +13,10 @@ import (
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 
+	"github.com/speculapro/speculapro/devtools/testenv"
 	"github.com/speculapro/speculapro/internal/dbmigrate/dbtest"
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/eventmsg"
-	"github.com/speculapro/speculapro/devtools/testenv"
 )
 
 // --- fixtures -------------------------------------------------------------
