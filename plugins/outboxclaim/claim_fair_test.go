@@ -1,4 +1,4 @@
-package outbox
+package outboxclaim
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/speculapro/speculapro/internal/dbmigrate/dbtest"
 	"github.com/speculapro/speculapro/internal/event"
+	"github.com/speculapro/speculapro/internal/outbox"
 )
 
 // claimFixture is a migrated database with endpoints and their queued
@@ -37,39 +38,22 @@ func newClaimFixture(t *testing.T, batchSize, limit, tenant int) *claimFixture {
 }
 
 // endpoint adds an enabled endpoint to workspace ws (made if new) with n
-// deliveries due, the oldest first by a second each, starting ageSeconds
-// ago.
+// deliveries due (dbtest.SeedWebhookEndpoint).
 func (f *claimFixture) endpoint(t *testing.T, ws string, n, ageSeconds int) event.UUID {
 	t.Helper()
-	ctx := context.Background()
-	var wsID, id event.UUID
-	if err := f.conn.QueryRow(ctx, `WITH found AS (SELECT id FROM speculapro.workspaces WHERE name = $1),
-made AS (INSERT INTO speculapro.workspaces (name) SELECT $1 WHERE NOT EXISTS (SELECT 1 FROM found) RETURNING id)
-SELECT id FROM found UNION ALL SELECT id FROM made`, ws).Scan(&wsID); err != nil {
-		t.Fatalf("workspace %s: %v", ws, err)
-	}
-	if err := f.conn.QueryRow(ctx, `INSERT INTO speculapro.webhook_endpoints (workspace_id, url, secret_encrypted)
-VALUES ($1, 'https://hooks.example.com/x', '\x00') RETURNING id`, wsID).Scan(&id); err != nil {
-		t.Fatalf("endpoint: %v", err)
-	}
-	if _, err := f.conn.Exec(ctx, `INSERT INTO speculapro.webhook_deliveries (workspace_id, endpoint_id, event_type, event_id, payload, next_attempt_at)
-SELECT $1, $2, 'alert.created', gen_random_uuid(), '{}', now() - make_interval(secs => $3 - g)
-  FROM generate_series(1, $4) g`, wsID, id, ageSeconds, n); err != nil {
-		t.Fatalf("deliveries: %v", err)
-	}
-	return id
+	return dbtest.SeedWebhookEndpoint(t, f.conn, ws, n, ageSeconds)
 }
 
 // claimed claims once and counts the claimed deliveries per endpoint.
 func (f *claimFixture) claimed(t *testing.T) map[event.UUID]int {
 	t.Helper()
-	batch, _, err := f.in.claim(context.Background(), outboxWebhook)
+	batch, _, err := f.in.claim(context.Background(), outbox.Webhook)
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := map[event.UUID]int{}
 	for _, m := range batch {
-		v, _ := m.MetaGet(metaEndpoint)
+		v, _ := m.MetaGet(outbox.MetaEndpoint)
 		id, err := event.ParseUUID(v)
 		if err != nil {
 			t.Fatal(err)
@@ -196,5 +180,11 @@ UPDATE speculapro.webhook_endpoints SET enabled = false`); err != nil {
 	}
 	if got := f.claimed(t)[ep]; got != 0 {
 		t.Fatalf("disabled endpoint: %d claimed, want 0", got)
+	}
+}
+
+func TestSpecParsesItsDefaults(t *testing.T) {
+	if _, err := outboxClaimSpec().ParseYAML("{}", nil); err != nil {
+		t.Errorf("outbox_claim defaults: %v", err)
 	}
 }

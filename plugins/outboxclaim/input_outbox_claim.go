@@ -1,10 +1,8 @@
-package outbox
+package outboxclaim
 
 import (
 	"context"
 	"fmt"
-	"os"
-	"strconv"
 	"sync"
 	"time"
 
@@ -12,6 +10,7 @@ import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/speculapro/speculapro/internal/event"
+	"github.com/speculapro/speculapro/internal/outbox"
 	"github.com/speculapro/speculapro/internal/pgsystem"
 	"github.com/speculapro/speculapro/internal/retry"
 )
@@ -25,30 +24,6 @@ const (
 	ocFieldEndpointLimit = "endpoint_concurrency"
 	ocFieldTenantLimit   = "workspace_concurrency"
 )
-
-// Metadata of every message outbox_claim emits; outbox_send reads it.
-const (
-	metaOutbox    = "outbox"       // webhook or notification
-	metaID        = "outbox_id"    // the row's id
-	metaWorkspace = "workspace_id" //
-	metaAttempt   = "attempt"      // this attempt's number, counting from 1
-	metaEventType = "event_type"   // webhook: event_type; notification: kind
-	metaEventID   = "event_id"     // webhook only: the idempotency key
-	metaEndpoint  = "endpoint_id"  // webhook only
-	metaChannel   = "channel"      // notification only: email or webhook
-	metaRecipient = "recipient"    // notification only: an address or a URL
-)
-
-// workerID names this process in claimed_by: host and process id, so an
-// operator sees who holds a lease, and a test knows which rows a killed
-// process held.
-var workerID = sync.OnceValue(func() string {
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "unknown-host"
-	}
-	return host + "/" + strconv.Itoa(os.Getpid())
-})
 
 func outboxClaimSpec() *service.ConfigSpec {
 	return service.NewConfigSpec().
@@ -84,7 +59,7 @@ row: the keep-up signal) and `+"`speculapro_worker_endpoints_suspended`"+`.`).
 		Fields(
 			service.NewStringListField(ocFieldOutboxes).
 				Description("Which outboxes to claim from: `webhook` (webhook_deliveries), `notification` (notifications).").
-				Default([]string{outboxWebhook, outboxNotification}),
+				Default([]string{outbox.Webhook, outbox.Notification}),
 			service.NewIntField(ocFieldBatchSize).
 				Description("Most rows claimed at once, sent as one batch.").
 				Default(100),
@@ -104,7 +79,7 @@ row: the keep-up signal) and `+"`speculapro_worker_endpoints_suspended`"+`.`).
 				Description("How often the queue gauges are measured.").
 				Default("5s").
 				Advanced(),
-			startupTimeoutField(),
+			pgsystem.StartupTimeoutField(),
 		).
 		Example("Both outboxes", "", `
 input:
@@ -153,8 +128,8 @@ func newOutboxClaim(conf *service.ParsedConfig, mgr *service.Resources) (*outbox
 		return nil, fmt.Errorf("outbox_claim: %s is empty", ocFieldOutboxes)
 	}
 	for _, o := range in.outboxes {
-		if o != outboxWebhook && o != outboxNotification {
-			return nil, fmt.Errorf("outbox_claim: %s: unknown outbox %q (want %s or %s)", ocFieldOutboxes, o, outboxWebhook, outboxNotification)
+		if o != outbox.Webhook && o != outbox.Notification {
+			return nil, fmt.Errorf("outbox_claim: %s: unknown outbox %q (want %s or %s)", ocFieldOutboxes, o, outbox.Webhook, outbox.Notification)
 		}
 	}
 	if in.batchSize, err = conf.FieldInt(ocFieldBatchSize); err != nil {
@@ -188,10 +163,10 @@ func newOutboxClaim(conf *service.ParsedConfig, mgr *service.Resources) (*outbox
 		return nil, fmt.Errorf("outbox_claim: %s must be %s (%d) to 100000, got %d", ocFieldTenantLimit, ocFieldEndpointLimit, in.endpointLimit, in.tenantLimit)
 	}
 	m := mgr.Metrics()
-	in.depth = m.NewGauge(metricQueueDepth, "outbox")
-	in.oldest = m.NewGauge(metricOldestPending, "outbox")
-	in.suspended = m.NewGauge(metricSuspended)
-	if in.pool, err = newSystemPool(conf, "outbox_claim", 3); err != nil {
+	in.depth = m.NewGauge(outbox.MetricQueueDepth, "outbox")
+	in.oldest = m.NewGauge(outbox.MetricOldestPending, "outbox")
+	in.suspended = m.NewGauge(outbox.MetricSuspended)
+	if in.pool, err = pgsystem.OpenFromParsed(conf, "outbox_claim", 3); err != nil {
 		return nil, err
 	}
 	return in, nil
@@ -289,9 +264,9 @@ func (in *outboxClaim) ReadBatch(ctx context.Context) (service.MessageBatch, ser
 	for {
 		wait := in.poll
 		for range in.outboxes {
-			outbox := in.outboxes[in.next%len(in.outboxes)]
+			queue := in.outboxes[in.next%len(in.outboxes)]
 			in.next++
-			batch, ids, err := in.claim(ctx, outbox)
+			batch, ids, err := in.claim(ctx, queue)
 			if err != nil {
 				if ctx.Err() != nil {
 					return nil, nil, ctx.Err()
@@ -308,51 +283,37 @@ func (in *outboxClaim) ReadBatch(ctx context.Context) (service.MessageBatch, ser
 				in.failures = 0
 			}
 			if len(batch) > 0 {
-				return batch, in.ackFunc(outbox, ids), nil
+				return batch, in.ackFunc(queue, ids), nil
 			}
 		}
 		select {
 		case <-ctx.Done():
 			return nil, nil, ctx.Err()
 		case <-time.After(wait):
-		case <-slotsFreed:
+		case <-outbox.SlotsFreed:
 		}
-	}
-}
-
-// slotsFreed wakes a waiting claim when outbox_send has recorded outcomes
-// in this process: an endpoint whose deliveries were all in flight may
-// have free slots now, and its backlog should not wait out poll_interval.
-// Other processes' outcomes are seen at the next poll.
-var slotsFreed = make(chan struct{}, 1)
-
-// signalSlotsFreed never blocks: one pending wake-up is enough.
-func signalSlotsFreed() {
-	select {
-	case slotsFreed <- struct{}{}:
-	default:
 	}
 }
 
 // The claim's backoff while PostgreSQL fails, and how often it is logged.
 const claimLogEvery = 20
 
-var claimBackoff = retry.Policy{Initial: 200 * time.Millisecond, Max: 5 * time.Second, Jitter: backoffJitter}
+var claimBackoff = retry.Policy{Initial: 200 * time.Millisecond, Max: 5 * time.Second, Jitter: outbox.BackoffJitter}
 
-func (in *outboxClaim) claim(ctx context.Context, outbox string) (service.MessageBatch, []event.UUID, error) {
+func (in *outboxClaim) claim(ctx context.Context, queue string) (service.MessageBatch, []event.UUID, error) {
 	query := claimWebhooks
-	if outbox == outboxNotification {
+	if queue == outbox.Notification {
 		query = claimNotifications
 	}
 	qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	args := []any{in.batchSize, in.lease.Seconds(), workerID()}
-	if outbox == outboxWebhook {
+	args := []any{in.batchSize, in.lease.Seconds(), outbox.WorkerID()}
+	if queue == outbox.Webhook {
 		args = append(args, in.endpointLimit, in.tenantLimit)
 	}
 	rows, err := in.pool.Query(qctx, query, args...)
 	if err != nil {
-		return nil, nil, fmt.Errorf("claiming %s rows: %w", outbox, err)
+		return nil, nil, fmt.Errorf("claiming %s rows: %w", queue, err)
 	}
 	var batch service.MessageBatch
 	var ids []event.UUID
@@ -364,7 +325,7 @@ func (in *outboxClaim) claim(ctx context.Context, outbox string) (service.Messag
 			a, b          string // webhook: event id, endpoint id; notification: channel, recipient
 			ea, eb        event.UUID
 		)
-		if outbox == outboxWebhook {
+		if queue == outbox.Webhook {
 			err = rows.Scan(&id, &ws, &attempt, &kind, &ea, &eb, &payload)
 			a, b = ea.String(), eb.String()
 		} else {
@@ -372,26 +333,26 @@ func (in *outboxClaim) claim(ctx context.Context, outbox string) (service.Messag
 		}
 		if err != nil {
 			rows.Close()
-			return nil, nil, fmt.Errorf("reading claimed %s rows: %w", outbox, err)
+			return nil, nil, fmt.Errorf("reading claimed %s rows: %w", queue, err)
 		}
 		msg := service.NewMessage([]byte(payload))
-		msg.MetaSetMut(metaOutbox, outbox)
-		msg.MetaSetMut(metaID, id.String())
-		msg.MetaSetMut(metaWorkspace, ws.String())
-		msg.MetaSetMut(metaAttempt, int64(attempt))
-		msg.MetaSetMut(metaEventType, kind)
-		if outbox == outboxWebhook {
-			msg.MetaSetMut(metaEventID, a)
-			msg.MetaSetMut(metaEndpoint, b)
+		msg.MetaSetMut(outbox.MetaOutbox, queue)
+		msg.MetaSetMut(outbox.MetaID, id.String())
+		msg.MetaSetMut(outbox.MetaWorkspace, ws.String())
+		msg.MetaSetMut(outbox.MetaAttempt, int64(attempt))
+		msg.MetaSetMut(outbox.MetaEventType, kind)
+		if queue == outbox.Webhook {
+			msg.MetaSetMut(outbox.MetaEventID, a)
+			msg.MetaSetMut(outbox.MetaEndpoint, b)
 		} else {
-			msg.MetaSetMut(metaChannel, a)
-			msg.MetaSetMut(metaRecipient, b)
+			msg.MetaSetMut(outbox.MetaChannel, a)
+			msg.MetaSetMut(outbox.MetaRecipient, b)
 		}
 		batch = append(batch, msg)
 		ids = append(ids, id)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, nil, fmt.Errorf("claiming %s rows: %w", outbox, err)
+		return nil, nil, fmt.Errorf("claiming %s rows: %w", queue, err)
 	}
 	return batch, ids, nil
 }
@@ -399,21 +360,21 @@ func (in *outboxClaim) claim(ctx context.Context, outbox string) (service.Messag
 // ackFunc hands a batch the output could not record back at once instead
 // of waiting out its lease; a recorded batch needs nothing more. Only rows
 // still claimed by this worker are touched.
-func (in *outboxClaim) ackFunc(outbox string, ids []event.UUID) service.AckFunc {
+func (in *outboxClaim) ackFunc(queue string, ids []event.UUID) service.AckFunc {
 	return func(ctx context.Context, err error) error {
 		if err == nil {
 			return nil
 		}
 		table := "webhook_deliveries"
-		if outbox == outboxNotification {
+		if queue == outbox.Notification {
 			table = "notifications"
 		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 		_, rerr := in.pool.Exec(rctx, `UPDATE speculapro.`+table+` SET next_attempt_at = now(), claimed_by = NULL
- WHERE id = ANY($1) AND status = 'pending' AND claimed_by = $2`, ids, workerID())
+ WHERE id = ANY($1) AND status = 'pending' AND claimed_by = $2`, ids, outbox.WorkerID())
 		if rerr != nil {
-			in.log.Warnf("worker: handing back %d unrecorded %s rows failed (they come due when their lease runs out): %v", len(ids), outbox, rerr)
+			in.log.Warnf("worker: handing back %d unrecorded %s rows failed (they come due when their lease runs out): %v", len(ids), queue, rerr)
 		}
 		return nil
 	}

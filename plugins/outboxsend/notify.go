@@ -1,4 +1,4 @@
-package outbox
+package outboxsend
 
 import (
 	"encoding/json"

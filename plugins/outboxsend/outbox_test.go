@@ -1,4 +1,4 @@
-package outbox
+package outboxsend
 
 import (
 	"errors"
@@ -9,12 +9,13 @@ import (
 	"time"
 
 	"github.com/speculapro/speculapro/internal/event"
+	"github.com/speculapro/speculapro/internal/outbox"
 	"github.com/speculapro/speculapro/internal/retry"
 	"github.com/speculapro/speculapro/internal/webhook"
 )
 
 func TestSettleClassifiesOutcomes(t *testing.T) {
-	o := &outboxSend{maxAttempts: 3, policy: retry.Policy{MaxAttempts: 3, Initial: time.Second, Max: 4 * time.Second, Jitter: backoffJitter}}
+	o := &outboxSend{maxAttempts: 3, policy: retry.Policy{MaxAttempts: 3, Initial: time.Second, Max: 4 * time.Second, Jitter: outbox.BackoffJitter}}
 	tests := []struct {
 		name    string
 		attempt int32
@@ -23,14 +24,14 @@ func TestSettleClassifiesOutcomes(t *testing.T) {
 		want    string
 		gone    bool
 	}{
-		{"2xx", 1, 200, nil, outcomeDelivered, false},
-		{"500 first attempt", 1, 500, errors.New("HTTP 500"), outcomeRetry, false},
-		{"500 last attempt", 3, 500, errors.New("HTTP 500"), outcomeFailed, false},
-		{"timeout", 2, 0, errors.New("context deadline exceeded"), outcomeRetry, false},
-		{"410", 1, 410, errors.New("HTTP 410"), outcomeFailed, true},
-		{"redirect", 1, 302, fmt.Errorf("HTTP 302: %w", webhook.ErrRedirect), outcomeFailed, false},
-		{"blocked", 1, 0, fmt.Errorf("dial: %w", webhook.ErrBlockedAddress), outcomeFailed, false},
-		{"bad recipient", 1, 0, fmt.Errorf("x: %w", errPermanent), outcomeFailed, false},
+		{"2xx", 1, 200, nil, outbox.OutcomeDelivered, false},
+		{"500 first attempt", 1, 500, errors.New("HTTP 500"), outbox.OutcomeRetry, false},
+		{"500 last attempt", 3, 500, errors.New("HTTP 500"), outbox.OutcomeFailed, false},
+		{"timeout", 2, 0, errors.New("context deadline exceeded"), outbox.OutcomeRetry, false},
+		{"410", 1, 410, errors.New("HTTP 410"), outbox.OutcomeFailed, true},
+		{"redirect", 1, 302, fmt.Errorf("HTTP 302: %w", webhook.ErrRedirect), outbox.OutcomeFailed, false},
+		{"blocked", 1, 0, fmt.Errorf("dial: %w", webhook.ErrBlockedAddress), outbox.OutcomeFailed, false},
+		{"bad recipient", 1, 0, fmt.Errorf("x: %w", errPermanent), outbox.OutcomeFailed, false},
 	}
 	for _, tt := range tests {
 		j := &job{attempt: tt.attempt}
@@ -38,7 +39,7 @@ func TestSettleClassifiesOutcomes(t *testing.T) {
 		if j.outcome != tt.want || j.gone != tt.gone {
 			t.Errorf("%s: outcome %s gone %t, want %s %t", tt.name, j.outcome, j.gone, tt.want, tt.gone)
 		}
-		if j.outcome == outcomeRetry {
+		if j.outcome == outbox.OutcomeRetry {
 			nominal := o.policy.Backoff(int(tt.attempt))
 			if j.delay < nominal*8/10 || j.delay > nominal {
 				t.Errorf("%s: delay %s outside 80-100 %% of %s", tt.name, j.delay, nominal)
@@ -101,14 +102,8 @@ func TestParseSMTPURL(t *testing.T) {
 	}
 }
 
-func TestSpecsParseTheirDefaults(t *testing.T) {
-	if _, err := outboxClaimSpec().ParseYAML("{}", nil); err != nil {
-		t.Errorf("outbox_claim defaults: %v", err)
-	}
+func TestSpecParsesItsDefaults(t *testing.T) {
 	if _, err := outboxSendSpec().ParseYAML("encryption_key: k1:00", nil); err != nil {
 		t.Errorf("outbox_send defaults: %v", err)
-	}
-	if _, err := pgPartitionsSpec().ParseYAML("{}", nil); err != nil {
-		t.Errorf("pg_partitions defaults: %v", err)
 	}
 }

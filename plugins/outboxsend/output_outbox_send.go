@@ -1,4 +1,4 @@
-package outbox
+package outboxsend
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/identity"
+	"github.com/speculapro/speculapro/internal/outbox"
 	"github.com/speculapro/speculapro/internal/pgsystem"
 	"github.com/speculapro/speculapro/internal/retry"
 	"github.com/speculapro/speculapro/internal/webhook"
@@ -35,10 +36,6 @@ const (
 	osFieldParallel       = "parallel"
 	osFieldEncryptionKey  = identity.FieldEncryptionKey
 )
-
-// backoffJitter: a retry waits 80 to 100 % of its nominal backoff, so
-// deliveries that failed together do not come back together.
-const backoffJitter = 0.2
 
 // maxErrorText bounds last_error.
 const maxErrorText = 1000
@@ -148,7 +145,7 @@ its pending deliveries wait until `+"`speculapro webhook enable`"+`.
 			service.NewOutputMaxInFlightField().
 				Description("Batch slots: batches handed to the output at once (their rows are sent and recorded each on its own).").
 				Default(4),
-			startupTimeoutField(),
+			pgsystem.StartupTimeoutField(),
 		).
 		Example("Defaults from the environment", "", `
 output:
@@ -243,7 +240,7 @@ func newOutboxSend(conf *service.ParsedConfig, mgr *service.Resources, maxInFlig
 	if initial <= 0 || maxBackoff < initial {
 		return nil, fmt.Errorf("outbox_send: %s (%s) must be positive and not longer than %s (%s)", osFieldInitialBackoff, initial, osFieldMaxBackoff, maxBackoff)
 	}
-	o.policy = retry.Policy{MaxAttempts: o.maxAttempts, Initial: initial, Max: maxBackoff, Jitter: backoffJitter}
+	o.policy = retry.Policy{MaxAttempts: o.maxAttempts, Initial: initial, Max: maxBackoff, Jitter: outbox.BackoffJitter}
 	if o.suspendAfter, err = conf.FieldInt(osFieldSuspendAfter); err != nil {
 		return nil, err
 	}
@@ -289,11 +286,11 @@ func newOutboxSend(conf *service.ParsedConfig, mgr *service.Resources, maxInFlig
 	o.parallel = max(o.parallel, 1)
 	o.client = webhook.NewClient(o.timeout, o.addressPolicy)
 	m := mgr.Metrics()
-	o.deliveries = m.NewCounter(metricDeliveries, "outbox", "event_type", "outcome")
-	o.duration = m.NewTimer(metricAttemptDuration, "outbox")
-	o.suspensions = m.NewCounter(metricSuspensions)
-	o.recRetries = m.NewCounter(metricRecordRetries)
-	if o.pool, err = newSystemPool(conf, "outbox_send", maxInFlight+1); err != nil {
+	o.deliveries = m.NewCounter(outbox.MetricDeliveries, "outbox", "event_type", "outcome")
+	o.duration = m.NewTimer(outbox.MetricAttemptDuration, "outbox")
+	o.suspensions = m.NewCounter(outbox.MetricSuspensions)
+	o.recRetries = m.NewCounter(outbox.MetricRecordRetries)
+	if o.pool, err = pgsystem.OpenFromParsed(conf, "outbox_send", maxInFlight+1); err != nil {
 		return nil, err
 	}
 	capacity := o.parallel * max(maxInFlight, 1)
@@ -332,30 +329,30 @@ type job struct {
 func jobOf(msg *service.Message) (*job, error) {
 	j := &job{}
 	get := func(k string) string { v, _ := msg.MetaGet(k); return v }
-	j.outbox = get(metaOutbox)
-	if j.outbox != outboxWebhook && j.outbox != outboxNotification {
+	j.outbox = get(outbox.MetaOutbox)
+	if j.outbox != outbox.Webhook && j.outbox != outbox.Notification {
 		return nil, fmt.Errorf("a message without outbox_claim's metadata (outbox %q): outbox_send sends what outbox_claim claimed", j.outbox)
 	}
 	var err error
-	if j.id, err = event.ParseUUID(get(metaID)); err != nil {
+	if j.id, err = event.ParseUUID(get(outbox.MetaID)); err != nil {
 		return nil, fmt.Errorf("outbox_id: %w", err)
 	}
-	if j.ws, err = event.ParseUUID(get(metaWorkspace)); err != nil {
+	if j.ws, err = event.ParseUUID(get(outbox.MetaWorkspace)); err != nil {
 		return nil, fmt.Errorf("workspace_id: %w", err)
 	}
-	n, err := strconv.ParseInt(get(metaAttempt), 10, 32)
+	n, err := strconv.ParseInt(get(outbox.MetaAttempt), 10, 32)
 	if err != nil || n < 1 {
-		return nil, fmt.Errorf("attempt %q is not a positive number", get(metaAttempt))
+		return nil, fmt.Errorf("attempt %q is not a positive number", get(outbox.MetaAttempt))
 	}
 	j.attempt = int32(n)
-	j.eventType = get(metaEventType)
-	if j.outbox == outboxWebhook {
-		j.eventID = get(metaEventID)
-		if j.endpoint, err = event.ParseUUID(get(metaEndpoint)); err != nil {
+	j.eventType = get(outbox.MetaEventType)
+	if j.outbox == outbox.Webhook {
+		j.eventID = get(outbox.MetaEventID)
+		if j.endpoint, err = event.ParseUUID(get(outbox.MetaEndpoint)); err != nil {
 			return nil, fmt.Errorf("endpoint_id: %w", err)
 		}
 	} else {
-		j.channel, j.recipient = get(metaChannel), get(metaRecipient)
+		j.channel, j.recipient = get(outbox.MetaChannel), get(outbox.MetaRecipient)
 	}
 	if j.body, err = msg.AsBytes(); err != nil {
 		return nil, fmt.Errorf("reading the payload: %w", err)
@@ -381,7 +378,7 @@ SELECT id, workspace_id, url, enabled, secret_encrypted,
 func (o *outboxSend) endpoints(ctx context.Context, jobs []*job) (map[event.UUID]*endpoint, error) {
 	var ids []event.UUID
 	for _, j := range jobs {
-		if j.outbox == outboxWebhook && !slices.Contains(ids, j.endpoint) {
+		if j.outbox == outbox.Webhook && !slices.Contains(ids, j.endpoint) {
 			ids = append(ids, j.endpoint)
 		}
 	}
@@ -481,7 +478,7 @@ func (o *outboxSend) WriteBatch(ctx context.Context, batch service.MessageBatch)
 // they come due again at once instead of when their lease runs out.
 func (o *outboxSend) handBack(jobs []*job) {
 	for _, j := range jobs {
-		j.outcome = outcomeReleased
+		j.outcome = outbox.OutcomeReleased
 		o.sends.Add(1)
 		go func() { defer o.sends.Done(); o.outcomes <- j }()
 	}
@@ -513,10 +510,10 @@ func (o *outboxSend) recordLoop() {
 			o.log.Warnf("worker: %v", err)
 			continue
 		}
-		signalSlotsFreed()
+		outbox.SignalSlotsFreed()
 		for _, j := range group {
 			o.deliveries.Incr(1, j.outbox, j.eventType, j.outcome)
-			if j.outcome == outcomeFailed && j.recorded {
+			if j.outcome == outbox.OutcomeFailed && j.recorded {
 				o.log.With("outbox", j.outbox, "id", j.id.String(), "attempts", j.attempt, "status", j.status, "err", j.errText).
 					Warn("worker: delivery failed for good")
 			}
@@ -530,10 +527,10 @@ func (o *outboxSend) send(ctx context.Context, j *job, eps map[event.UUID]*endpo
 	defer func() { o.duration.Timing(time.Since(start).Nanoseconds(), j.outbox) }()
 	actx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
-	if j.outbox == outboxWebhook {
+	if j.outbox == outbox.Webhook {
 		ep := eps[j.endpoint]
 		if ep == nil || !ep.enabled {
-			j.outcome = outcomeReleased
+			j.outcome = outbox.OutcomeReleased
 			return
 		}
 		if ep.err != nil {
@@ -597,7 +594,7 @@ func (o *outboxSend) settleHTTP(j *job, res webhook.Result, err error) {
 func (o *outboxSend) settle(j *job, status int, err error) {
 	j.status = status
 	if err == nil {
-		j.outcome = outcomeDelivered
+		j.outcome = outbox.OutcomeDelivered
 		return
 	}
 	j.errText = err.Error()
@@ -606,14 +603,14 @@ func (o *outboxSend) settle(j *job, status int, err error) {
 	}
 	switch {
 	case status == http.StatusGone:
-		j.outcome, j.gone = outcomeFailed, true
+		j.outcome, j.gone = outbox.OutcomeFailed, true
 	case errors.Is(err, webhook.ErrRedirect), errors.Is(err, webhook.ErrBlockedAddress),
 		errors.Is(err, webhook.ErrNotAURL), errors.Is(err, webhook.ErrInsecureURL), errors.Is(err, errPermanent):
-		j.outcome = outcomeFailed
+		j.outcome = outbox.OutcomeFailed
 	case int(j.attempt) >= o.maxAttempts:
-		j.outcome = outcomeFailed
+		j.outcome = outbox.OutcomeFailed
 	default:
-		j.outcome, j.delay = outcomeRetry, o.policy.Delay(int(j.attempt))
+		j.outcome, j.delay = outbox.OutcomeRetry, o.policy.Delay(int(j.attempt))
 	}
 }
 
@@ -671,7 +668,7 @@ func (o *outboxSend) record(ctx context.Context, jobs []*job) error {
 		gone      []event.UUID
 	)
 	err := retry.Do(ctx, retry.Policy{
-		Initial: 100 * time.Millisecond, Max: 5 * time.Second, Jitter: backoffJitter,
+		Initial: 100 * time.Millisecond, Max: 5 * time.Second, Jitter: outbox.BackoffJitter,
 		OnRetry: func(attempt int, err error, backoff time.Duration) {
 			o.recRetries.Incr(1)
 			o.log.With("err", err.Error(), "backoff", backoff.String()).Warn("worker: recording outcomes failed, retrying")
@@ -682,8 +679,8 @@ func (o *outboxSend) record(ctx context.Context, jobs []*job) error {
 			j.recorded = false
 		}
 		return pgx.BeginFunc(ctx, o.pool, func(tx pgx.Tx) error {
-			for _, outbox := range []string{outboxWebhook, outboxNotification} {
-				if err := o.recordOutbox(ctx, tx, outbox, jobs); err != nil {
+			for _, queue := range []string{outbox.Webhook, outbox.Notification} {
+				if err := o.recordOutbox(ctx, tx, queue, jobs); err != nil {
 					return err
 				}
 			}
@@ -705,7 +702,7 @@ func (o *outboxSend) record(ctx context.Context, jobs []*job) error {
 	return nil
 }
 
-func (o *outboxSend) recordOutbox(ctx context.Context, tx pgx.Tx, outbox string, jobs []*job) error {
+func (o *outboxSend) recordOutbox(ctx context.Context, tx pgx.Tx, queue string, jobs []*job) error {
 	var (
 		ids      []event.UUID
 		attempts []int32
@@ -716,7 +713,7 @@ func (o *outboxSend) recordOutbox(ctx context.Context, tx pgx.Tx, outbox string,
 		byID     = map[event.UUID]*job{}
 	)
 	for _, j := range jobs {
-		if j.outbox != outbox {
+		if j.outbox != queue {
 			continue
 		}
 		ids, attempts, outcomes = append(ids, j.id), append(attempts, j.attempt), append(outcomes, j.outcome)
@@ -727,12 +724,12 @@ func (o *outboxSend) recordOutbox(ctx context.Context, tx pgx.Tx, outbox string,
 		return nil
 	}
 	query := recordWebhooks
-	if outbox == outboxNotification {
+	if queue == outbox.Notification {
 		query = recordNotifications
 	}
-	rows, err := tx.Query(ctx, query, ids, attempts, outcomes, delays, errs, codes, workerID())
+	rows, err := tx.Query(ctx, query, ids, attempts, outcomes, delays, errs, codes, outbox.WorkerID())
 	if err != nil {
-		return fmt.Errorf("recording %d %s outcomes: %w", len(ids), outbox, err)
+		return fmt.Errorf("recording %d %s outcomes: %w", len(ids), queue, err)
 	}
 	var id event.UUID
 	_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
@@ -742,7 +739,7 @@ func (o *outboxSend) recordOutbox(ctx context.Context, tx pgx.Tx, outbox string,
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("recording %d %s outcomes: %w", len(ids), outbox, err)
+		return fmt.Errorf("recording %d %s outcomes: %w", len(ids), queue, err)
 	}
 	return nil
 }
@@ -775,7 +772,7 @@ func (o *outboxSend) endpointHealth(ctx context.Context, tx pgx.Tx, jobs []*job)
 	per := map[event.UUID]*tally{}
 	goneSet := map[event.UUID]bool{}
 	for _, j := range jobs {
-		if j.outbox != outboxWebhook || !j.recorded {
+		if j.outbox != outbox.Webhook || !j.recorded {
 			continue
 		}
 		t := per[j.endpoint]
@@ -784,12 +781,12 @@ func (o *outboxSend) endpointHealth(ctx context.Context, tx pgx.Tx, jobs []*job)
 			per[j.endpoint] = t
 		}
 		switch j.outcome {
-		case outcomeDelivered:
+		case outbox.OutcomeDelivered:
 			t.delivered++
-		case outcomeFailed:
+		case outbox.OutcomeFailed:
 			t.failed++
 			t.attemptsFailed++
-		case outcomeRetry:
+		case outbox.OutcomeRetry:
 			t.attemptsFailed++
 		}
 		if j.gone {

@@ -1,13 +1,18 @@
-package outbox
+package outboxsend
 
 import (
 	"context"
+	"sort"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/redpanda-data/benthos/v4/public/service"
 
+	"github.com/speculapro/speculapro/internal/dbmigrate/dbtest"
+	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/identity"
+	"github.com/speculapro/speculapro/internal/outbox"
 )
 
 // defaultSend is outbox_send with every default, as pipelines/worker.yaml
@@ -92,10 +97,11 @@ func TestSuspendReason(t *testing.T) {
 // delivered one clears it, and an endpoint whose every attempt has failed
 // for suspend_after_failing is suspended by the next failed attempt.
 func TestSuspensionAfterFailingTime(t *testing.T) {
-	f := newClaimFixture(t, 100, 4, 16)
-	ep := f.endpoint(t, "ws", 3, 10)
+	db := dbtest.New(t)
+	conn := db.Connect(t, db.SuperuserURL)
+	ep := dbtest.SeedWebhookEndpoint(t, conn, "ws", 3, 10)
 	enc, _ := identity.DevKeys()
-	conf, err := outboxSendSpec().ParseYAML("url: "+f.db.SystemURL+"\nencryption_key: "+enc+"\nsuspend_after: 0\n", nil)
+	conf, err := outboxSendSpec().ParseYAML("url: "+db.SystemURL+"\nencryption_key: "+enc+"\nsuspend_after: 0\n", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +114,7 @@ func TestSuspensionAfterFailingTime(t *testing.T) {
 	endpointState := func() (failing bool, enabled bool, reason string) {
 		t.Helper()
 		var r *string
-		if err := f.conn.QueryRow(ctx, "SELECT failing_since IS NOT NULL, enabled, disabled_reason FROM speculapro.webhook_endpoints WHERE id = $1", ep).Scan(&failing, &enabled, &r); err != nil {
+		if err := conn.QueryRow(ctx, "SELECT failing_since IS NOT NULL, enabled, disabled_reason FROM speculapro.webhook_endpoints WHERE id = $1", ep).Scan(&failing, &enabled, &r); err != nil {
 			t.Fatal(err)
 		}
 		if r != nil {
@@ -119,47 +125,73 @@ func TestSuspensionAfterFailingTime(t *testing.T) {
 	// attempt claims one delivery and records it with the given outcome.
 	attempt := func(outcome string) {
 		t.Helper()
-		batch, _, err := f.in.claim(ctx, outboxWebhook)
-		if err != nil || len(batch) == 0 {
-			t.Fatalf("claim: %d rows, %v", len(batch), err)
-		}
-		j, err := jobOf(batch[0])
-		if err != nil {
-			t.Fatal(err)
-		}
+		batch := claimDue(t, conn, ep)
+		j := batch[0]
 		j.outcome = outcome
-		if outcome == outcomeRetry {
+		if outcome == outbox.OutcomeRetry {
 			j.status, j.errText = 500, "HTTP 500"
 		}
 		// The rest of the batch goes back, unsent.
-		var rest []*job
-		for _, m := range batch[1:] {
-			r, err := jobOf(m)
-			if err != nil {
-				t.Fatal(err)
-			}
-			r.outcome = outcomeReleased
-			rest = append(rest, r)
+		for _, r := range batch[1:] {
+			r.outcome = outbox.OutcomeReleased
 		}
-		if err := o.record(ctx, append([]*job{j}, rest...)); err != nil {
+		if err := o.record(ctx, batch); err != nil {
 			t.Fatal(err)
 		}
 	}
 
-	attempt(outcomeRetry)
+	attempt(outbox.OutcomeRetry)
 	if failing, enabled, _ := endpointState(); !failing || !enabled {
 		t.Fatalf("after a failed attempt: failing %t enabled %t, want failing and enabled", failing, enabled)
 	}
-	attempt(outcomeDelivered)
+	attempt(outbox.OutcomeDelivered)
 	if failing, _, _ := endpointState(); failing {
 		t.Fatalf("after a delivered attempt the endpoint still counts as failing")
 	}
-	attempt(outcomeRetry)
-	if _, err := f.conn.Exec(ctx, "UPDATE speculapro.webhook_endpoints SET failing_since = now() - interval '121 hours' WHERE id = $1", ep); err != nil {
+	attempt(outbox.OutcomeRetry)
+	if _, err := conn.Exec(ctx, "UPDATE speculapro.webhook_endpoints SET failing_since = now() - interval '121 hours' WHERE id = $1", ep); err != nil {
 		t.Fatal(err)
 	}
-	attempt(outcomeRetry)
+	attempt(outbox.OutcomeRetry)
 	if _, enabled, reason := endpointState(); enabled || reason != "suspended: every attempt failed for 120h0m0s" {
 		t.Fatalf("failing for 121 hours: enabled %t, reason %q; want suspended for failing 120h", enabled, reason)
 	}
+}
+
+// claimDue claims endpoint ep's due deliveries for this process as
+// outbox_claim does (the attempt counted, claimed_by this worker, a lease of
+// a minute), oldest first.
+func claimDue(t *testing.T, conn *pgx.Conn, ep event.UUID) []*job {
+	t.Helper()
+	rows, err := conn.Query(context.Background(), `WITH due AS (
+    SELECT id, next_attempt_at FROM speculapro.webhook_deliveries
+     WHERE endpoint_id = $1 AND status = 'pending' AND next_attempt_at <= now())
+UPDATE speculapro.webhook_deliveries d
+   SET next_attempt_at = now() + interval '1 minute', attempts = d.attempts + 1, claimed_by = $2
+  FROM due WHERE d.id = due.id
+RETURNING d.id, d.workspace_id, d.attempts, d.event_type, d.event_id::text, due.next_attempt_at`, ep, outbox.WorkerID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	type claimed struct {
+		j   *job
+		due time.Time
+	}
+	var got []claimed
+	for rows.Next() {
+		c := claimed{j: &job{outbox: outbox.Webhook, endpoint: ep}}
+		if err := rows.Scan(&c.j.id, &c.j.ws, &c.j.attempt, &c.j.eventType, &c.j.eventID, &c.due); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, c)
+	}
+	if err := rows.Err(); err != nil || len(got) == 0 {
+		t.Fatalf("claim: %d rows, %v", len(got), err)
+	}
+	sort.Slice(got, func(a, b int) bool { return got[a].due.Before(got[b].due) })
+	jobs := make([]*job, len(got))
+	for i, c := range got {
+		jobs[i] = c.j
+	}
+	return jobs
 }

@@ -1,4 +1,4 @@
-package outbox
+package pgpartitions
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/speculapro/speculapro/internal/dbmigrate"
+	"github.com/speculapro/speculapro/internal/outbox"
 	"github.com/speculapro/speculapro/internal/pgsystem"
 	"github.com/speculapro/speculapro/internal/retry"
 )
@@ -40,7 +41,7 @@ the next tick tries again. The message is dropped either way.`).
 				Description("How long one run keeps retrying a failing database.").
 				Default("1m").
 				Advanced(),
-			startupTimeoutField(),
+			pgsystem.StartupTimeoutField(),
 		).
 		Example("Hourly", "", `
 input:
@@ -84,10 +85,10 @@ func newPgPartitions(conf *service.ParsedConfig, mgr *service.Resources) (*pgPar
 		return nil, err
 	}
 	m := mgr.Metrics()
-	p.until = m.NewGauge(metricPartitionsUntil)
-	p.made = m.NewCounter(metricPartitionsMade)
-	p.fails = m.NewCounter(metricPartitionsFail)
-	if p.pool, err = newSystemPool(conf, "pg_partitions", 2); err != nil {
+	p.until = m.NewGauge(outbox.MetricPartitionsUntil)
+	p.made = m.NewCounter(outbox.MetricPartitionsMade)
+	p.fails = m.NewCounter(outbox.MetricPartitionsFail)
+	if p.pool, err = pgsystem.OpenFromParsed(conf, "pg_partitions", 2); err != nil {
 		return nil, err
 	}
 	return p, nil
@@ -108,7 +109,7 @@ func (p *pgPartitions) ensure(ctx context.Context, now time.Time) {
 	rctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
 	var created []string
-	err := retry.Do(rctx, retry.Policy{Initial: 500 * time.Millisecond, Max: 10 * time.Second, Jitter: backoffJitter},
+	err := retry.Do(rctx, retry.Policy{Initial: 500 * time.Millisecond, Max: 10 * time.Second, Jitter: outbox.BackoffJitter},
 		func(ctx context.Context, _ int) error {
 			var err error
 			created, err = dbmigrate.EnsurePartitionsAhead(ctx, p.pool.Pool, now, p.ahead)
