@@ -32,4 +32,3 @@ SELECT $1, $2, 'alert.created', gen_random_uuid(), '{}', now() - make_interval(s
 	}
 	return id
 }
-
