@@ -1,4 +1,4 @@
-// Package all imports every SpeculaPro plugin family, and the engine's own
+// Package all imports every SpeculaPro component (one package each), and the engine's own
 // pure and io components, so that one blank import registers them all.
 package all
 
@@ -13,8 +13,9 @@ import (
 	_ "github.com/speculapro/speculapro/plugins/opentelemetrycollector"
 	_ "github.com/speculapro/speculapro/plugins/outboxclaim"
 	_ "github.com/speculapro/speculapro/plugins/outboxsend"
+	_ "github.com/speculapro/speculapro/plugins/pgcopyupsert"
 	_ "github.com/speculapro/speculapro/plugins/pgpartitions"
-	_ "github.com/speculapro/speculapro/plugins/postgres"
+	_ "github.com/speculapro/speculapro/plugins/pgrulehits"
 	_ "github.com/speculapro/speculapro/plugins/prometheus"
 	_ "github.com/speculapro/speculapro/plugins/redisspool"
 	_ "github.com/speculapro/speculapro/plugins/ruleeval"

@@ -1,4 +1,4 @@
-package postgres
+package pgcopyupsert
 
 import "github.com/redpanda-data/benthos/v4/public/service"
 

@@ -1,4 +1,4 @@
-package postgres
+package pgcopyupsert
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/speculapro/speculapro/internal/eventmsg"
 	"github.com/speculapro/speculapro/internal/ownership"
 	"github.com/speculapro/speculapro/internal/pgsystem"
+	"github.com/speculapro/speculapro/internal/pgwrite"
 )
 
 // The output's files: this one is the component (spec, construction,
@@ -44,12 +45,10 @@ const (
 // The documented log lines (docs/persister.md): operators search for them
 // word for word.
 const (
-	logBatchRetry   = "persist: batch failed, retrying"
-	logUndecodable  = "persist: sent undecodable records to dead-letter topic"
-	logRejected     = "persist: sent records the database refused to dead-letter topic"
-	logRevoked      = "persist: stopped retrying a batch whose partitions were revoked"
-	retryJitter     = 0.2
-	rollbackTimeout = 5 * time.Second
+	logBatchRetry  = "persist: batch failed, retrying"
+	logUndecodable = "persist: sent undecodable records to dead-letter topic"
+	logRejected    = "persist: sent records the database refused to dead-letter topic"
+	logRevoked     = "persist: stopped retrying a batch whose partitions were revoked"
 )
 
 func pgCopyUpsertSpec() *service.ConfigSpec {
@@ -556,5 +555,5 @@ func (o *pgCopyUpsert) Close(ctx context.Context) error {
 
 // inTx runs fn in a transaction of the output's pool and commits it.
 func (o *pgCopyUpsert) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
-	return inTx(ctx, o.pool, fn)
+	return pgwrite.InTx(ctx, o.pool, fn)
 }

@@ -1,4 +1,4 @@
-package postgres
+package pgcopyupsert
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/speculapro/speculapro/internal/applog"
+	"github.com/speculapro/speculapro/internal/pgwrite"
 	"github.com/speculapro/speculapro/internal/retry"
 )
 
@@ -35,7 +36,7 @@ func (o *pgCopyUpsert) sendDeadLetters(ctx context.Context, batch service.Messag
 	err := retry.Do(ctx, retry.Policy{
 		Initial: o.initialBackoff,
 		Max:     o.maxBackoff,
-		Jitter:  retryJitter,
+		Jitter:  pgwrite.RetryJitter,
 		OnRetry: func(_ int, err error, backoff time.Duration) { o.retrying(len(letters), err, backoff, faulted) },
 	}, func(ctx context.Context, _ int) error {
 		if err := o.deadLetter.WriteBatch(ctx, letters); err != nil {

@@ -1,4 +1,4 @@
-package postgres
+package pgcopyupsert
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/pgclass"
+	"github.com/speculapro/speculapro/internal/pgwrite"
 )
 
 // rejectedRow is a row the database refused, by its index in the rows
@@ -30,9 +31,6 @@ type storeResult struct {
 	stats    writeStats
 	rejected []rejectedRow
 }
-
-// isolateTimeoutFactor times attempt_timeout bounds one isolating attempt.
-const isolateTimeoutFactor = 5
 
 var (
 	// errUnknownWorkspace is what a row of a workspace that does not exist
@@ -115,7 +113,7 @@ func (o *pgCopyUpsert) store(ctx context.Context, rows []*event.Envelope, learne
 
 	// Isolating costs up to two writes per row when many rows are bad, so
 	// it gets a longer budget than one attempt.
-	ictx, icancel := context.WithTimeout(ctx, isolateTimeoutFactor*o.attemptTimeout)
+	ictx, icancel := context.WithTimeout(ctx, pgwrite.IsolateTimeoutFactor*o.attemptTimeout)
 	defer icancel()
 	res = storeResult{}
 	err := o.inTx(ictx, func(tx pgx.Tx) error {
@@ -134,7 +132,7 @@ func (o *pgCopyUpsert) store(ctx context.Context, rows []*event.Envelope, learne
 	if err != nil {
 		if ictx.Err() != nil && ctx.Err() == nil {
 			return storeResult{}, fmt.Errorf("isolating the rows the database refuses took longer than %s (%d refused, %d stored, %d chunks to try; the next attempt carries on): %w",
-				isolateTimeoutFactor*o.attemptTimeout, len(learned.refused), len(learned.stores), len(learned.untested), context.DeadlineExceeded)
+				pgwrite.IsolateTimeoutFactor*o.attemptTimeout, len(learned.refused), len(learned.stores), len(learned.untested), context.DeadlineExceeded)
 		}
 		return storeResult{}, err
 	}

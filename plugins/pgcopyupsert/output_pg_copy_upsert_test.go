@@ -1,4 +1,4 @@
-package postgres
+package pgcopyupsert
 
 import (
 	"bytes"
@@ -16,13 +16,13 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/redpanda-data/benthos/v4/public/service"
 
+	"github.com/speculapro/speculapro/devtools/pgwritetest"
 	"github.com/speculapro/speculapro/devtools/testenv"
-	"github.com/speculapro/speculapro/internal/pgsystem"
+	"github.com/speculapro/speculapro/internal/pgwrite"
 
 	"github.com/speculapro/speculapro/internal/dbmigrate/dbtest"
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/eventmsg"
-	"github.com/speculapro/speculapro/internal/pgrole"
 	"github.com/speculapro/speculapro/internal/retry"
 )
 
@@ -53,35 +53,10 @@ func decodedTxns(t testing.TB, b service.MessageBatch) service.MessageBatch {
 	return decoded
 }
 
-// retriesUntilFixed runs write while the database refuses its batch: write
-// must keep retrying (retryLine logged three times, write not returned) until
-// fix runs as the owner, and then succeed within 30 s.
+// retriesUntilFixed runs write while the database refuses its batch
+// (pgwritetest.RetriesUntilFixed).
 func (h *harness) retriesUntilFixed(t *testing.T, retryLine string, owner *pgx.Conn, fix string, write func() error) {
-	t.Helper()
-	done := make(chan error, 1)
-	go func() { done <- write() }()
-	deadline := time.Now().Add(30 * time.Second)
-	for strings.Count(h.logs.String(), retryLine) < 3 {
-		if time.Now().After(deadline) {
-			t.Fatalf("no retries logged:\n%s", h.logs.String())
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("WriteBatch returned %v while the database refuses the batch", err)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	if _, err := owner.Exec(context.Background(), fix); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("WriteBatch: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("WriteBatch did not finish after the fix")
-	}
+	pgwritetest.RetriesUntilFixed(t, h.logs, retryLine, owner, fix, write)
 }
 
 // fakeDLQ keeps what was dead-lettered.
@@ -195,85 +170,23 @@ func (h *harness) attemptTimeout() time.Duration {
 	return 30 * time.Second
 }
 
-func (h *harness) workspace(name string) event.UUID {
-	h.t.Helper()
-	var id event.UUID
-	if err := h.conn.QueryRow(context.Background(),
-		"INSERT INTO speculapro.workspaces (name) VALUES ($1) RETURNING id", name).Scan(&id); err != nil {
-		h.t.Fatalf("creating workspace: %v", err)
-	}
-	return id
-}
+// workspace, count and exec work on the test database as its superuser.
+func (h *harness) workspace(name string) event.UUID { return pgwritetest.Workspace(h.t, h.conn, name) }
 
 func (h *harness) count(query string, args ...any) int {
-	h.t.Helper()
-	var n int
-	if err := h.conn.QueryRow(context.Background(), query, args...).Scan(&n); err != nil {
-		h.t.Fatalf("%s: %v", query, err)
-	}
-	return n
+	return pgwritetest.Count(h.t, h.conn, query, args...)
 }
 
-func (h *harness) exec(query string, args ...any) {
-	h.t.Helper()
-	if _, err := h.conn.Exec(context.Background(), query, args...); err != nil {
-		h.t.Fatalf("%s: %v", query, err)
-	}
-}
+func (h *harness) exec(query string, args ...any) { pgwritetest.Exec(h.t, h.conn, query, args...) }
 
-var baseTime = time.Now().UTC().Truncate(time.Millisecond).Add(-time.Hour)
-
-// txn is a transaction envelope; tweak adjusts it before encoding.
-func txn(ws event.UUID, n int, tweak func(*event.Envelope)) event.Envelope {
-	e := event.Envelope{
-		V: event.Version, Kind: event.KindTransaction, WorkspaceID: ws,
-		ExternalID:         fmt.Sprintf("txn-%06d", n),
-		OccurredAt:         baseTime.Add(time.Duration(n) * time.Millisecond),
-		ReceivedAt:         baseTime.Add(time.Duration(n)*time.Millisecond + time.Second),
-		CustomerExternalID: fmt.Sprintf("cust-%d", n%7),
-		AccountExternalID:  fmt.Sprintf("acc-%d", n%11),
-		Type:               "transfer", Status: "completed", Channel: "mobile",
-		Amount: fmt.Sprintf("%d.%02d", n, n%100), Currency: "EUR", Direction: event.DirectionOut,
-		Metadata: []byte(`{"n":` + strconv.Itoa(n) + `}`),
-	}
-	if tweak != nil {
-		tweak(&e)
-	}
-	e.ID = event.TransactionID(e.WorkspaceID, e.ExternalID, e.OccurredAt)
-	return e
-}
-
-func encode(t testing.TB, e event.Envelope) []byte {
-	t.Helper()
-	b, err := event.Encode(e)
-	if err != nil {
-		t.Fatalf("encoding %s: %v", e.ExternalID, err)
-	}
-	return b
-}
-
-// batchOf makes messages as the kafka_franz input does, offsets from first.
-func batchOf(t testing.TB, first int, values ...[]byte) service.MessageBatch {
-	b := make(service.MessageBatch, len(values))
-	for i, v := range values {
-		m := service.NewMessage(v)
-		m.MetaSetMut("kafka_topic", "sp.txn.ingested")
-		m.MetaSetMut("kafka_partition", "2")
-		m.MetaSetMut("kafka_offset", strconv.Itoa(first+i))
-		m.MetaSetMut("kafka_key", "key-"+strconv.Itoa(first+i))
-		m.MetaSetMut("trace", "t-"+strconv.Itoa(first+i))
-		b[i] = m
-	}
-	return b
-}
-
-func txnBatch(t testing.TB, ws event.UUID, from, to int, tweak func(*event.Envelope)) service.MessageBatch {
-	var vals [][]byte
-	for n := from; n < to; n++ {
-		vals = append(vals, encode(t, txn(ws, n, tweak)))
-	}
-	return batchOf(t, from, vals...)
-}
+// The records the tests write (pgwritetest).
+var (
+	baseTime = pgwritetest.BaseTime
+	txn      = pgwritetest.Txn
+	encode   = pgwritetest.Encode
+	batchOf  = pgwritetest.BatchOf
+	txnBatch = pgwritetest.TxnBatch
+)
 
 func (h *harness) write(b service.MessageBatch) {
 	h.t.Helper()
@@ -795,7 +708,7 @@ func TestIsolatingIsBounded(t *testing.T) {
 	}
 	took := time.Since(start)
 	attempts := h.m.Get("retries{transactions}") + 1
-	t.Logf("5,000 bad rows of 5,010 isolated in %s over %d attempts of at most %s", took.Round(time.Millisecond), attempts, isolateTimeoutFactor*h.attempt)
+	t.Logf("5,000 bad rows of 5,010 isolated in %s over %d attempts of at most %s", took.Round(time.Millisecond), attempts, pgwrite.IsolateTimeoutFactor*h.attempt)
 	// ~5,030 writes of about a millisecond or two, 500 ms per attempt.
 	if attempts > 60 {
 		t.Errorf("%d attempts: isolating did not carry on from what it learned", attempts)
@@ -851,18 +764,7 @@ func TestManyBadRowsAreAllIsolated(t *testing.T) {
 	}
 }
 
-// requireConnectRefuses checks that connect, as speculapro_app, fails with
-// pgrole.ErrCannotBypassRLS unwrapped and stops the process with it.
-func requireConnectRefuses(t *testing.T, connect func(context.Context) error) {
-	t.Helper()
-	var refused error
-	saved := pgsystem.RefuseToStart
-	pgsystem.RefuseToStart = func(err error) { refused = err }
-	defer func() { pgsystem.RefuseToStart = saved }()
-	if err := connect(context.Background()); !errors.Is(err, pgrole.ErrCannotBypassRLS) || refused != pgrole.ErrCannotBypassRLS {
-		t.Fatalf("Connect as speculapro_app: %v (the process was stopped with %v), want ErrCannotBypassRLS, unwrapped", err, refused)
-	}
-}
+var requireConnectRefuses = pgwritetest.RequireConnectRefuses
 
 // TestUndecodableRecordsAreParkedWithTheirReason: the persist pipelines have
 // no event_decode step, so the output reads the records itself. Each record

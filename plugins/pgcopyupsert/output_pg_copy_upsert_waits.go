@@ -1,4 +1,4 @@
-package postgres
+package pgcopyupsert
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/ownership"
 	"github.com/speculapro/speculapro/internal/pgclass"
+	"github.com/speculapro/speculapro/internal/pgwrite"
 	"github.com/speculapro/speculapro/internal/retry"
 )
 
@@ -43,7 +44,7 @@ func (o *pgCopyUpsert) retryBatch(ctx context.Context, rows int, faulted *bool, 
 	err := retry.Do(ctx, retry.Policy{
 		Initial: o.initialBackoff,
 		Max:     o.maxBackoff,
-		Jitter:  retryJitter,
+		Jitter:  pgwrite.RetryJitter,
 		Permanent: func(err error) bool {
 			return pgclass.IsMissingPartition(err) || pgclass.IsConnectionLost(err)
 		},
@@ -182,7 +183,7 @@ func (o *pgCopyUpsert) storeAroundWaits(ctx context.Context, batch service.Messa
 	for p := range w.parts {
 		attempts = max(attempts, o.waits.add(p))
 	}
-	policy := retry.Policy{Initial: o.initialBackoff, Max: o.maxBackoff, Jitter: retryJitter}
+	policy := retry.Policy{Initial: o.initialBackoff, Max: o.maxBackoff, Jitter: pgwrite.RetryJitter}
 	w.wait = policy.Backoff(attempts)
 	if attempts > 1 {
 		// These records were handed back before: the fault was counted

@@ -1,4 +1,4 @@
-package postgres
+package pgcopyupsert
 
 import (
 	"bytes"
@@ -21,13 +21,6 @@ const (
 	tableTransactions  = "transactions"
 	tableAccountEvents = "account_events"
 )
-
-func tableOfKind(k event.Kind) string {
-	if k == event.KindAccountEvent {
-		return tableAccountEvents
-	}
-	return tableTransactions
-}
 
 // Staging tables live per connection (created by the pool's AfterConnect) and
 // empty themselves at every commit, so using them costs no DDL. Only a replay

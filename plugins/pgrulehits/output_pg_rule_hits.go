@@ -1,4 +1,4 @@
-package postgres
+package pgrulehits
 
 import (
 	"cmp"
@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/speculapro/speculapro/internal/applog"
@@ -22,6 +21,7 @@ import (
 	"github.com/speculapro/speculapro/internal/eventmsg"
 	"github.com/speculapro/speculapro/internal/pgclass"
 	"github.com/speculapro/speculapro/internal/pgsystem"
+	"github.com/speculapro/speculapro/internal/pgwrite"
 	"github.com/speculapro/speculapro/internal/retry"
 )
 
@@ -212,7 +212,7 @@ func newPgRuleHits(_ context.Context, o prhOptions, mgr *service.Resources) (*pg
 	}
 	out := &pgRuleHits{
 		kind:           o.kind,
-		table:          tableOfKind(o.kind),
+		table:          pgwrite.TableOf(o.kind),
 		initialBackoff: o.initialBackoff,
 		maxBackoff:     o.maxBackoff,
 		attemptTimeout: o.attemptTimeout,
@@ -343,7 +343,7 @@ func (o *pgRuleHits) policy(rows int, faulted *bool) retry.Policy {
 	return retry.Policy{
 		Initial: o.initialBackoff,
 		Max:     o.maxBackoff,
-		Jitter:  retryJitter,
+		Jitter:  pgwrite.RetryJitter,
 		OnRetry: func(_ int, err error, backoff time.Duration) {
 			if !*faulted {
 				*faulted = true
@@ -379,7 +379,7 @@ func (o *pgRuleHits) store(ctx context.Context, rows []hitRow, progress partitio
 	actx, cancel := context.WithTimeout(ctx, o.attemptTimeout)
 	defer cancel()
 	var res hitsResult
-	err := inTx(actx, o.pool.Pool, func(tx pgx.Tx) error {
+	err := pgwrite.InTx(actx, o.pool.Pool, func(tx pgx.Tx) error {
 		var err error
 		if res.stats, err = writeHits(actx, tx, rows); err != nil {
 			return err
@@ -389,10 +389,10 @@ func (o *pgRuleHits) store(ctx context.Context, rows []hitRow, progress partitio
 	if err == nil || !pgclass.IsRowFault(err) {
 		return res, err
 	}
-	ictx, icancel := context.WithTimeout(ctx, isolateTimeoutFactor*o.attemptTimeout)
+	ictx, icancel := context.WithTimeout(ctx, pgwrite.IsolateTimeoutFactor*o.attemptTimeout)
 	defer icancel()
 	res = hitsResult{}
-	err = inTx(ictx, o.pool.Pool, func(tx pgx.Tx) error {
+	err = pgwrite.InTx(ictx, o.pool.Pool, func(tx pgx.Tx) error {
 		if err := isolateHits(ictx, tx, rows, &res); err != nil {
 			return err
 		}
@@ -608,29 +608,6 @@ func writeProgress(ctx context.Context, tx pgx.Tx, p partitionProgress) error {
 	}
 	if _, err := tx.Exec(ctx, upsertProgress, p.topics, p.partitions, p.offsets); err != nil {
 		return fmt.Errorf("recording the progress of %d partitions: %w", len(p.topics), err)
-	}
-	return nil
-}
-
-// inTx runs fn in a transaction of pool and commits it.
-func inTx(ctx context.Context, pool *pgxpool.Pool, fn func(tx pgx.Tx) error) error {
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		return fmt.Errorf("starting a database transaction: %w", err)
-	}
-	defer func() {
-		// A rollback after a commit is a no-op; after a failure it must run
-		// even when ctx is done, or the connection goes back to the pool
-		// inside a failed transaction.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
-		defer cancel()
-		_ = tx.Rollback(rctx)
-	}()
-	if err := fn(tx); err != nil {
-		return err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("committing: %w", err)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package postgres
+package pgrulehits
 
 import (
 	"context"
@@ -11,8 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/redpanda-data/benthos/v4/public/service"
 
+	"github.com/speculapro/speculapro/devtools/pgwritetest"
 	"github.com/speculapro/speculapro/devtools/testenv"
 	"github.com/speculapro/speculapro/internal/dbmigrate/dbtest"
 	"github.com/speculapro/speculapro/internal/event"
@@ -29,6 +31,25 @@ func streamMetricsOf(m *testenv.Metrics) *streamMetrics {
 		skipped: mk("skipped"), retries: mk("retries"), faults: mk("faults"), stage: mk("stage"),
 	}
 }
+
+// harness is a fresh database with one workspace, and what the output
+// logged and counted.
+type harness struct {
+	t    *testing.T
+	db   *dbtest.DB
+	logs *testenv.SyncBuffer
+	m    *testenv.Metrics
+	conn *pgx.Conn // superuser, to inspect and to break things
+	ws   event.UUID
+}
+
+func (h *harness) workspace(name string) event.UUID { return pgwritetest.Workspace(h.t, h.conn, name) }
+
+func (h *harness) count(query string, args ...any) int {
+	return pgwritetest.Count(h.t, h.conn, query, args...)
+}
+
+func (h *harness) exec(query string, args ...any) { pgwritetest.Exec(h.t, h.conn, query, args...) }
 
 // hitsHarness is a pg_rule_hits output on a fresh database with one
 // workspace and its rules.
@@ -105,9 +126,9 @@ func evaluated(t testing.TB, ws event.UUID, from, to int, rules ...testRule) ser
 	t.Helper()
 	var vals [][]byte
 	for n := from; n < to; n++ {
-		vals = append(vals, encode(t, txn(ws, n, nil)))
+		vals = append(vals, pgwritetest.Encode(t, pgwritetest.Txn(ws, n, nil)))
 	}
-	b := batchOf(t, from, vals...)
+	b := pgwritetest.BatchOf(t, from, vals...)
 	for i, m := range b {
 		env, err := eventmsg.Decode(m, event.KindTransaction)
 		if err != nil {
@@ -177,7 +198,7 @@ func TestRuleHitsAndAlertsStoredOnceReplayAddsNothing(t *testing.T) {
 	b := evaluated(t, h.ws, 0, 20, h.rules["large_amount"], h.rules["watch_only"])
 	// An event without hits and one rule_eval did not see add nothing.
 	b = append(b, evaluated(t, h.ws, 20, 21)...)
-	plain := txnBatch(t, h.ws, 21, 22, nil)
+	plain := pgwritetest.TxnBatch(t, h.ws, 21, 22, nil)
 	b = append(b, plain...)
 	h.writeHits(b)
 
@@ -185,7 +206,7 @@ func TestRuleHitsAndAlertsStoredOnceReplayAddsNothing(t *testing.T) {
 	if got := h.rowCounts(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("rows %v, want %v", got, want)
 	}
-	e := txn(h.ws, 3, nil)
+	e := pgwritetest.Txn(h.ws, 3, nil)
 	var (
 		version                         int
 		score, severity, title, dedupe  string
@@ -318,9 +339,9 @@ func TestTwoWritersCreateEachRowOnce(t *testing.T) {
 func TestUndecodableAndMalformedAreCountedAndSkipped(t *testing.T) {
 	h := newHitsHarness(t)
 	good := evaluated(t, h.ws, 0, 3, h.rules["large_amount"])
-	flagged := batchOf(t, 10, []byte("not json"))
+	flagged := pgwritetest.BatchOf(t, 10, []byte("not json"))
 	flagged[0].SetError(errors.New("not a JSON event envelope"))
-	wrongKind := batchOf(t, 11, []byte(`{"v":1,"kind":"account_event","id":"0193f5a2-7c00-7abc-8def-0123456789ac","workspace_id":"6f1c2b9e-3d4a-4f5b-9c8d-7e6f5a4b3c2d","external_id":"ev-1","occurred_at":"2026-11-30T07:41:12Z","customer_external_id":"cust-1","type":"sim_swap"}`))
+	wrongKind := pgwritetest.BatchOf(t, 11, []byte(`{"v":1,"kind":"account_event","id":"0193f5a2-7c00-7abc-8def-0123456789ac","workspace_id":"6f1c2b9e-3d4a-4f5b-9c8d-7e6f5a4b3c2d","external_id":"ev-1","occurred_at":"2026-11-30T07:41:12Z","customer_external_id":"cust-1","type":"sim_swap"}`))
 	bad := evaluated(t, h.ws, 20, 21)
 	bad[0].MetaSetMut(metaRuleEval, map[string]any{"hits": []any{
 		map[string]any{"rule_id": "not-a-uuid", "version": int64(1)},
@@ -385,7 +406,7 @@ func TestRetriesUntilTheDatabaseTakesTheBatch(t *testing.T) {
 	if _, err := owner.Exec(context.Background(), "REVOKE INSERT ON speculapro.alerts FROM speculapro_system"); err != nil {
 		t.Fatal(err)
 	}
-	h.retriesUntilFixed(t, logStreamBatchRetry, owner, "GRANT INSERT ON speculapro.alerts TO speculapro_system", func() error {
+	pgwritetest.RetriesUntilFixed(t, h.logs, logStreamBatchRetry, owner, "GRANT INSERT ON speculapro.alerts TO speculapro_system", func() error {
 		return h.hits.WriteBatch(context.Background(), evaluated(t, h.ws, 0, 10, h.rules["large_amount"]))
 	})
 	if got := h.rowCounts(); got["rule_hits"] != 10 || got["alerts"] != 10 {
@@ -447,7 +468,7 @@ func TestRuleHitsRefusesRoleBoundByRowLevelSecurity(t *testing.T) {
 		t.Fatalf("the constructor does no I/O, so it cannot refuse the role: %v", err)
 	}
 	defer out.Close(context.Background())
-	requireConnectRefuses(t, out.Connect)
+	pgwritetest.RequireConnectRefuses(t, out.Connect)
 }
 
 func TestRuleHitsConfig(t *testing.T) {

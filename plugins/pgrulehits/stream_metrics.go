@@ -1,4 +1,4 @@
-package postgres
+package pgrulehits
 
 import "github.com/redpanda-data/benthos/v4/public/service"
 
@@ -17,6 +17,16 @@ const (
 	metricStreamFaults        = "speculapro_stream_faults_total"
 	metricStreamStageDuration = "speculapro_stream_stage_duration_seconds"
 )
+
+// counter and timer are what the output uses of the engine's metrics; tests
+// read their own.
+type counter interface {
+	Incr(count int64, labelValues ...string)
+}
+
+type timer interface {
+	Timing(delta int64, labelValues ...string)
+}
 
 type streamMetrics struct {
 	batches    counter
