@@ -18,6 +18,17 @@ const RetryJitter = 0.2
 // IsolateTimeoutFactor times attempt_timeout bounds one isolating attempt.
 const IsolateTimeoutFactor = 5
 
+// Counter and Timer are what the outputs use of the engine's metrics
+// (*service.MetricCounter, *service.MetricTimer); tests record their own.
+type Counter interface {
+	Incr(count int64, labelValues ...string)
+}
+
+// Timer: see Counter.
+type Timer interface {
+	Timing(delta int64, labelValues ...string)
+}
+
 // rollbackTimeout bounds the rollback InTx runs after a failure, on a
 // context of its own (the batch's may be done).
 const rollbackTimeout = 5 * time.Second

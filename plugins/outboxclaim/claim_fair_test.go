@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/redpanda-data/benthos/v4/public/service"
 
+	"github.com/speculapro/speculapro/devtools/testenv"
 	"github.com/speculapro/speculapro/internal/dbmigrate/dbtest"
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/outbox"
@@ -187,4 +188,14 @@ func TestSpecParsesItsDefaults(t *testing.T) {
 	if _, err := outboxClaimSpec().ParseYAML("{}", nil); err != nil {
 		t.Errorf("outbox_claim defaults: %v", err)
 	}
+}
+
+// The constructor does no I/O, and Connect waits for PostgreSQL only as
+// long as its context lasts (a SIGTERM during start-up).
+func TestConstructorDoesNoIO(t *testing.T) {
+	testenv.CheckNoIOUntilConnect(t, "outbox_claim", outboxClaimSpec(), "",
+		func(conf *service.ParsedConfig) (*outboxClaim, error) {
+			return newOutboxClaim(conf, service.MockResources())
+		},
+		func(ctx context.Context, in *outboxClaim) error { return in.Connect(ctx) })
 }

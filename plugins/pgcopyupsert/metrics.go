@@ -1,6 +1,10 @@
 package pgcopyupsert
 
-import "github.com/redpanda-data/benthos/v4/public/service"
+import (
+	"github.com/redpanda-data/benthos/v4/public/service"
+
+	"github.com/speculapro/speculapro/internal/pgwrite"
+)
 
 // Metric names. Every one has the label `table` (transactions or
 // account_events), so the two persist pipelines can run in one process.
@@ -20,15 +24,12 @@ const (
 	metricStageDuration = "speculapro_persist_stage_duration_seconds"
 )
 
-// counter and timer are what the output uses of counter and
-// timer; tests read their own.
-type counter interface {
-	Incr(count int64, labelValues ...string)
-}
-
-type timer interface {
-	Timing(delta int64, labelValues ...string)
-}
+// counter and timer are what the output uses of the engine's metrics
+// (pgwrite.Counter, pgwrite.Timer); tests read their own.
+type (
+	counter = pgwrite.Counter
+	timer   = pgwrite.Timer
+)
 
 type persistMetrics struct {
 	batches        counter

@@ -1,6 +1,10 @@
 package pgrulehits
 
-import "github.com/redpanda-data/benthos/v4/public/service"
+import (
+	"github.com/redpanda-data/benthos/v4/public/service"
+
+	"github.com/speculapro/speculapro/internal/pgwrite"
+)
 
 // The stream role's metric names written by pg_rule_hits. Each has the label
 // `kind` (transaction or account_event), so stream.yaml and
@@ -18,15 +22,12 @@ const (
 	metricStreamStageDuration = "speculapro_stream_stage_duration_seconds"
 )
 
-// counter and timer are what the output uses of the engine's metrics; tests
-// read their own.
-type counter interface {
-	Incr(count int64, labelValues ...string)
-}
-
-type timer interface {
-	Timing(delta int64, labelValues ...string)
-}
+// counter and timer are what the output uses of the engine's metrics
+// (pgwrite.Counter, pgwrite.Timer); tests read their own.
+type (
+	counter = pgwrite.Counter
+	timer   = pgwrite.Timer
+)
 
 type streamMetrics struct {
 	batches    counter
