@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/speculapro/speculapro/internal/testenv"
+	"github.com/speculapro/speculapro/devtools/testenv"
 )
 
 // The block between docs/benchmarks.md's bench-summary markers is written by

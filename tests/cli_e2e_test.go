@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/speculapro/speculapro/internal/testenv"
+	"github.com/speculapro/speculapro/devtools/testenv"
 )
 
 // The binary a user installs: our subcommands beside the engine's, every

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/speculapro/speculapro/internal/testenv"
+	"github.com/speculapro/speculapro/devtools/testenv"
 )
 
 // TestDecisionAfterIngest: a transaction sent through the ingest API and

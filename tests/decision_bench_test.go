@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/speculapro/speculapro/internal/testenv"
+	"github.com/speculapro/speculapro/devtools/testenv"
 )
 
 // fixedRate sends n requests to base+/v1/decisions at rate per second, each

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/speculapro/speculapro/internal/testenv"
+	"github.com/speculapro/speculapro/devtools/testenv"
 )
 
 // TestDecisionE2E: the real binary on the shared Kafka, Redis and a fresh

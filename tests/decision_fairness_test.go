@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/speculapro/speculapro/internal/testenv"
+	"github.com/speculapro/speculapro/devtools/testenv"
 )
 
 // decisionStatuses sends n decisions of run at rate a second with key, each

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/speculapro/speculapro/internal/testenv"
+	"github.com/speculapro/speculapro/devtools/testenv"
 )
 
 // decisionTimeout is SP_DECISION_TIMEOUT's default, which these runs use.

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/speculapro/speculapro/internal/testenv"
+	"github.com/speculapro/speculapro/devtools/testenv"
 )
 
 // TestDecisionReadsAsIngestDoes: the real decision API and the real ingest

@@ -11,9 +11,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/speculapro/speculapro/devtools/testenv"
 	"github.com/speculapro/speculapro/internal/dbmigrate/dbtest"
 	"github.com/speculapro/speculapro/internal/event"
-	"github.com/speculapro/speculapro/internal/testenv"
 )
 
 // `speculapro dev` is what `make run` starts: with no SP_KAFKA_BROKERS it runs

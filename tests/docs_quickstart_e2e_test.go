@@ -14,10 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/speculapro/speculapro/devtools/testenv"
 	"github.com/speculapro/speculapro/internal/dbmigrate"
 	"github.com/speculapro/speculapro/internal/dbmigrate/dbtest"
 	"github.com/speculapro/speculapro/internal/kafkatopics"
-	"github.com/speculapro/speculapro/internal/testenv"
 )
 
 // The pages' command sequences are run as typed, from the Markdown itself,

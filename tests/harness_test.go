@@ -20,8 +20,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/speculapro/speculapro/devtools/testenv"
 	"github.com/speculapro/speculapro/internal/kafkatopics"
-	"github.com/speculapro/speculapro/internal/testenv"
 )
 
 // Bounds of the waits every test shares; generous because the machine is

@@ -8,8 +8,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/speculapro/speculapro/devtools/testenv"
 	"github.com/speculapro/speculapro/internal/dbmigrate/dbtest"
-	"github.com/speculapro/speculapro/internal/testenv"
 )
 
 // TestIngestConflictAfterExpiry: once the Redis entries of stored

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/speculapro/speculapro/devtools/testenv"
 	"github.com/speculapro/speculapro/internal/dbmigrate/dbtest"
-	"github.com/speculapro/speculapro/internal/testenv"
 )
 
 // slowBodyAttack is a hostile client: conns connections at once, each

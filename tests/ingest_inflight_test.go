@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/speculapro/speculapro/devtools/testenv"
 	"github.com/speculapro/speculapro/internal/dbmigrate/dbtest"
-	"github.com/speculapro/speculapro/internal/testenv"
 )
 
 // inFlightRSSBound is the documented bound of the ingest process's peak RSS

@@ -18,10 +18,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/speculapro/speculapro/devtools/testenv"
 	"github.com/speculapro/speculapro/internal/dbmigrate/dbtest"
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/kafkatopics"
-	"github.com/speculapro/speculapro/internal/testenv"
 )
 
 // failoverLoad is the ingest load of TestKafkaClusterFailover: clients

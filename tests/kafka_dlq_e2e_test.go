@@ -10,7 +10,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/speculapro/speculapro/internal/testenv"
+	"github.com/speculapro/speculapro/devtools/testenv"
 )
 
 // TestDLQExamplePipeline runs config/examples/dlq.yaml against the real

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/speculapro/speculapro/internal/testenv"
+	"github.com/speculapro/speculapro/devtools/testenv"
 )
 
 // interopReadKeysAndPartitions reads topic from the start with a client that

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/speculapro/speculapro/devtools/testenv"
 	"github.com/speculapro/speculapro/internal/identity"
-	"github.com/speculapro/speculapro/internal/testenv"
 )
 
 // A role's memory settings come from its pipeline's YAML (the input's

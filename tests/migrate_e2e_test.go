@@ -10,10 +10,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/speculapro/speculapro/devtools/testenv"
 	"github.com/speculapro/speculapro/internal/dbmigrate"
 	"github.com/speculapro/speculapro/internal/dbmigrate/dbtest"
 	"github.com/speculapro/speculapro/internal/pgrole"
-	"github.com/speculapro/speculapro/internal/testenv"
 )
 
 // TestMigrateE2EBootstrapThenUpToDate runs the real binary as an operator

@@ -21,10 +21,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"gopkg.in/yaml.v3"
 
+	"github.com/speculapro/speculapro/devtools/loadgen"
+	"github.com/speculapro/speculapro/devtools/testenv"
 	"github.com/speculapro/speculapro/internal/dbmigrate/dbtest"
 	"github.com/speculapro/speculapro/internal/identity"
-	"github.com/speculapro/speculapro/internal/loadgen"
-	"github.com/speculapro/speculapro/internal/testenv"
 )
 
 // The files under test, relative to the repository root.

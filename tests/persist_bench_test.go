@@ -22,11 +22,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/speculapro/speculapro/devtools/loadgen"
+	"github.com/speculapro/speculapro/devtools/testenv"
 	"github.com/speculapro/speculapro/internal/dbmigrate/dbtest"
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/kafkaconf"
-	"github.com/speculapro/speculapro/internal/loadgen"
-	"github.com/speculapro/speculapro/internal/testenv"
 )
 
 // The persister benchmarks' population: 20,000 accounts at

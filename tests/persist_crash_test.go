@@ -15,10 +15,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/speculapro/speculapro/devtools/loadgen"
 	"github.com/speculapro/speculapro/internal/dbmigrate/dbtest"
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/identity"
-	"github.com/speculapro/speculapro/internal/loadgen"
 )
 
 // lgSeed is SP_TEST_SEED when set, to replay a failed run (its data and

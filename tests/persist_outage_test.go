@@ -4,9 +4,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/speculapro/speculapro/devtools/testenv"
 	"github.com/speculapro/speculapro/internal/dbmigrate/dbtest"
 	"github.com/speculapro/speculapro/internal/event"
-	"github.com/speculapro/speculapro/internal/testenv"
 )
 
 // PostgreSQL goes away for ~20 s in the middle of a run and comes back: the

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/speculapro/speculapro/devtools/testenv"
 	"github.com/speculapro/speculapro/internal/dbmigrate/dbtest"
-	"github.com/speculapro/speculapro/internal/testenv"
 )
 
 // rulesFile writes a rule file into dir and returns its path.

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/speculapro/speculapro/devtools/loadgen"
+	"github.com/speculapro/speculapro/devtools/testenv"
 	"github.com/speculapro/speculapro/internal/event"
-	"github.com/speculapro/speculapro/internal/loadgen"
-	"github.com/speculapro/speculapro/internal/testenv"
 )
 
 // streamBenchReplicasEnv asks BenchmarkStreamThroughput for the cost of

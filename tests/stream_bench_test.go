@@ -17,10 +17,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/speculapro/speculapro/devtools/loadgen"
+	"github.com/speculapro/speculapro/devtools/testenv"
 	"github.com/speculapro/speculapro/internal/event"
-	"github.com/speculapro/speculapro/internal/loadgen"
 	"github.com/speculapro/speculapro/internal/rules"
-	"github.com/speculapro/speculapro/internal/testenv"
 )
 
 // streamBenchCount is the pre-filled topic's size: 1,000,000

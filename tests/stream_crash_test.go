@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/speculapro/speculapro/devtools/testenv"
 	"github.com/speculapro/speculapro/internal/event"
-	"github.com/speculapro/speculapro/internal/testenv"
 )
 
 // TestStreamCrashKills: while transactions keep arriving, the stream

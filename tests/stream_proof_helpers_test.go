@@ -18,11 +18,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/speculapro/speculapro/devtools/loadgen"
 	"github.com/speculapro/speculapro/internal/dbmigrate/dbtest"
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/features"
 	"github.com/speculapro/speculapro/internal/kafkaconf"
-	"github.com/speculapro/speculapro/internal/loadgen"
 	"github.com/speculapro/speculapro/internal/redisconn"
 )
 

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/speculapro/speculapro/devtools/testenv"
 	"github.com/speculapro/speculapro/internal/dbmigrate/dbtest"
-	"github.com/speculapro/speculapro/internal/testenv"
 )
 
 // PostgreSQL stopped for 10 s under a sending worker (a private instance:

@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/speculapro/speculapro/devtools/testenv"
 	"github.com/speculapro/speculapro/internal/identity"
-	"github.com/speculapro/speculapro/internal/testenv"
 	"github.com/speculapro/speculapro/internal/webhook"
 )
 

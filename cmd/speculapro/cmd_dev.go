@@ -15,8 +15,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/speculapro/speculapro/devtools/embedkafka"
 	"github.com/speculapro/speculapro/internal/config"
-	"github.com/speculapro/speculapro/internal/embedkafka"
 	"github.com/speculapro/speculapro/internal/identity"
 	"github.com/speculapro/speculapro/internal/redisconn"
 )

@@ -14,11 +14,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/urfave/cli/v2"
 
+	"github.com/speculapro/speculapro/devtools/loadgen"
 	"github.com/speculapro/speculapro/internal/config"
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/identity"
 	"github.com/speculapro/speculapro/internal/kafkaconf"
-	"github.com/speculapro/speculapro/internal/loadgen"
 )
 
 const (

@@ -11,7 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/urfave/cli/v2"
 
-	"github.com/speculapro/speculapro/internal/loadgen"
+	"github.com/speculapro/speculapro/devtools/loadgen"
 )
 
 // runLoadgenCLI runs `speculapro loadgen args…` as the CLI would and returns

@@ -15,9 +15,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/speculapro/speculapro/devtools/loadgen"
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/identity"
-	"github.com/speculapro/speculapro/internal/loadgen"
 )
 
 // realistic makes n events of a live stream over accounts accounts: 90 %

@@ -15,9 +15,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/speculapro/speculapro/devtools/testenv"
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/redisconn"
-	"github.com/speculapro/speculapro/internal/testenv"
 )
 
 // target is one Redis the tests run on: the single one and the Cluster.

@@ -6,5 +6,7 @@
 // reads the environment); New builds the pool without I/O; Check runs the
 // start-up role check from a component's Connect (or first use), waiting
 // for PostgreSQL up to the start-up timeout and never past its context;
-// RefuseToStart stops the process with the one documented line.
+// RefuseToStart stops the process with the one documented line;
+// StartupTimeoutField and OpenFromParsed give the worker's components their
+// `startup_timeout` field and their pool from it.
 package pgsystem

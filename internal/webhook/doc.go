@@ -4,7 +4,7 @@
 // SetHeaders, Verify), how a signing secret is made and stored (NewSecret,
 // SealSecret, OpenSecret), and the HTTP client that sends (NewClient: no
 // redirects, the guard on every connection). The worker's outbox components
-// (plugins/outbox) and `speculapro webhook` use it.
+// (plugins/outboxsend) and `speculapro webhook` use it.
 //
 // # Signature
 //

@@ -1,4 +1,4 @@
-// Package all imports every SpeculaPro plugin family, and the engine's own
+// Package all imports every SpeculaPro component (one package each), and the engine's own
 // pure and io components, so that one blank import registers them all.
 package all
 
@@ -6,12 +6,17 @@ import (
 	_ "github.com/redpanda-data/benthos/v4/public/components/io"
 	_ "github.com/redpanda-data/benthos/v4/public/components/pure"
 	_ "github.com/speculapro/speculapro/plugins/api"
-	_ "github.com/speculapro/speculapro/plugins/event"
-	_ "github.com/speculapro/speculapro/plugins/identity"
-	_ "github.com/speculapro/speculapro/plugins/kafka"
-	_ "github.com/speculapro/speculapro/plugins/observe"
-	_ "github.com/speculapro/speculapro/plugins/outbox"
-	_ "github.com/speculapro/speculapro/plugins/postgres"
-	_ "github.com/speculapro/speculapro/plugins/redis"
-	_ "github.com/speculapro/speculapro/plugins/rules"
+	_ "github.com/speculapro/speculapro/plugins/counterpartyfingerprint"
+	_ "github.com/speculapro/speculapro/plugins/eventdecode"
+	_ "github.com/speculapro/speculapro/plugins/featureupdate"
+	_ "github.com/speculapro/speculapro/plugins/kafkafranz"
+	_ "github.com/speculapro/speculapro/plugins/opentelemetrycollector"
+	_ "github.com/speculapro/speculapro/plugins/outboxclaim"
+	_ "github.com/speculapro/speculapro/plugins/outboxsend"
+	_ "github.com/speculapro/speculapro/plugins/pgcopyupsert"
+	_ "github.com/speculapro/speculapro/plugins/pgpartitions"
+	_ "github.com/speculapro/speculapro/plugins/pgrulehits"
+	_ "github.com/speculapro/speculapro/plugins/prometheus"
+	_ "github.com/speculapro/speculapro/plugins/redisspool"
+	_ "github.com/speculapro/speculapro/plugins/ruleeval"
 )

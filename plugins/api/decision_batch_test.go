@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/speculapro/speculapro/devtools/testenv"
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/features"
 	"github.com/speculapro/speculapro/internal/redisconn"
-	"github.com/speculapro/speculapro/internal/testenv"
 )
 
 // batchAPI is a decision API with only what decision_batch.go needs: real

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/speculapro/speculapro/devtools/testenv"
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/redisconn"
-	"github.com/speculapro/speculapro/internal/testenv"
 )
 
 // txnAt is transaction ext at occurred_at at, with amount.

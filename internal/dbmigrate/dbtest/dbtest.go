@@ -11,8 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/speculapro/speculapro/devtools/testenv"
 	"github.com/speculapro/speculapro/internal/dbmigrate"
-	"github.com/speculapro/speculapro/internal/testenv"
 )
 
 // DB is one test's database and the URLs that reach it as each role.

@@ -1,0 +1,275 @@
+package pgrulehits
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/redpanda-data/benthos/v4/public/service"
+
+	"github.com/speculapro/speculapro/internal/event"
+	"github.com/speculapro/speculapro/internal/pgclass"
+	"github.com/speculapro/speculapro/internal/pgwrite"
+)
+
+// hitsStats counts what one write created.
+type hitsStats struct {
+	hits, alerts, deliveries, notifications int64
+}
+
+func (s *hitsStats) add(o hitsStats) {
+	s.hits += o.hits
+	s.alerts += o.alerts
+	s.deliveries += o.deliveries
+	s.notifications += o.notifications
+}
+
+type hitsResult struct {
+	stats    hitsStats
+	rejected []error // one per hit the database refused
+}
+
+// store makes one attempt at rows in one transaction and, when a row's data
+// made it fail, once more in one transaction that isolates the bad rows by
+// bisecting under savepoints and stores the rest.
+func (o *pgRuleHits) store(ctx context.Context, rows []hitRow, progress partitionProgress) (hitsResult, error) {
+	actx, cancel := context.WithTimeout(ctx, o.attemptTimeout)
+	defer cancel()
+	var res hitsResult
+	err := pgwrite.InTx(actx, o.pool.Pool, func(tx pgx.Tx) error {
+		var err error
+		if res.stats, err = writeHits(actx, tx, rows); err != nil {
+			return err
+		}
+		return writeProgress(actx, tx, progress)
+	})
+	if err == nil || !pgclass.IsRowFault(err) {
+		return res, err
+	}
+	ictx, icancel := context.WithTimeout(ctx, pgwrite.IsolateTimeoutFactor*o.attemptTimeout)
+	defer icancel()
+	res = hitsResult{}
+	err = pgwrite.InTx(ictx, o.pool.Pool, func(tx pgx.Tx) error {
+		if err := isolateHits(ictx, tx, rows, &res); err != nil {
+			return err
+		}
+		return writeProgress(ictx, tx, progress)
+	})
+	if err != nil {
+		return hitsResult{}, err
+	}
+	return res, nil
+}
+
+// isolateHits writes rows under a savepoint; when a row's data fails it, it
+// rolls back to the savepoint and tries each half, down to single rows, which
+// are rejected. Any other failure ends the attempt.
+func isolateHits(ctx context.Context, tx pgx.Tx, rows []hitRow, res *hitsResult) error {
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("creating a savepoint: %w", err)
+	}
+	stats, err := writeHits(ctx, sp, rows)
+	if err == nil {
+		if err := sp.Commit(ctx); err != nil {
+			return fmt.Errorf("releasing a savepoint: %w", err)
+		}
+		res.stats.add(stats)
+		return nil
+	}
+	if rbErr := sp.Rollback(ctx); rbErr != nil {
+		return fmt.Errorf("rolling back to a savepoint after %w: %v", err, rbErr)
+	}
+	if !pgclass.IsRowFault(err) {
+		return err
+	}
+	if len(rows) == 1 {
+		res.rejected = append(res.rejected, err)
+		return nil
+	}
+	mid := len(rows) / 2
+	if err := isolateHits(ctx, tx, rows[:mid], res); err != nil {
+		return err
+	}
+	return isolateHits(ctx, tx, rows[mid:], res)
+}
+
+// The batch's statements. Rows arrive in key order; the joins with rules
+// drop a hit whose rule was deleted after it fired (nothing to point at)
+// instead of failing the batch on the foreign key, and take severity from
+// the rule, so the CHECK constraints hold by construction.
+const (
+	insertRuleHits = `
+INSERT INTO speculapro.rule_hits
+       (workspace_id, rule_id, rule_version, event_id, event_occurred_at, customer_id, account_id, score, details)
+SELECT i.ws, i.rule, i.version, i.ev, i.occurred_at, NULLIF(i.cust, '')::uuid, NULLIF(i.acc, '')::uuid,
+       NULLIF(i.score, '')::numeric, i.details::jsonb
+  FROM unnest($1::uuid[], $2::uuid[], $3::int[], $4::uuid[], $5::timestamptz[], $6::text[], $7::text[], $8::text[], $9::text[])
+       WITH ORDINALITY AS i(ws, rule, version, ev, occurred_at, cust, acc, score, details, n)
+  JOIN speculapro.rules r ON r.id = i.rule AND r.workspace_id = i.ws
+ ORDER BY i.n
+    ON CONFLICT (workspace_id, rule_id, event_id) DO NOTHING`
+
+	// One statement for the alerts and their outbox rows: the outbox CTEs
+	// read only new_alerts, the alerts this statement inserted, so an alert
+	// that already existed (a replay, the other process won) queues nothing.
+	insertAlertsAndOutbox = `
+WITH i AS (
+    SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::uuid[]) WITH ORDINALITY AS i(ws, rule, ev, n)
+), new_alerts AS (
+    INSERT INTO speculapro.alerts
+           (workspace_id, dedupe_key, rule_id, rule_hit_id, customer_id, account_id, event_id, severity, title, details)
+    SELECT h.workspace_id, h.rule_id::text || ':' || h.event_id::text, h.rule_id, h.id, h.customer_id, h.account_id,
+           h.event_id, r.severity, coalesce(nullif(r.description, ''), r.name),
+           h.details || jsonb_build_object('rule_version', h.rule_version, 'score', h.score,
+                                           'event_occurred_at', h.event_occurred_at)
+      FROM i
+      JOIN speculapro.rule_hits h ON h.workspace_id = i.ws AND h.rule_id = i.rule AND h.event_id = i.ev
+      JOIN speculapro.rules r ON r.id = h.rule_id
+     ORDER BY i.n
+        ON CONFLICT (workspace_id, dedupe_key) DO NOTHING
+    RETURNING id, workspace_id, rule_id, event_id, customer_id, account_id, severity, title, details, created_at
+), payloads AS (
+    SELECT a.id, a.workspace_id, a.severity,
+           jsonb_build_object('type', '` + eventAlertCreated + `', 'id', a.id, 'workspace_id', a.workspace_id,
+                              'created_at', a.created_at,
+                              'alert', jsonb_build_object('id', a.id, 'rule_id', a.rule_id, 'event_id', a.event_id,
+                                                          'customer_id', a.customer_id, 'account_id', a.account_id,
+                                                          'severity', a.severity, 'title', a.title,
+                                                          'details', a.details)) AS payload
+      FROM new_alerts a
+), deliveries AS (
+    INSERT INTO speculapro.webhook_deliveries (workspace_id, endpoint_id, event_type, event_id, payload)
+    SELECT p.workspace_id, e.id, '` + eventAlertCreated + `', p.id, p.payload
+      FROM payloads p
+      JOIN speculapro.webhook_endpoints e
+        ON e.workspace_id = p.workspace_id AND e.enabled
+       AND (cardinality(e.event_types) = 0 OR '` + eventAlertCreated + `' = ANY (e.event_types))
+     ORDER BY p.id, e.id
+        ON CONFLICT (endpoint_id, event_id) DO NOTHING
+    RETURNING 1
+), notes AS (
+    INSERT INTO speculapro.notifications (workspace_id, dedupe_key, kind, channel, recipient, payload)
+    SELECT p.workspace_id, '` + eventAlertCreated + `:' || p.id::text || ':' || s.id::text, '` + eventAlertCreated + `',
+           s.channel, s.recipient, p.payload
+      FROM payloads p
+      JOIN speculapro.notification_subscriptions s
+        ON s.workspace_id = p.workspace_id AND s.enabled
+       AND (cardinality(s.event_types) = 0 OR '` + eventAlertCreated + `' = ANY (s.event_types))
+       AND array_position(ARRAY['low', 'medium', 'high', 'critical'], p.severity)
+        >= array_position(ARRAY['low', 'medium', 'high', 'critical'], s.min_severity)
+     ORDER BY p.id, s.id
+        ON CONFLICT (workspace_id, dedupe_key) DO NOTHING
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM new_alerts), (SELECT count(*) FROM deliveries), (SELECT count(*) FROM notes)`
+)
+
+// writeHits writes rows, their alerts and the alerts' outbox rows with two
+// statements.
+func writeHits(ctx context.Context, tx pgx.Tx, rows []hitRow) (hitsStats, error) {
+	var s hitsStats
+	n := len(rows)
+	if n == 0 {
+		return s, nil
+	}
+	var (
+		ws, rules, evs     = make([]event.UUID, n), make([]event.UUID, n), make([]event.UUID, n)
+		versions           = make([]int32, n)
+		occurred           = make([]time.Time, n)
+		custs, accs, score = make([]string, n), make([]string, n), make([]string, n)
+		details            = make([]string, n)
+		aWS, aRules, aEvs  []event.UUID
+	)
+	for i, r := range rows {
+		ws[i], rules[i], evs[i], versions[i], occurred[i] = r.workspace, r.rule, r.eventID, r.version, r.occurredAt
+		custs[i], accs[i], score[i], details[i] = r.customer, r.account, r.score, r.details
+		if r.alert {
+			aWS, aRules, aEvs = append(aWS, r.workspace), append(aRules, r.rule), append(aEvs, r.eventID)
+		}
+	}
+	tag, err := tx.Exec(ctx, insertRuleHits, ws, rules, versions, evs, occurred, custs, accs, score, details)
+	if err != nil {
+		return s, fmt.Errorf("inserting %d rule hits: %w", n, err)
+	}
+	s.hits = tag.RowsAffected()
+	if len(aWS) == 0 {
+		return s, nil
+	}
+	if err := tx.QueryRow(ctx, insertAlertsAndOutbox, aWS, aRules, aEvs).Scan(&s.alerts, &s.deliveries, &s.notifications); err != nil {
+		return s, fmt.Errorf("inserting alerts and outbox rows for %d hits: %w", len(aWS), err)
+	}
+	return s, nil
+}
+
+// upsertProgress raises each partition's stored offset, never lowers it
+// (an older batch of a partition can commit after a newer one only across
+// a rebalance, and its results are stored either way).
+const upsertProgress = `
+INSERT INTO speculapro.stream_progress AS p (topic, kafka_partition, stored_offset)
+SELECT * FROM unnest($1::text[], $2::int[], $3::bigint[])
+    ON CONFLICT (topic, kafka_partition) DO UPDATE
+   SET stored_offset = excluded.stored_offset, updated_at = now()
+ WHERE excluded.stored_offset > p.stored_offset`
+
+// partitionProgress is the highest offset of each topic partition in a
+// batch, in key order (so two writers lock the rows in the same order).
+type partitionProgress struct {
+	topics     []string
+	partitions []int32
+	offsets    []int64
+}
+
+// progressOf reads the kafka_franz metadata of every message of the batch,
+// readable or not: once the batch commits, all of them are done.
+func progressOf(batch service.MessageBatch) partitionProgress {
+	type tp struct {
+		topic     string
+		partition int32
+	}
+	high := map[tp]int64{}
+	for _, msg := range batch {
+		topic, _ := msg.MetaGet("kafka_topic")
+		part, err1 := strconv.ParseInt(metaOr(msg, "kafka_partition"), 10, 32)
+		off, err2 := strconv.ParseInt(metaOr(msg, "kafka_offset"), 10, 64)
+		if topic == "" || err1 != nil || err2 != nil {
+			continue
+		}
+		k := tp{topic, int32(part)}
+		if o, ok := high[k]; !ok || off > o {
+			high[k] = off
+		}
+	}
+	keys := make([]tp, 0, len(high))
+	for k := range high {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b tp) int { return cmp.Or(cmp.Compare(a.topic, b.topic), cmp.Compare(a.partition, b.partition)) })
+	var p partitionProgress
+	for _, k := range keys {
+		p.topics, p.partitions, p.offsets = append(p.topics, k.topic), append(p.partitions, k.partition), append(p.offsets, high[k])
+	}
+	return p
+}
+
+func metaOr(msg *service.Message, key string) string {
+	v, _ := msg.MetaGet(key)
+	return v
+}
+
+// writeProgress records, with the batch's results, how far each partition
+// is stored.
+func writeProgress(ctx context.Context, tx pgx.Tx, p partitionProgress) error {
+	if len(p.topics) == 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, upsertProgress, p.topics, p.partitions, p.offsets); err != nil {
+		return fmt.Errorf("recording the progress of %d partitions: %w", len(p.topics), err)
+	}
+	return nil
+}
+
