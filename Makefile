@@ -12,6 +12,9 @@ LDFLAGS  := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.built=$(
 # the binary down without watching the test code that matters.
 RACE_PKGS = $$(go list ./... | grep -v /tests$$)
 E2E_PKGS  = ./tests/...
+# End-to-end tests marked t.Parallel() (tests/harness_test.go says which) run this
+# many at a time: mostly they wait on brokers, groups and databases, not on the 2 cores.
+E2E_PARALLEL = 4
 # Scenarios too long for make test's 20 minutes at any size (three broker JVMs and a
 # two-minute timeline on 2 cores): make chaos runs them, and so does a plain go test.
 CHAOS_ONLY = ^TestKafkaClusterFailover$$
@@ -72,7 +75,7 @@ test: ## run every test against real services (about 22 minutes on 2 cores; each
 	$(call PHASE,unit and integration tests under the race detector)
 	go test -race -count=1 -timeout 15m $(RACE_PKGS)
 	$(call PHASE,end-to-end tests in tests/)
-	go test -count=1 -timeout 17m -skip '$(CHAOS_ONLY)' $(E2E_PKGS)
+	go test -count=1 -timeout 17m -parallel $(E2E_PARALLEL) -skip '$(CHAOS_ONLY)' $(E2E_PKGS)
 	$(call PHASE,done)
 
 chaos: stack-up ## the crash, outage and stream exactness/replay scenarios at full size

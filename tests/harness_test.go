@@ -32,6 +32,17 @@ const (
 	runBound  = 2 * time.Minute  // a command that runs to completion
 )
 
+// Most of a test's time here is waiting (a broker starting, a group's
+// session timeout, a database coming back), so a test that uses only what
+// is its own (database, topic prefix and groups, Redis key prefix, private
+// services it may stop, processes) and never stops or pauses a shared
+// service calls t.Parallel(): go test runs those together, -parallel at a
+// time (make test sets it), after every other test has finished. A test
+// whose verdict depends on how busy the machine is (a latency bound, a
+// fair share, a grace period, a fixed wait of a documented sequence) or
+// that would starve the others stays serial, with a "Not parallel:" line
+// saying why.
+
 // binProcess is one run of a binary as its own process: speculapro unless
 // using says otherwise, from the repository root, on the test's environment
 // minus its SP_* variables (a developer's settings must not leak into a

@@ -2,6 +2,7 @@ package tests
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 )
 
 func TestTopicsCommandAgainstRealBroker(t *testing.T) {
+	t.Parallel()
 	k := newTestKafka(t)
 	prefix := uniqueName(t, "topics") + "."
 	names := kafkatopics.Names(prefix)
@@ -28,18 +30,22 @@ func TestTopicsCommandAgainstRealBroker(t *testing.T) {
 		t.Fatalf("first run printed:\n%s\nwant the 16 lines:\n%s", stdout, strings.Join(want, "\n"))
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	details, err := k.adm.ListTopics(ctx, names...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range names {
-		d, ok := details[n]
-		if !ok || d.Err != nil || len(d.Partitions) != 3 {
-			t.Errorf("topic %s: listed %v, err %v, %d partitions; want it with 3 partitions", n, ok, d.Err, len(d.Partitions))
+	// A broker answers CreateTopics once its controller has the topics, and
+	// serves them in metadata a moment later: wait (bounded) for that.
+	waitUntil(t, 30*time.Second, "the 16 topics listed with 3 partitions each", func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		details, err := k.adm.ListTopics(ctx, names...)
+		if err != nil {
+			return err
 		}
-	}
+		for _, n := range names {
+			if d, ok := details[n]; !ok || d.Err != nil || len(d.Partitions) != 3 {
+				return fmt.Errorf("topic %s: listed %v, err %v, %d partitions; want it with 3 partitions", n, ok, d.Err, len(d.Partitions))
+			}
+		}
+		return nil
+	})
 
 	stdout, stderr, code = runBin(t, env, "topics")
 	if code != 0 || stdout != "" {
