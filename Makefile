@@ -14,6 +14,8 @@ RACE_PKGS = $$(go list ./... | grep -v /tests$$)
 E2E_PKGS  = ./tests/...
 # End-to-end tests marked t.Parallel() (tests/harness_test.go says which) run this
 # many at a time: mostly they wait on brokers, groups and databases, not on the 2 cores.
+# make chaos runs each full-size scenario alone (-parallel 1): their timings are the
+# figures the docs quote.
 E2E_PARALLEL = 4
 # Scenarios too long for make test's 20 minutes at any size (three broker JVMs and a
 # two-minute timeline on 2 cores): make chaos runs them, and so does a plain go test.
@@ -75,11 +77,11 @@ test: ## run every test against real services (about 22 minutes on 2 cores; each
 	$(call PHASE,unit and integration tests under the race detector)
 	go test -race -count=1 -timeout 15m $(RACE_PKGS)
 	$(call PHASE,end-to-end tests in tests/)
-	go test -count=1 -timeout 17m -parallel $(E2E_PARALLEL) -skip '$(CHAOS_ONLY)' $(E2E_PKGS)
+	SP_TEST_BINARY=$(abspath $(BIN)) go test -count=1 -timeout 17m -parallel $(E2E_PARALLEL) -skip '$(CHAOS_ONLY)' $(E2E_PKGS)
 	$(call PHASE,done)
 
 chaos: stack-up ## the crash, outage and stream exactness/replay scenarios at full size
-	SP_TEST_SCALE=full go test -count=1 -timeout 60m -run 'Crash|Outage|Poison|Shutdown|NeverCommits|StreamExactness|StreamReplay|WorkerDelivers|IngestInFlightLimit|RevokedBatch|ResumesSeconds|ForeignRecords|RedisClusterFailover|KafkaClusterFailover' -v $(E2E_PKGS)
+	SP_TEST_SCALE=full go test -count=1 -timeout 60m -parallel 1 -run 'Crash|Outage|Poison|Shutdown|NeverCommits|StreamExactness|StreamReplay|WorkerDelivers|IngestInFlightLimit|RevokedBatch|ResumesSeconds|ForeignRecords|RedisClusterFailover|KafkaClusterFailover' -v $(E2E_PKGS)
 
 # make bench: every benchmark (BENCH=<regexp> picks some), then one summary table of the rows they
 # reported with benchSummary (tests/bench_summary_test.go), printed and written into BENCH_DOC between

@@ -1,11 +1,8 @@
 package tests
 
 import (
-	"context"
-	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/speculapro/speculapro/internal/kafkatopics"
 )
@@ -30,22 +27,7 @@ func TestTopicsCommandAgainstRealBroker(t *testing.T) {
 		t.Fatalf("first run printed:\n%s\nwant the 16 lines:\n%s", stdout, strings.Join(want, "\n"))
 	}
 
-	// A broker answers CreateTopics once its controller has the topics, and
-	// serves them in metadata a moment later: wait (bounded) for that.
-	waitUntil(t, 30*time.Second, "the 16 topics listed with 3 partitions each", func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		details, err := k.adm.ListTopics(ctx, names...)
-		if err != nil {
-			return err
-		}
-		for _, n := range names {
-			if d, ok := details[n]; !ok || d.Err != nil || len(d.Partitions) != 3 {
-				return fmt.Errorf("topic %s: listed %v, err %v, %d partitions; want it with 3 partitions", n, ok, d.Err, len(d.Partitions))
-			}
-		}
-		return nil
-	})
+	waitServed(t, k.adm, 3, names...)
 
 	stdout, stderr, code = runBin(t, env, "topics")
 	if code != 0 || stdout != "" {

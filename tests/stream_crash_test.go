@@ -115,7 +115,9 @@ func TestStreamCrashKills(t *testing.T) {
 // window: the totals must not change and every hit the rules' definitions
 // predict must be stored once, none missing, none twice.
 func TestStreamCrashBetweenTotalsAndHits(t *testing.T) {
-	t.Parallel()
+	// Not parallel: the hits held behind the lock are only as many as the
+	// stream's blocked batches hold, and on a busy machine its batches are
+	// smaller than the whole load.
 	cfg := proofConfig(lgSeed(t), 4000, 500, 200)
 	testenv.Binary(t)
 	s := newProofStack(t, "crash-mid", testenv.RedisURL(t))
