@@ -22,6 +22,7 @@ import (
 // regenerate with make bench (or make bench-summary after the benchmarks you
 // ran).
 func TestBenchmarkTableIsWhatBenchSummaryWrites(t *testing.T) {
+	t.Parallel()
 	root := testenv.RepoRoot(t)
 	page, err := os.ReadFile(filepath.Join(root, "docs/benchmarks.md"))
 	if err != nil {

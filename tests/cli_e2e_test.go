@@ -13,6 +13,7 @@ import (
 // The binary a user installs: our subcommands beside the engine's, every
 // plugin listed with its docs, and a version that names the commit.
 func TestCLIListsOurCommandsAndPlugins(t *testing.T) {
+	t.Parallel()
 	run := func(args ...string) string {
 		t.Helper()
 		stdout, stderr, code := runBin(t, nil, args...)
@@ -57,6 +58,7 @@ func TestCLIListsOurCommandsAndPlugins(t *testing.T) {
 // table of docs/configuration.md; a binary built with plain `go build` (no
 // -ldflags) names its commit, from the build information Go embeds.
 func TestCLIHelpAndVersionDescribeSpeculaPro(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{{"--help"}, {"-h"}, {}} {
 		help, _, code := runBin(t, nil, args...)
 		if code != 0 || !strings.Contains(help, "SpeculaPro transaction monitoring") || strings.Contains(help, "mundane") ||

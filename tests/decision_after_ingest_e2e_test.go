@@ -19,6 +19,7 @@ import (
 // its decision, and the ingest API answers it duplicate, or conflict when
 // its content differs.
 func TestDecisionAfterIngest(t *testing.T) {
+	// Not parallel: no decision may be degraded, and a busy neighbour could hold one past SP_DECISION_TIMEOUT.
 	s := newDecisionStack(t, "decision-late", testenv.KafkaBrokers(t), testenv.RedisURL(t), "")
 	s.startDecision(t, "decision", nil)
 	s.startPersist(t)

@@ -18,6 +18,7 @@ import (
 // again is the same decision, and every decided transaction is stored once
 // with its decision, a decisions row and a decision.created webhook.
 func TestDecisionE2E(t *testing.T) {
+	// Not parallel: no decision may be degraded, and a busy neighbour could hold one past SP_DECISION_TIMEOUT.
 	s := newDecisionStack(t, "decision-e2e", testenv.KafkaBrokers(t), testenv.RedisURL(t), "")
 	dec := s.startDecision(t, "decision", nil)
 	s.startPersist(t)
@@ -95,6 +96,7 @@ func TestDecisionE2E(t *testing.T) {
 // unknown field, an unknown key and a body over the limit are answered 4xx
 // with field paths, and are never decided, delivered or spooled.
 func TestDecisionBadInput(t *testing.T) {
+	t.Parallel()
 	s := newDecisionStack(t, "decision-bad", testenv.KafkaBrokers(t), testenv.RedisURL(t), "")
 	dec := s.startDecision(t, "decision", nil)
 	base := "http://" + s.addr

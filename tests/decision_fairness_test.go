@@ -100,6 +100,7 @@ func decisionFlood(base, key string, clients, maxRequests int, stop <-chan struc
 // 503 and none of its decisions is degraded. Its p99 alone and beside the
 // flood are logged.
 func TestDecisionFloodCannotStarveOthers(t *testing.T) {
+	// Not parallel: it floods the API from 300 clients, and the steady workspace's decisions must not be degraded.
 	s := newDecisionStack(t, "decision-fair", testenv.KafkaBrokers(t), testenv.RedisURL(t), "")
 	_, steadyKey := ingestWorkspace(t, s.db.AppURL)
 	// A share of 8 requests (0.03125 of 256): the 300 flooding clients go

@@ -91,6 +91,7 @@ func newDecisionStack(t testing.TB, name string, brokers []string, redisURL, max
 	if _, err := adm.CreateTopics(ctx, 3, -1, nil, topics...); err != nil {
 		t.Fatalf("creating topics: %v", err)
 	}
+	waitServed(t, adm, 3, topics...)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()

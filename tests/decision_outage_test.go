@@ -66,6 +66,7 @@ func degradedCount(run *decisionRun) map[string]int {
 // in-memory wait shortened to 3 s so that the spool is used); full size under
 // make chaos (500/s for 3 minutes, the broker stopped 60 s, the real 30 s).
 func TestDecisionOutageKafkaDown(t *testing.T) {
+	// Not parallel: checkAnswered bounds the p99 by SP_DECISION_TIMEOUT.
 	rate, total, stopAt, outage, maxWait := 120.0, 24*time.Second, 5*time.Second, 10*time.Second, "3s"
 	accounts, payees := 40, 13
 	if fullScale() {
@@ -142,6 +143,7 @@ func TestDecisionOutageKafkaDown(t *testing.T) {
 // each stored once: stopping a decision node does not lose its buffer
 // (docs/kafka.md, "When Kafka is down").
 func TestDecisionShutdownFullBuffer(t *testing.T) {
+	// Not parallel: checkAnswered bounds the p99 by SP_DECISION_TIMEOUT.
 	n, rate := 300, 100.0
 	if fullScale() {
 		n, rate = 5000, 500
@@ -182,6 +184,7 @@ func TestDecisionShutdownFullBuffer(t *testing.T) {
 // and logged `decision: event LOST workspace=… external_id=…`. The LOST lines
 // plus the stored transactions are exactly the decisions answered.
 func TestDecisionOutageKafkaAndRedis(t *testing.T) {
+	// Not parallel: checkAnswered bounds the p99 by SP_DECISION_TIMEOUT.
 	per := 100
 	if fullScale() {
 		per = 1000
@@ -237,6 +240,7 @@ func TestDecisionOutageKafkaAndRedis(t *testing.T) {
 // still answered on time, degraded (the running totals cannot be read) with
 // the fallback, and still delivered and stored with that decision.
 func TestDecisionOutageRedisDown(t *testing.T) {
+	// Not parallel: checkAnswered bounds the p99 by SP_DECISION_TIMEOUT, which a hung Redis already comes close to.
 	n := 200
 	if fullScale() {
 		n = 3000
@@ -281,6 +285,7 @@ func TestDecisionOutageRedisDown(t *testing.T) {
 // process finishes. Nothing is lost, and any duplicate is absorbed by
 // idempotent storage (each transaction, decision and webhook stored once).
 func TestDecisionCrashDuringReplay(t *testing.T) {
+	// Not parallel: checkAnswered bounds the p99 by SP_DECISION_TIMEOUT.
 	n, rate := 1500, 300.0
 	if fullScale() {
 		n, rate = 30000, 1000

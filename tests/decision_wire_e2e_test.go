@@ -19,6 +19,7 @@ import (
 // delivered or stored, and the same external_id sent correctly afterwards
 // is decided for the first time.
 func TestDecisionReadsAsIngestDoes(t *testing.T) {
+	t.Parallel()
 	s := newDecisionStack(t, "decision-wire", testenv.KafkaBrokers(t), testenv.RedisURL(t), "")
 	dec := s.startDecision(t, "decision", nil)
 	s.startPersist(t)

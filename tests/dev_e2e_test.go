@@ -22,6 +22,7 @@ import (
 // must serve engine metrics, Ctrl-C must stop it with exit 0, and a second
 // start on the same data folder must find its topics (and records) kept.
 func TestDevRunsWholePipelineWithEmbeddedBroker(t *testing.T) {
+	t.Parallel()
 	db := dbtest.NewBootstrapped(t)
 	env := map[string]string{
 		"SP_DB_SUPERUSER_URL": testenv.PostgresSuperuserURL(t),

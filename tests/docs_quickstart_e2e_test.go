@@ -36,6 +36,7 @@ var docsFiredRules = []string{"large_amount_to_new_counterparty", "round_amount"
 // dev`, started as `make run` starts it (after the stack), with its own
 // database, data folder, ports and Redis key prefix.
 func TestDocsReadmeQuickStart(t *testing.T) {
+	// Not parallel: the page's sequence gives the rule hits a fixed 5 s.
 	script := docsBlock(t, "README.md", "quickstart")
 	db := dbtest.NewBootstrapped(t)
 	ingestAddr := testenv.FreeAddr(t)
@@ -78,6 +79,7 @@ func TestDocsReadmeQuickStart(t *testing.T) {
 // by the sequence's migrate --bootstrap), topic prefix, groups, metrics
 // ports and home folder for the keys file.
 func TestDocsGettingStartedByHand(t *testing.T) {
+	// Not parallel: the page's sequence gives the rule hits a fixed 5 s.
 	script := docsBlock(t, "docs/getting-started.md", "by-hand")
 	super := testenv.PostgresSuperuserURL(t)
 	testenv.RedisURL(t)

@@ -32,6 +32,17 @@ const (
 	runBound  = 2 * time.Minute  // a command that runs to completion
 )
 
+// Most of a test's time here is waiting (a broker starting, a group's
+// session timeout, a database coming back), so a test that uses only what
+// is its own (database, topic prefix and groups, Redis key prefix, private
+// services it may stop, processes) and never stops or pauses a shared
+// service calls t.Parallel(): go test runs those together, -parallel at a
+// time (make test sets it), after every other test has finished. A test
+// whose verdict depends on how busy the machine is (a latency bound, a
+// fair share, a grace period, a fixed wait of a documented sequence) or
+// that would starve the others stays serial, with a "Not parallel:" line
+// saying why.
+
 // binProcess is one run of a binary as its own process: speculapro unless
 // using says otherwise, from the repository root, on the test's environment
 // minus its SP_* variables (a developer's settings must not leak into a
@@ -407,11 +418,42 @@ func privateKafkaWithTopics(t testing.TB, prefix string) *testenv.PrivateKafkaBr
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	res, err := kafkatopics.Ensure(ctx, kadm.NewClient(cl), kafkatopics.Spec{Prefix: prefix, Partitions: 3, ReplicationFactor: -1})
+	adm := kadm.NewClient(cl)
+	res, err := kafkatopics.Ensure(ctx, adm, kafkatopics.Spec{Prefix: prefix, Partitions: 3, ReplicationFactor: -1})
 	if err != nil || len(res.Refused) > 0 {
 		t.Fatalf("creating topics %s* on the private broker: %v %v", prefix, err, res.Refused)
 	}
+	waitServed(t, adm, 3, kafkatopics.Names(prefix)...)
 	return broker
+}
+
+// waitServed waits (bounded) until the broker serves every one of topics
+// in its metadata, each with partitions partitions and a leader for each:
+// a broker answers CreateTopics once its controller has them, and on a
+// busy machine a producer asking a moment later is still told
+// UNKNOWN_TOPIC_OR_PARTITION.
+func waitServed(t testing.TB, adm *kadm.Client, partitions int, topics ...string) {
+	t.Helper()
+	waitUntil(t, 30*time.Second, fmt.Sprintf("%d topics served with %d partitions each", len(topics), partitions), func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		details, err := adm.ListTopics(ctx, topics...)
+		if err != nil {
+			return err
+		}
+		for _, n := range topics {
+			d, ok := details[n]
+			if !ok || d.Err != nil || len(d.Partitions) != partitions {
+				return fmt.Errorf("topic %s: listed %v, err %v, %d partitions; want it with %d partitions", n, ok, d.Err, len(d.Partitions), partitions)
+			}
+			for _, p := range d.Partitions {
+				if p.Err != nil || p.Leader < 0 {
+					return fmt.Errorf("topic %s partition %d: leader %d, err %v", n, p.Partition, p.Leader, p.Err)
+				}
+			}
+		}
+		return nil
+	})
 }
 
 // testKafka is a client of the real broker that deletes, at cleanup, the
@@ -477,6 +519,7 @@ func (k *testKafka) create(t testing.TB, partitions int32, topics ...string) {
 			t.Fatalf("creating topic %s: %v", r.Topic, r.Err)
 		}
 	}
+	waitServed(t, k.adm, int(partitions), topics...)
 }
 
 // createAll makes the product's 16 topics under prefix, as `speculapro
@@ -490,6 +533,7 @@ func (k *testKafka) createAll(t testing.TB, prefix string, partitions int32) {
 	if err != nil || len(res.Refused) > 0 {
 		t.Fatalf("creating topics %s*: %v %v", prefix, err, res.Refused)
 	}
+	waitServed(t, k.adm, int(partitions), kafkatopics.Names(prefix)...)
 }
 
 // produce writes records (each with its Topic) and waits until Kafka has

@@ -20,6 +20,7 @@ import (
 // the lookup wrote back. A row stored without a hash (before rows kept
 // one) answers duplicate whatever the resend carries, as documented.
 func TestIngestConflictAfterExpiry(t *testing.T) {
+	t.Parallel()
 	k := newPersistKafka(t)
 	db := dbtest.New(t)
 	ws, key := ingestWorkspace(t, db.AppURL)

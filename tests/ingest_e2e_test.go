@@ -190,6 +190,7 @@ func ingestBody(t testing.TB, items ...map[string]any) []byte {
 // the valid items of the same request are accepted; the topic never holds
 // a clear identifier that was sent.
 func TestIngestE2E(t *testing.T) {
+	t.Parallel()
 	k := newPersistKafka(t)
 	db := dbtest.New(t)
 	ws, key := ingestWorkspace(t, db.AppURL)
@@ -356,6 +357,7 @@ func TestIngestE2E(t *testing.T) {
 // TestIngestAPIKeyForUnknownWorkspace: `speculapro apikey create` refuses a
 // workspace that does not exist instead of minting a useless key.
 func TestIngestAPIKeyForUnknownWorkspace(t *testing.T) {
+	t.Parallel()
 	db := dbtest.New(t)
 	stdout, stderr, code := runBin(t, map[string]string{"SP_DB_URL": db.AppURL}, "apikey", "create", "--workspace", "6f1c2b9e-3d4a-4f5b-9c8d-7e6f5a4b3c2d")
 	if out := stdout + stderr; code == 0 || !strings.Contains(out, "no such workspace") || strings.Contains(out, "spk_") {

@@ -158,6 +158,7 @@ func steadyIngest(base, key string, rate float64, d time.Duration, items int, ne
 // minimum rate) or 503, never 200. The well-behaved p99 alone and under
 // attack are logged.
 func TestIngestSlowTenantCannotStarveOthers(t *testing.T) {
+	// Not parallel: it holds the whole in-flight budget and measures the well-behaved workspace beside it.
 	k := newPersistKafka(t)
 	db := dbtest.New(t)
 	_, hostileKey := ingestWorkspace(t, db.AppURL)
@@ -294,6 +295,7 @@ func ingestFlood(base, key string, clients, items, maxRequests int, at time.Time
 // turn rather than behind the whole flood. Its p99 alone and beside the
 // flood are logged.
 func TestIngestFloodCannotStarveOthers(t *testing.T) {
+	// Not parallel: it floods the API from 24 clients and measures the steady workspace beside it.
 	k := newPersistKafka(t)
 	db := dbtest.New(t)
 	_, floodKey := ingestWorkspace(t, db.AppURL)

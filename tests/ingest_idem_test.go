@@ -19,6 +19,7 @@ import (
 // index answers). Every resend answers duplicate with the FIRST ID, and
 // each transaction is one row under that ID.
 func TestIngestResendStoredOnce(t *testing.T) {
+	t.Parallel()
 	k := newPersistKafka(t)
 	db := dbtest.New(t)
 	ws, key := ingestWorkspace(t, db.AppURL)

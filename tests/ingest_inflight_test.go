@@ -29,6 +29,7 @@ const inFlightRSSBound = 500 << 20
 // inFlightRSSBound (without the limit, 128 such requests take it to 977 MB);
 // once the broker answers again an item is accepted.
 func TestIngestInFlightLimit(t *testing.T) {
+	// Not parallel: a hundred 5 MiB requests at once would starve the other tests of CPU.
 	concurrent := 100
 	if fullScale() {
 		concurrent = 300

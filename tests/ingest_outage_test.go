@@ -15,6 +15,7 @@ import (
 // "Kafka" here is a real broker of the test's own (testenv.PrivateKafka),
 // stopped and started again on the same ports and data.
 func TestIngestKafkaOutage(t *testing.T) {
+	t.Parallel()
 	db := dbtest.New(t)
 	ws, key := ingestWorkspace(t, db.AppURL)
 	prefix := "sp."

@@ -17,6 +17,7 @@ import (
 // broker: flagged records land on the .dlq twin with their key, value and
 // headers plus source-offset, and the others carry on.
 func TestDLQExamplePipeline(t *testing.T) {
+	t.Parallel()
 	k := newTestKafka(t)
 	brokers := k.brokers
 	topic := uniqueName(t, "dlq")

@@ -148,6 +148,7 @@ output:
 // least once, and a committed offset must never pass a record that no
 // output had written when the offset was read.
 func TestKafkaInputNeverCommitsPastUnprocessedRecords(t *testing.T) {
+	t.Parallel()
 	n := 20000
 	if fullScale() {
 		n = 100000

@@ -72,6 +72,7 @@ func fileExists(path string) bool {
 }
 
 func TestOutputPartitionsLikeJavaForAnotherClient(t *testing.T) {
+	t.Parallel()
 	k := newTestKafka(t)
 	brokers := k.brokers
 	const partitions, records = 6, 300

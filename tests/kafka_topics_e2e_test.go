@@ -1,16 +1,14 @@
 package tests
 
 import (
-	"context"
-	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/speculapro/speculapro/internal/kafkatopics"
 )
 
 func TestTopicsCommandAgainstRealBroker(t *testing.T) {
+	t.Parallel()
 	k := newTestKafka(t)
 	prefix := uniqueName(t, "topics") + "."
 	names := kafkatopics.Names(prefix)
@@ -29,23 +27,7 @@ func TestTopicsCommandAgainstRealBroker(t *testing.T) {
 		t.Fatalf("first run printed:\n%s\nwant the 16 lines:\n%s", stdout, strings.Join(want, "\n"))
 	}
 
-	// CreateTopics answers before every broker's metadata has the new
-	// topics, so a listing right after may not show them yet.
-	waitUntil(t, 30*time.Second, "the 16 topics listed with 3 partitions each", func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		details, err := k.adm.ListTopics(ctx, names...)
-		if err != nil {
-			return err
-		}
-		for _, n := range names {
-			d, ok := details[n]
-			if !ok || d.Err != nil || len(d.Partitions) != 3 {
-				return fmt.Errorf("topic %s: listed %v, err %v, %d partitions; want it with 3 partitions", n, ok, d.Err, len(d.Partitions))
-			}
-		}
-		return nil
-	})
+	waitServed(t, k.adm, 3, names...)
 
 	stdout, stderr, code = runBin(t, env, "topics")
 	if code != 0 || stdout != "" {

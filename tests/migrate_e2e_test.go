@@ -19,6 +19,7 @@ import (
 // TestMigrateE2EBootstrapThenUpToDate runs the real binary as an operator
 // would on a new installation: `migrate --bootstrap`, then `migrate` again.
 func TestMigrateE2EBootstrapThenUpToDate(t *testing.T) {
+	t.Parallel()
 	super := testenv.PostgresSuperuserURL(t)
 	suffix := make([]byte, 5)
 	_, _ = rand.Read(suffix)

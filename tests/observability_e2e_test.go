@@ -50,6 +50,7 @@ const (
 // export. Prometheus also loads alerts.yaml itself, and every rule must
 // evaluate without error.
 func TestObservabilityDashboardsAndAlertsOnLivePrometheus(t *testing.T) {
+	t.Parallel()
 	promBin, err := exec.LookPath("prometheus")
 	if err != nil {
 		testenv.Unavailable(t, "prometheus (the Debian package, `apt-get install prometheus`; deploy/local/stack.sh up installs it) NOT FOUND.")

@@ -57,6 +57,7 @@ output:
 `
 
 func TestObserveMetricsAndTracesEndToEnd(t *testing.T) {
+	t.Parallel()
 	var grpcSink, httpSink testenv.OTLPReceiver
 	grpcAddr := grpcSink.ServeGRPC(t)
 	httpAddr := httpSink.ServeHTTP(t)
@@ -116,6 +117,7 @@ tracer:
 }
 
 func TestObserveDefaultMetricsIsPrometheus(t *testing.T) {
+	t.Parallel()
 	// No metrics section at all: the default must still serve Prometheus text.
 	p := observeRun(t, observePipeline)
 
@@ -140,6 +142,7 @@ func TestObserveDefaultMetricsIsPrometheus(t *testing.T) {
 }
 
 func TestObserveListNamesBothPlugins(t *testing.T) {
+	t.Parallel()
 	run := func(args ...string) string {
 		t.Helper()
 		p := newBinProcess(t).start(t, nil, args...)

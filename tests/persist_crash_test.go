@@ -174,6 +174,7 @@ func lgProtector(t testing.TB) *identity.Protector {
 // a placeholder. SP_TEST_SCALE=full: 200,000 transactions over 20,000
 // accounts; by default 20,000 over 2,000.
 func TestPersistCrashKillsAndRebalances(t *testing.T) {
+	t.Parallel()
 	cfg := loadgen.Config{
 		Seed: lgSeed(t), Count: 20000, Accounts: 2000, Workspaces: 4, Counterparties: 800,
 		KnownAccountsRatio: 0.3, LinkedRatio: 0.05, Start: time.Now().UTC().Truncate(time.Second), Spread: 48 * time.Hour,

@@ -53,6 +53,7 @@ func randomRunes(n int) string {
 // the others are stored and their offsets committed, and once the month's
 // partition exists the waiting partition catches up.
 func TestPersistForeignRecordsNeverBlockAPartition(t *testing.T) {
+	t.Parallel()
 	db, k, conn, ws := newPersistFixture(t)
 	produce := rawProducer(t, k)
 

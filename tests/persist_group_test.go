@@ -20,6 +20,7 @@ import (
 // group gives the dead member's partitions away after the input's session
 // timeout (6 s), not Kafka's default 45 s.
 func TestPersistResumesSecondsAfterSIGKILL(t *testing.T) {
+	t.Parallel()
 	db, k, conn, ws := newPersistFixture(t)
 	const countTxns = "SELECT count(*) FROM speculapro.transactions WHERE workspace_id = $1"
 	k.produceTxns(t, ws, 0, 30)
@@ -54,6 +55,7 @@ func TestPersistResumesSecondsAfterSIGKILL(t *testing.T) {
 // long-lived persister one more batch retrying for a partition it no longer
 // owned, until its four writers were all taken and nothing more was stored.
 func TestPersistRevokedBatchFreesItsWriter(t *testing.T) {
+	t.Parallel()
 	const partitions = 6
 	db := dbtest.New(t)
 	name := uniqueName(t, t.Name())
@@ -142,6 +144,7 @@ END $$`,
 // topic and `speculapro topics`) and is not ready; once the topic is
 // created it connects and stores what arrives.
 func TestPersistWaitsForAMissingTopicAndSaysSo(t *testing.T) {
+	t.Parallel()
 	db := dbtest.New(t)
 	name := uniqueName(t, t.Name())
 	k := &persistKafka{testKafka: newTestKafka(t), prefix: name + ".", group: name}

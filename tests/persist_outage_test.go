@@ -14,6 +14,7 @@ import (
 // transaction is stored exactly once. It runs against a private PostgreSQL,
 // because the shared one must never be stopped.
 func TestPersistRidesOutDatabaseOutage(t *testing.T) {
+	t.Parallel()
 	perPhase := 1500
 	if fullScale() {
 		perPhase = 50000

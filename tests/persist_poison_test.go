@@ -17,6 +17,7 @@ import (
 // on the dead-letter topic with their key, value, headers and source-offset,
 // each alone; everything else is stored, and the partitions move on.
 func TestPersistDeadLettersPoisonRecords(t *testing.T) {
+	t.Parallel()
 	db, k, conn, ws := newPersistFixture(t)
 
 	type poison struct {

@@ -17,6 +17,7 @@ import (
 // logged, the process exits cleanly, the shutdown is counted neither as a
 // fault nor as a retry, and the batch is not committed (it is read again).
 func TestPersistShutdownWhileBatchKeepsFailing(t *testing.T) {
+	t.Parallel()
 	db, k, conn, ws := newPersistFixture(t)
 	owner := db.Connect(t, db.OwnerURL)
 	if _, err := owner.Exec(context.Background(), "REVOKE INSERT ON speculapro.transactions FROM speculapro_system"); err != nil {

@@ -12,6 +12,7 @@ import (
 // before it reads (and so commits) anything — alone and as a stream of
 // `speculapro streams`, as `speculapro dev` runs it.
 func TestPersistRefusesToStartAsAppRole(t *testing.T) {
+	t.Parallel()
 	db, k, conn, ws := newPersistFixture(t)
 	var recs []*kgo.Record
 	for n := range 20 {

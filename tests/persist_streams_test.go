@@ -16,6 +16,7 @@ import (
 // unreadable records reach its own dead-letter twin, and /metrics carries the
 // persister's metrics per table.
 func TestPersistPipelinesAsStreams(t *testing.T) {
+	t.Parallel()
 	db, k, conn, ws := newPersistFixture(t)
 
 	var txns, events []*kgo.Record

@@ -29,6 +29,7 @@ var replicaWait = map[string]string{"SP_REDIS_REPLICAS_TO_WAIT": "1", "SP_REDIS_
 // alert is stored exactly once. The promotion and the stream's pause are
 // logged.
 func TestRedisClusterFailoverStream(t *testing.T) {
+	t.Parallel()
 	txns, events, accounts := exactSizes()
 	loadFor := 30 * time.Second
 	if fullScale() {
@@ -122,6 +123,7 @@ func TestRedisClusterFailoverStream(t *testing.T) {
 // its decision. How many were degraded, over how long, and the latencies
 // are logged.
 func TestRedisClusterFailoverDecisions(t *testing.T) {
+	t.Parallel()
 	n, rate := 1500, 100.0
 	if fullScale() {
 		n = 6000

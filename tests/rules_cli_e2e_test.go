@@ -44,6 +44,7 @@ const rulesCLIFile = `rules:
 // prune) and list as an operator would, against a fresh database as the app
 // role.
 func TestRulesCLI(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db := dbtest.New(t)
 	env := map[string]string{"SP_DB_URL": db.AppURL}

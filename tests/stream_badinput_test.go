@@ -20,6 +20,7 @@ import (
 // speculapro_stream_rule_errors_total{rule} and the stream carries on: the
 // other rules' hits and the totals are exactly the model's.
 func TestStreamBadInput(t *testing.T) {
+	t.Parallel()
 	cfg := proofConfig(lgSeed(t), 3000, 0, 200)
 	testenv.Binary(t)
 	s := newProofStack(t, "badinput", testenv.RedisURL(t))

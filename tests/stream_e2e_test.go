@@ -51,6 +51,7 @@ const streamSmokeRules = `rules:
 // delivery and notification land in PostgreSQL once, and a renamed group
 // (the whole topic read again, inside the replay window) adds nothing.
 func TestStreamRaisesAlertsEndToEnd(t *testing.T) {
+	t.Parallel()
 	db := dbtest.New(t)
 	k := newPersistKafka(t)
 	conn := db.Connect(t, db.SuperuserURL)
@@ -159,6 +160,7 @@ SELECT count(*) FROM speculapro.alerts a JOIN speculapro.rules r ON r.id = a.rul
 // security: it refuses to start with the documented line, alone and as a
 // stream of `speculapro streams`, before it reads anything.
 func TestStreamRefusesToStartAsAppRole(t *testing.T) {
+	t.Parallel()
 	db := dbtest.New(t)
 	k := newPersistKafka(t)
 	env := map[string]string{
@@ -194,6 +196,7 @@ func TestStreamRefusesToStartAsAppRole(t *testing.T) {
 // Redis they use, and a transaction produced to its embedded broker raises
 // the alert its workspace's rule asks for.
 func TestDevRunsTheStreamPipelines(t *testing.T) {
+	t.Parallel()
 	db := dbtest.NewBootstrapped(t)
 	redisURL := testenv.RedisURL(t)
 	keyPrefix := uniqueName(t, "dev-stream") + ":"

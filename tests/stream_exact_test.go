@@ -133,6 +133,7 @@ func persistCountAny(t *testing.T, s *proofStack, query string, args ...any) int
 // equals the reference model's, and the rule hits and alerts are exactly
 // those the rules' definitions predict.
 func TestStreamExactness(t *testing.T) {
+	t.Parallel()
 	txns, events, accounts := exactSizes()
 	x := runExact(t, "exact", testenv.RedisURL(t), proofConfig(lgSeed(t), txns, events, accounts))
 	x.check(t, "after the run", 1)
@@ -141,6 +142,7 @@ func TestStreamExactness(t *testing.T) {
 // TestStreamExactnessOnRedisCluster is the exactness test on the local
 // stack's three-master Redis Cluster.
 func TestStreamExactnessOnRedisCluster(t *testing.T) {
+	t.Parallel()
 	txns, events, accounts := exactSizes()
 	x := runExact(t, "exact-cluster", testenv.RedisClusterURL(t), proofConfig(lgSeed(t), txns, events, accounts))
 	x.check(t, "on the cluster", 1)

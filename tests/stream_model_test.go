@@ -539,6 +539,7 @@ func predictHits(events, txns []event.Envelope) (map[proofHit]bool, error) {
 // The model's own check, against figures worked out by hand: windows are
 // bucket-aligned on the head, sums exact, each event once.
 func TestStreamModelByHand(t *testing.T) {
+	t.Parallel()
 	ws := event.UUID{1}
 	head := time.Date(2026, 11, 30, 12, 30, 10, 0, time.UTC)
 	txn := func(n int, at time.Time, dir event.Direction, amount, cp string) event.Envelope {

@@ -54,6 +54,7 @@ func (s *proofStack) rerun(t *testing.T, name string, env map[string]string, rec
 // of both topics, inside the replay window, and the stream reads them all
 // again: no total changes, no hit or alert is created again.
 func TestStreamReplayInsideWindow(t *testing.T) {
+	t.Parallel()
 	txns, events, accounts := exactSizes()
 	cfg := proofConfig(lgSeed(t), txns, events, accounts)
 	x := runExact(t, "replay-in", testenv.RedisURL(t), cfg)
@@ -75,6 +76,7 @@ func TestStreamReplayInsideWindow(t *testing.T) {
 // an event unchanged), and the test logs a sample of inflated figures
 // beside the reference.
 func TestStreamReplayBeyondWindow(t *testing.T) {
+	t.Parallel()
 	txns, events, accounts := exactSizes()
 	cfg := proofConfig(lgSeed(t), txns, events, accounts)
 	// The first run already remembers events for a second only.

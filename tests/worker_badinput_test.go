@@ -13,6 +13,7 @@ import (
 // that answers with a huge body, one that answers 410 Gone, and one that
 // keeps failing (suspended).
 func TestWorkerBadInput(t *testing.T) {
+	t.Parallel()
 	t.Run("cli", func(t *testing.T) {
 		s := newWorkerStack(t)
 		prod := s.with(map[string]string{"SP_WEBHOOK_ALLOW_INSECURE": ""})

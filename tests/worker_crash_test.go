@@ -17,6 +17,7 @@ import (
 // (claimed rows include those waiting in the engine for a sender, so this
 // bounds the duplicates from above), and every duplicated key among them.
 func TestWorkerCrashKillsOneOfTwo(t *testing.T) {
+	t.Parallel()
 	n := 2000
 	if fullScale() {
 		n = 5000

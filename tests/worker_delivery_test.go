@@ -17,6 +17,7 @@ import (
 // and a chat-style webhook, neither carrying the clear identifier planted in
 // the alert's details.
 func TestWorkerDeliversSignedWebhooks(t *testing.T) {
+	t.Parallel()
 	n := 300 // per endpoint
 	if fullScale() {
 		n = 5000 / 3

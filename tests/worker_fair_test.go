@@ -174,6 +174,7 @@ func quantile(ds []float64, q float64) float64 {
 // deliveries' delay (queued to delivered) in both runs is logged: the
 // figure to quote.
 func TestWorkerHangingEndpointDoesNotDelayOthers(t *testing.T) {
+	t.Parallel()
 	const (
 		timeout = 60 * time.Second // the hanging endpoint's deliveries hold their slots this long
 		bound   = 30 * time.Second // the healthy deliveries must be done well before that

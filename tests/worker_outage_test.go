@@ -14,6 +14,7 @@ import (
 // and logs the failure a few times rather than once per poll, and once the
 // database is back every delivery arrives, the ones cut off mid-send again.
 func TestWorkerRidesOutDatabaseOutage(t *testing.T) {
+	t.Parallel()
 	n := 1000
 	if fullScale() {
 		n = 10000

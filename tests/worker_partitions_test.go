@@ -19,6 +19,7 @@ import (
 // partition created once, logged once; a transaction dated next month is
 // then stored by the persister.
 func TestWorkerPartitionsAhead(t *testing.T) {
+	t.Parallel()
 	s := newWorkerStack(t)
 	now := time.Now().UTC()
 	month := func(ahead int) string {

@@ -11,6 +11,7 @@ import (
 // secret's then the old one's, while the grace period lasts, and only the
 // new one's after it; the old secret stops verifying then.
 func TestWorkerSecretRotation(t *testing.T) {
+	// Not parallel: the grace period's deliveries must all arrive within its 6 s.
 	s := newWorkerStack(t)
 	rcv := newReceiver(t)
 	ep, oldSecret := s.addEndpoint(t, rcv.url("/ok/rotate"))

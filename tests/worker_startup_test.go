@@ -8,6 +8,7 @@ import (
 // security on every claim: it must refuse to start with the documented line,
 // before it sends anything.
 func TestWorkerRefusesToStartAsAppRole(t *testing.T) {
+	t.Parallel()
 	s := newWorkerStack(t)
 	rcv := newReceiver(t)
 	ep, _ := s.addEndpoint(t, rcv.url("/ok/refused"))

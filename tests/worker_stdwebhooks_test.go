@@ -30,6 +30,7 @@ import (
 // under another webhook-id, with a timestamp pushed back, and as sent six
 // minutes ago; the library refuses each.
 func TestWorkerDeliveriesVerifyWithStandardWebhooksLibrary(t *testing.T) {
+	// Not parallel: a worker's start and the grace period's deliveries must fit in its 10 s.
 	s := newWorkerStack(t)
 	py := startStdReceiver(t)
 

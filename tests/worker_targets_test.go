@@ -16,6 +16,7 @@ import (
 // refused by the CLI and by the worker. Nothing here connects anywhere but
 // loopback: refused addresses are refused before any connection.
 func TestWebhookTargets(t *testing.T) {
+	t.Parallel()
 	const refusedWhy = "webhooks reach only public (global unicast) addresses"
 
 	// addRefused runs `webhook add` expecting a refusal whose message says

@@ -13,6 +13,7 @@ import (
 // TestPrivateKafka starts a broker, writes a record, stops it cleanly, starts
 // it again on the same data, reads the record back, then pauses and resumes it.
 func TestPrivateKafka(t *testing.T) {
+	t.Parallel()
 	k := PrivateKafka(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -52,6 +53,7 @@ func TestPrivateKafka(t *testing.T) {
 }
 
 func TestPrivateRedis(t *testing.T) {
+	t.Parallel()
 	r := PrivateRedis(t)
 	ctx := context.Background()
 	c := redis.NewClient(&redis.Options{Addr: r.Addr(), MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: time.Second})
@@ -83,6 +85,7 @@ func TestPrivateRedis(t *testing.T) {
 // writes a key with WAIT for its replica, kills the key's master, and reads
 // the key from the promoted replica; the killed node rejoins as a replica.
 func TestPrivateRedisClusterFailover(t *testing.T) {
+	t.Parallel()
 	c := PrivateRedisClusterWithReplicas(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

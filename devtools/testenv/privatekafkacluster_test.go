@@ -14,6 +14,7 @@ import (
 // acks=all after its leader was killed: a leader moves once the controller
 // fences the killed node (its heartbeats stop for broker.session.timeout.ms).
 func TestPrivateKafkaCluster(t *testing.T) {
+	t.Parallel()
 	c := StartPrivateKafkaCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

@@ -83,9 +83,18 @@ var (
 	buildErr  error
 )
 
-// Binary builds cmd/speculapro once per test process and returns its path.
+// Binary builds cmd/speculapro once per test process and returns its path,
+// or returns SP_TEST_BINARY's path when set: make test hands over the binary
+// its build step has just made, rather than linking another.
 func Binary(t testing.TB) string {
 	buildOnce.Do(func() {
+		if p := os.Getenv("SP_TEST_BINARY"); p != "" {
+			if _, err := os.Stat(p); err != nil {
+				buildErr = fmt.Errorf("SP_TEST_BINARY: %w", err)
+			}
+			buildPath = p
+			return
+		}
 		dir, err := os.MkdirTemp("", "speculapro-bin-")
 		if err != nil {
 			buildErr = err
