@@ -17,9 +17,6 @@ E2E_PKGS  = ./tests/...
 # make chaos runs each full-size scenario alone (-parallel 1): their timings are the
 # figures the docs quote.
 E2E_PARALLEL = 4
-# Scenarios too long for make test's 20 minutes at any size (three broker JVMs and a
-# two-minute timeline on 2 cores): make chaos runs them, and so does a plain go test.
-CHAOS_ONLY = ^TestKafkaClusterFailover$$
 # Integration tests must not skip under make: a missing service is a failure here.
 export SP_TEST_REQUIRE_SERVICES = 1
 
@@ -77,7 +74,7 @@ test: ## run every test against real services (about 22 minutes on 2 cores; each
 	$(call PHASE,unit and integration tests under the race detector)
 	go test -race -count=1 -timeout 15m $(RACE_PKGS)
 	$(call PHASE,end-to-end tests in tests/)
-	SP_TEST_BINARY=$(abspath $(BIN)) go test -count=1 -timeout 17m -parallel $(E2E_PARALLEL) -skip '$(CHAOS_ONLY)' $(E2E_PKGS)
+	SP_TEST_BINARY=$(abspath $(BIN)) go test -count=1 -timeout 17m -parallel $(E2E_PARALLEL) $(E2E_PKGS)
 	$(call PHASE,done)
 
 chaos: stack-up ## the crash, outage and stream exactness/replay scenarios at full size

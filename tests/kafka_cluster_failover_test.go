@@ -223,6 +223,7 @@ type kafkaFailover struct {
 // progress again is logged. The load runs until the last role has
 // recovered, so every recovery is seen under load.
 func TestKafkaClusterFailover(t *testing.T) {
+	t.Parallel()
 	f := startKafkaFailover(t)
 	waitUntil(t, 3*time.Minute, "a steady load", func() error {
 		if n := f.load.countStatus("accepted"); n < 200 {

@@ -17,6 +17,7 @@ import (
 // (every address is a closed port): the settings apply when the input is
 // built, before anything connects.
 func TestMemorySettingsFollowThePipelineNotItsFileName(t *testing.T) {
+	t.Parallel()
 	const mib = 1 << 20
 	for _, tc := range []struct {
 		name, pipeline, copyAs string
