@@ -272,4 +272,3 @@ func writeProgress(ctx context.Context, tx pgx.Tx, p partitionProgress) error {
 	}
 	return nil
 }
-
