@@ -60,7 +60,7 @@ lint: build ## lint every pipeline, run their *_benthos_test.yaml unit tests and
 # make test says when each phase starts, so a long run shows where it is.
 PHASE = @echo "== make test: $(1) ($$(date -u +%T) UTC) =="
 
-test: ## run every test against real services (about 22 minutes on 2 cores; each phase says when it starts)
+test: ## run every test against real services (about 14 minutes on 2 cores; each phase says when it starts)
 	$(call PHASE,local stack)
 	@$(MAKE) --no-print-directory stack-up
 	$(call PHASE,go vet)
