@@ -1,23 +1,15 @@
-// Package api holds SpeculaPro's two HTTP APIs, which share this package
-// (docs/architecture.md, "Repository layout", says why):
+// Package apirequest is what SpeculaPro's two HTTP APIs (the ingest_api
+// input in plugins/ingestapi, the decision_api input in plugins/decisionapi)
+// share to take a request:
 //
-//   - the ingest_api input authenticates each request by its workspace's API
-//     key, validates every item of a batch (answering each one accepted,
-//     duplicate, rejected or retry), gives each valid item its fixed ID,
-//     hands a request's new items to the pipeline as one batch and answers
-//     only after the output acknowledged them (acks from all in-sync
-//     replicas), so nothing is accepted that is not safely in Kafka.
-//     Customers and accounts are written straight to PostgreSQL as the app
-//     role bound to the caller's workspace. Its OpenAPI document, served at
-//     /v1/openapi.json, is openapi.json in this directory (ingest_*.go).
-//   - the decision_api input takes one transaction (read as the ingest API
-//     reads an item) and answers approve, review or decline within its
-//     timeout from the workspace's real-time rules; the decided transaction
-//     goes on through the pipeline (to redis_spool and Kafka). Its OpenAPI
-//     document, served at /v1/decisions/openapi.json, is
-//     decision_openapi.json (decision_*.go).
-//
-// Both serve through one request front (request_front.go, request_budget.go:
-// API keys, per-workspace body budgets and shares, the server) and read the
-// body with one check of its JSON (request_wire.go).
-package api
+//   - the request front (request_front.go, request_budget.go,
+//     body_rate.go): the server and its routes, API keys looked up by their
+//     hash and cached (keys.go), per-workspace and per-key body budgets and
+//     shares, the minimum body rate, and the answers every route writes
+//     (answer.go);
+//   - the item reader: one check of a body's JSON (request_wire.go) and one
+//     field reader (request_fields.go, request_values.go) that reads an item
+//     of an ingest batch and a decision's transaction alike, with the same
+//     fields, limits and messages (items.go), writing each valid item's
+//     Kafka record into buffers a request reuses (slab.go, record.go).
+package apirequest

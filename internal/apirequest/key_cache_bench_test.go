@@ -1,4 +1,4 @@
-package api
+package apirequest
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 // BenchmarkKeyCacheHit is the ingest API's per-request key lookup when the
 // key is cached: what every request pays before its body is read.
 func BenchmarkKeyCacheHit(b *testing.B) {
-	c := newKeyCache()
+	c := NewKeyCache()
 	hashes := make([][]byte, 1000)
 	ws := event.UUID{1}
 	for i := range hashes {

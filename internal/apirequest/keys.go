@@ -1,4 +1,4 @@
-package api
+package apirequest
 
 import (
 	"context"
@@ -93,7 +93,7 @@ type keyCache struct {
 
 	knownLane, unknownLane chan struct{}
 	ttl, unknownTTL        time.Duration
-	lookups                atomic.Int64 // database round trips, for tests and metrics
+	Lookups                atomic.Int64 // database round trips, for tests and metrics
 }
 
 // keyFlight is one running lookup; its waiters read ws and err after done.
@@ -103,7 +103,7 @@ type keyFlight struct {
 	err  error
 }
 
-func newKeyCache() *keyCache {
+func NewKeyCache() *keyCache {
 	return &keyCache{
 		known: newLRU[event.UUID](keyCacheMax), unknown: newLRU[struct{}](unknownKeyCacheMax),
 		flights:   map[string]*keyFlight{},
@@ -151,7 +151,7 @@ func (c *keyCache) resolve(ctx context.Context, hash []byte, lookup func(context
 	defer timer.Stop()
 	select {
 	case lane <- struct{}{}:
-		c.lookups.Add(1)
+		c.Lookups.Add(1)
 		// Others may wait on this lookup: a client hanging up must not
 		// fail it for them (lookup has its own timeout).
 		f.ws, f.err = lookup(context.WithoutCancel(ctx), hash)
@@ -177,4 +177,12 @@ func (c *keyCache) resolve(ctx context.Context, hash []byte, lookup func(context
 		return nil, fmt.Errorf("looking up an API key: %w", f.err)
 	}
 	return f.ws, nil
+}
+
+// SetTTL sets how long a known key is answered from the cache before it is
+// looked up again (tests shorten it to make every request look its key up).
+func (c *keyCache) SetTTL(d time.Duration) {
+	c.mu.Lock()
+	c.ttl = d
+	c.mu.Unlock()
 }

@@ -1,4 +1,4 @@
-package api
+package apirequest
 
 import (
 	"github.com/speculapro/speculapro/internal/event"
@@ -8,9 +8,9 @@ import (
 // the records (event.AppendRecord), so that an answer and a record escape
 // text alike.
 
-// appendHTMLSafeString appends s quoted as json.Marshal writes an answer's
+// AppendHTMLSafeString appends s quoted as json.Marshal writes an answer's
 // string, '<', '>' and '&' escaped too.
-func appendHTMLSafeString(dst []byte, s string) []byte { return event.AppendJSONString(dst, s, true) }
+func AppendHTMLSafeString(dst []byte, s string) []byte { return event.AppendJSONString(dst, s, true) }
 
-// appendUUIDText appends a UUID's text (event.AppendUUIDText).
-func appendUUIDText(dst []byte, u event.UUID) []byte { return event.AppendUUIDText(dst, u) }
+// AppendUUIDText appends a UUID's text (event.AppendUUIDText).
+func AppendUUIDText(dst []byte, u event.UUID) []byte { return event.AppendUUIDText(dst, u) }

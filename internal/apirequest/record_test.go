@@ -1,14 +1,11 @@
-package api
+package apirequest
 
 import (
 	"bytes"
-	"encoding/json"
-	"errors"
 	"testing"
 	"time"
 
-	"github.com/redpanda-data/benthos/v4/public/service"
-
+	"github.com/speculapro/speculapro/devtools/apisample"
 	"github.com/speculapro/speculapro/internal/event"
 )
 
@@ -20,7 +17,7 @@ var recordSamples = []struct {
 	kind event.Kind
 	item string
 }{
-	{event.KindTransaction, validTxn},
+	{event.KindTransaction, apisample.Transaction},
 	{event.KindTransaction, `{"external_id":"t\"q\\b","occurred_at":"2026-11-30T07:41:12.123456789Z","account_external_id":"a<&>",` +
 		`"amount":"0.5","currency":"JPY","direction":"in","status":"pending","channel":"pos","reference":"line\u2028sep \u2029 para é 中",` +
 		`"counterparty":{"name":"O'Neil & Söhne <GmbH>"},"metadata":{"a" : [1, 2.50, {"b" :null}], "c":"\u2028<"}}`},
@@ -38,24 +35,24 @@ var recordSamples = []struct {
 // reads back with Decode), a resend under the first ID included.
 func TestRecordIsEncodes(t *testing.T) {
 	for _, s := range recordSamples {
-		got, err := decodeBatch(batchOf(s.item, s.item), s.kind, testWS, testNow.Add(123456789*time.Nanosecond), 10, testProt)
-		if err != nil || len(got[0].errors) > 0 {
-			t.Fatalf("%s: %v %v", s.item, err, got[0].errors)
+		got, err := DecodeBatch(apisample.Batch(s.item, s.item), s.kind, apisample.Workspace, apisample.Now.Add(123456789*time.Nanosecond), 10, apisample.Protector)
+		if err != nil || len(got[0].Errors) > 0 {
+			t.Fatalf("%s: %v %v", s.item, err, got[0].Errors)
 		}
-		it := got[1].item
-		if err := it.withID(event.TransactionID(testWS, "first", testNow.Add(-time.Hour))); err != nil {
+		it := got[1].Item
+		if err := it.WithID(event.TransactionID(apisample.Workspace, "first", apisample.Now.Add(-time.Hour))); err != nil {
 			t.Fatal(err)
 		}
-		for _, it := range []item{got[0].item, it} {
-			want, err := event.Encode(it.env)
+		for _, it := range []Item{got[0].Item, it} {
+			want, err := event.Encode(it.Envelope)
 			if err != nil {
 				t.Fatalf("%s: event.Encode refuses what the reader took: %v", s.item, err)
 			}
-			if !bytes.Equal(it.value, want) {
-				t.Errorf("record\n%s\nevent.Encode\n%s", it.value, want)
+			if !bytes.Equal(it.Value, want) {
+				t.Errorf("record\n%s\nevent.Encode\n%s", it.Value, want)
 			}
-			if _, err := event.DecodeAt(it.value, testNow); err != nil {
-				t.Errorf("%s: the record does not decode: %v", it.value, err)
+			if _, err := event.DecodeAt(it.Value, apisample.Now); err != nil {
+				t.Errorf("%s: the record does not decode: %v", it.Value, err)
 			}
 		}
 	}
@@ -72,90 +69,36 @@ func FuzzRecordIsEncode(f *testing.F) {
 		if txn {
 			kind = event.KindTransaction
 		}
-		got, err := decodeBatch(batchOf(raw), kind, testWS, testNow, 10, testProt)
-		if err != nil || len(got) != 1 || len(got[0].errors) > 0 {
+		got, err := DecodeBatch(apisample.Batch(raw), kind, apisample.Workspace, apisample.Now, 10, apisample.Protector)
+		if err != nil || len(got) != 1 || len(got[0].Errors) > 0 {
 			return
 		}
-		want, err := event.Encode(got[0].item.env)
+		want, err := event.Encode(got[0].Item.Envelope)
 		if err != nil {
 			t.Fatalf("event.Encode refuses what the reader took: %v", err)
 		}
-		if !bytes.Equal(got[0].item.value, want) {
-			t.Fatalf("record\n%s\nevent.Encode\n%s", got[0].item.value, want)
+		if !bytes.Equal(got[0].Item.Value, want) {
+			t.Fatalf("record\n%s\nevent.Encode\n%s", got[0].Item.Value, want)
 		}
 	})
-}
-
-// TestBatchAnswerIsMarshal: a batch answer is json.Marshal's bytes, for
-// every kind of result and text needing escapes.
-func TestBatchAnswerIsMarshal(t *testing.T) {
-	for _, resp := range []batchResponse{
-		{},
-		{Results: []itemResult{}},
-		{Accepted: 2, Duplicate: 1, Rejected: 1, Retry: 1, Conflict: 1, Results: []itemResult{
-			{Index: 0, ExternalID: "t-1", Status: statusAccepted, ID: "0193f5a2-7c00-7abc-8def-0123456789ab"},
-			{Index: 1, ExternalID: `<a href="x">&\u2028` + "\u2029\x01\t\xff é", Status: statusDuplicate, ID: "0193f5a2-7c00-7abc-8def-0123456789ab"},
-			{Index: 2, Status: statusRejected, Errors: []FieldError{{Field: "items[2].amount", Message: "required"}, {Field: "items[2].x<", Message: `want "a"`}}},
-			{Index: 3, ExternalID: "t-4", Status: statusRetry, ID: "0193f5a2-7c00-7abc-8def-0123456789ac", Message: "send it again & again"},
-			{Index: 4, ExternalID: "t-5", Status: statusConflict, ID: "x", Message: msgConflict, Errors: []FieldError{}},
-		}},
-	} {
-		want, err := json.Marshal(resp)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := appendBatchResponse(nil, &resp); !bytes.Equal(got, want) {
-			t.Errorf("answer\n%s\njson.Marshal\n%s", got, want)
-		}
-	}
-}
-
-// A request's record buffers are reused only when no record in them can
-// be read again: deliver is settled when the pipeline acknowledged every
-// message, or never took the batch, and not settled while the output may
-// still hold the records (a failed write, no acknowledgement in time).
-func TestRecordBuffersReusedOnlyOnceAcknowledged(t *testing.T) {
-	for _, tt := range []struct {
-		name string
-		ack  func(*job) // nil: nobody takes the batch
-		want bool
-	}{
-		{"acknowledged", func(j *job) { j.done <- nil }, true},
-		{"failed", func(j *job) { j.done <- errors.New("writing to topic sp.txn.ingested: broken") }, false},
-		{"no acknowledgement in time", func(*job) {}, false},
-		{"not taken", nil, true},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			a := &ingestAPI{jobs: make(chan *job), closing: make(chan struct{}), ackTimeout: 200 * time.Millisecond}
-			a.log = service.MockResources().Logger()
-			if tt.ack != nil {
-				go func() { tt.ack(<-a.jobs) }()
-			}
-			items := []*item{{index: 0, value: []byte(`{}`), key: "k"}}
-			results := make([]itemResult, 1)
-			if got := a.deliver(event.KindTransaction, "txn.ingested", items, results); got != tt.want {
-				t.Errorf("settled %v, want %v (answered %s)", got, tt.want, results[0].Status)
-			}
-		})
-	}
 }
 
 // A released request keeps nothing alive and hands the next one zero
 // items: its decoded items are cleared whole before they go back.
 func TestReleasedItemsAreCleared(t *testing.T) {
-	var slab recordSlab
-	got, err := decodeBatchInto(batchOf(validTxn, validTxn), event.KindTransaction, testWS, testNow, 10, testProt, &slab)
-	if err != nil || len(got) != 2 || got[0].item.externalID == "" || len(got[0].item.value) == 0 {
+	var slab RecordSlab
+	got, err := DecodeBatchInto(apisample.Batch(apisample.Transaction, apisample.Transaction), event.KindTransaction, apisample.Workspace, apisample.Now, 10, apisample.Protector, &slab)
+	if err != nil || len(got) != 2 || got[0].Item.ExternalID == "" || len(got[0].Item.Value) == 0 {
 		t.Fatalf("decodeBatchInto: %v %+v", err, got)
 	}
 	p := slab.parsed
 	if p == nil {
 		t.Fatal("the items did not come from the pool")
 	}
-	slab.release()
+	slab.Release()
 	for i, it := range (*p)[:cap(*p)] {
-		if it.item.externalID != "" || it.item.value != nil || it.item.env.ExternalID != "" || it.errors != nil {
-			t.Fatalf("item %d kept after release: %+v", i, it.item)
+		if it.Item.ExternalID != "" || it.Item.Value != nil || it.Item.Envelope.ExternalID != "" || it.Errors != nil {
+			t.Fatalf("item %d kept after release: %+v", i, it.Item)
 		}
 	}
 	if len(*p) != 0 || slab.parsed != nil || slab.chunks != nil {

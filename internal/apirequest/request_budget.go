@@ -1,4 +1,4 @@
-package api
+package apirequest
 
 import (
 	"context"
@@ -43,7 +43,7 @@ type tenantHold struct {
 	users int
 }
 
-func newTenantShares(limit int64) *tenantShares {
+func NewTenantShares(limit int64) *tenantShares {
 	return &tenantShares{limit: limit, held: map[string]*tenantHold{}}
 }
 
@@ -109,9 +109,9 @@ func (s *tenantShares) tenants() int {
 	return len(s.held)
 }
 
-// shareOf is the part of total a share (0 < share ≤ 1) gives one tenant,
+// ShareOf is the part of total a share (0 < share ≤ 1) gives one tenant,
 // never below least: a tenant can always have its largest request in flight.
-func shareOf(total int64, share float64, least int64) int64 {
+func ShareOf(total int64, share float64, least int64) int64 {
 	return min(total, max(int64(float64(total)*share), least))
 }
 
@@ -244,26 +244,26 @@ func (p *pacedBody) restore() {
 // rate's rather than the whole request's.
 func (p *pacedBody) tooSlow() bool { return p.paced }
 
-// turnTaker hands out a fixed number of turns (requests worked on at once)
+// TurnTaker hands out a fixed number of turns (requests worked on at once)
 // to tenants waiting for one: a turn that comes free goes to the tenant next
 // in round-robin order among those waiting, and within a tenant to its
 // longest waiting request. A tenant with a hundred requests in line delays
 // another tenant's next request by one turn, not by a hundred. Safe for
 // concurrent use.
-type turnTaker struct {
+type TurnTaker struct {
 	mu     sync.Mutex
 	free   int
 	queues map[string][]chan struct{} // each waiting tenant's requests, oldest first
 	order  []string                   // the waiting tenants, next to be served first
 }
 
-func newTurnTaker(turns int) *turnTaker {
-	return &turnTaker{free: turns, queues: map[string][]chan struct{}{}}
+func NewTurnTaker(turns int) *TurnTaker {
+	return &TurnTaker{free: turns, queues: map[string][]chan struct{}{}}
 }
 
-// enter waits until tenant's request may be worked on: false when ctx is
+// Enter waits until tenant's request may be worked on: false when ctx is
 // done, wait ran out or stop was closed first.
-func (q *turnTaker) enter(ctx context.Context, tenant string, wait time.Duration, stop <-chan struct{}) bool {
+func (q *TurnTaker) Enter(ctx context.Context, tenant string, wait time.Duration, stop <-chan struct{}) bool {
 	q.mu.Lock()
 	if q.free > 0 && len(q.order) == 0 {
 		q.free--
@@ -291,14 +291,14 @@ func (q *turnTaker) enter(ctx context.Context, tenant string, wait time.Duration
 	q.mu.Unlock()
 	if !inLine {
 		// The turn was handed over as the wait ended: pass it on.
-		q.leave()
+		q.Leave()
 	}
 	return false
 }
 
 // remove takes turn out of tenant's line; false when it is no longer there
 // (handed over). The caller holds mu.
-func (q *turnTaker) remove(tenant string, turn chan struct{}) bool {
+func (q *TurnTaker) remove(tenant string, turn chan struct{}) bool {
 	line := q.queues[tenant]
 	for i, c := range line {
 		if c != turn {
@@ -321,9 +321,9 @@ func (q *turnTaker) remove(tenant string, turn chan struct{}) bool {
 	return false
 }
 
-// leave gives a turn back: to the next waiting tenant's oldest request, or
+// Leave gives a turn back: to the next waiting tenant's oldest request, or
 // to the free turns when nobody waits.
-func (q *turnTaker) leave() {
+func (q *TurnTaker) Leave() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if len(q.order) == 0 {

@@ -1,4 +1,4 @@
-package api
+package apirequest
 
 import (
 	"bufio"
@@ -45,7 +45,7 @@ func TestTenantShares(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			s := newTenantShares(c.limit)
+			s := NewTenantShares(c.limit)
 			for i, st := range c.steps {
 				if st.release {
 					s.release(st.tenant, st.n)
@@ -78,7 +78,7 @@ func TestShareOf(t *testing.T) {
 		{10, 1, 1, 10},
 	}
 	for _, c := range cases {
-		if got := shareOf(c.total, c.share, c.least); got != c.want {
+		if got := ShareOf(c.total, c.share, c.least); got != c.want {
 			t.Errorf("shareOf(%d, %v, %d) = %d, want %d", c.total, c.share, c.least, got, c.want)
 		}
 	}
@@ -262,23 +262,23 @@ func TestTurnTakerRoundRobin(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			q := newTurnTaker(1)
+			q := NewTurnTaker(1)
 			ctx := context.Background()
-			if !q.enter(ctx, "first", time.Second, nil) {
+			if !q.Enter(ctx, "first", time.Second, nil) {
 				t.Fatal("the first request waits with no other in")
 			}
 			let := make(chan string, len(c.arrivals))
 			for _, tenant := range c.arrivals {
 				// Each waiter owns its turn once in, and gives it back at once.
 				go func() {
-					if q.enter(ctx, string(tenant), time.Minute, nil) {
+					if q.Enter(ctx, string(tenant), time.Minute, nil) {
 						let <- string(tenant)
-						q.leave()
+						q.Leave()
 					}
 				}()
 				time.Sleep(20 * time.Millisecond) // in line before the next arrives
 			}
-			q.leave()
+			q.Leave()
 			got := ""
 			for range c.arrivals {
 				got += <-let
@@ -286,7 +286,7 @@ func TestTurnTakerRoundRobin(t *testing.T) {
 			if got != c.want {
 				t.Errorf("let in %s, want %s", got, c.want)
 			}
-			if !q.enter(ctx, "last", time.Second, nil) || q.enter(ctx, "other", 10*time.Millisecond, nil) {
+			if !q.Enter(ctx, "last", time.Second, nil) || q.Enter(ctx, "other", 10*time.Millisecond, nil) {
 				t.Error("the turn was not given back whole")
 			}
 		})
@@ -296,24 +296,24 @@ func TestTurnTakerRoundRobin(t *testing.T) {
 // TestTurnTakerGivesUp: a request that stops waiting leaves the line, and a
 // turn handed to it as it gave up goes to the next in line.
 func TestTurnTakerGivesUp(t *testing.T) {
-	q := newTurnTaker(1)
+	q := NewTurnTaker(1)
 	ctx := context.Background()
-	q.enter(ctx, "a", time.Second, nil)
+	q.Enter(ctx, "a", time.Second, nil)
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	if q.enter(cctx, "b", time.Minute, nil) {
+	if q.Enter(cctx, "b", time.Minute, nil) {
 		t.Error("a request whose client gave up was let in")
 	}
 	stop := make(chan struct{})
 	close(stop)
-	if q.enter(ctx, "b", time.Minute, stop) {
+	if q.Enter(ctx, "b", time.Minute, stop) {
 		t.Error("a request was let in after stop")
 	}
-	if q.enter(ctx, "b", 20*time.Millisecond, nil) {
+	if q.Enter(ctx, "b", 20*time.Millisecond, nil) {
 		t.Error("a request was let in beyond the turns")
 	}
-	q.leave()
-	if !q.enter(ctx, "c", 10*time.Millisecond, nil) {
+	q.Leave()
+	if !q.Enter(ctx, "c", 10*time.Millisecond, nil) {
 		t.Error("the turn given back did not reach the next request")
 	}
 	q.mu.Lock()

@@ -1,4 +1,4 @@
-package api
+package apirequest
 
 import (
 	"bytes"
@@ -15,12 +15,12 @@ import (
 // split by internal/event's scanner, each field read by name, every failure
 // collected with its path.
 
-// fieldReader reads the fields of one JSON object by name, collecting every
+// FieldReader reads the fields of one JSON object by name, collecting every
 // failure with its path instead of stopping at the first.
-type fieldReader struct {
+type FieldReader struct {
 	sealer   *identity.Sealer // the request's, for its identifiers; nil: one per identifier
 	text     *bodyText        // the request's body as text, strings are cut from; nil: copied each
-	records  *recordSlab      // the request's buffer the records are appended to; nil: one each
+	records  *RecordSlab      // the request's buffer the records are appended to; nil: one each
 	slab     *[]event.Member  // the request's buffer of object members; nil: one slice an object
 	wsPrefix string           // "<workspace>:", the Kafka keys' start; "": made per item
 	keys     *[]byte          // the request's buffer the Kafka keys are cut from; nil: one each
@@ -28,65 +28,65 @@ type fieldReader struct {
 	// items[item-1] when item is set, or parent's path and name.
 	path    string
 	item    int
-	parent  *fieldReader
+	parent  *FieldReader
 	name    string
 	fields  []event.Member // the object's members in order (a repeated key: the last counts)
-	errs    *[]FieldError
+	Errs    *[]FieldError
 	ownErrs []FieldError // errs of a reader that is not nested
-	nested  []*fieldReader
+	nested  []*FieldReader
 	// spares are readers sub may reset and use instead of allocating one
 	// (a request's item readers share them: each item's are done with
 	// before the next item is read).
-	spares  []*fieldReader
+	spares  []*FieldReader
 	present bool
-	// checked: the bytes read passed checkBody, so an object value needs
+	// Checked: the bytes read passed CheckBody, so an object value needs
 	// no second look for what jsonb refuses.
-	checked bool
+	Checked bool
 }
 
 // objectPath is the path of the reader's object.
-func (r *fieldReader) objectPath() string {
+func (r *FieldReader) objectPath() string {
 	switch {
 	case r.parent != nil:
 		return joinPath(r.parent.objectPath(), r.name)
 	case r.item > 0:
-		return itemPath(r.item - 1)
+		return ItemPath(r.item - 1)
 	}
 	return r.path
 }
 
-// newFieldReader fails the whole request only when raw is not an object; a
+// NewFieldReader fails the whole request only when raw is not an object; a
 // field of the wrong type is the item's fault and reported per field.
-func newFieldReader(raw json.RawMessage, path string) (*fieldReader, error) {
+func NewFieldReader(raw json.RawMessage, path string) (*FieldReader, error) {
 	return newSlabReader(raw, path, nil)
 }
 
 // newSlabReader is newFieldReader with the members of raw's objects kept
 // in slab, the request's one buffer of them (nil: one slice an object).
-func newSlabReader(raw json.RawMessage, path string, slab *[]event.Member) (*fieldReader, error) {
-	r := &fieldReader{path: path, present: true, slab: slab}
+func newSlabReader(raw json.RawMessage, path string, slab *[]event.Member) (*FieldReader, error) {
+	r := &FieldReader{path: path, present: true, slab: slab}
 	return r, r.start(raw)
 }
 
 // newItemReader is newSlabReader for items[i], its path written only when
 // a failure names it.
-func newItemReader(raw json.RawMessage, i int, slab *[]event.Member) (*fieldReader, error) {
-	r := &fieldReader{item: i + 1, present: true, slab: slab}
+func newItemReader(raw json.RawMessage, i int, slab *[]event.Member) (*FieldReader, error) {
+	r := &FieldReader{item: i + 1, present: true, slab: slab}
 	return r, r.start(raw)
 }
 
-func (r *fieldReader) start(raw json.RawMessage) error {
-	r.errs = &r.ownErrs
+func (r *FieldReader) start(raw json.RawMessage) error {
+	r.Errs = &r.ownErrs
 	var ok bool
 	if r.fields, ok = r.split(raw); !ok {
-		return fmt.Errorf("%w: %s: want a JSON object", errMalformed, r.objectPath())
+		return fmt.Errorf("%w: %s: want a JSON object", ErrMalformed, r.objectPath())
 	}
 	return nil
 }
 
 // split splits an object into its members, in the reader's slab when it
 // has one.
-func (r *fieldReader) split(raw []byte) ([]event.Member, bool) {
+func (r *FieldReader) split(raw []byte) ([]event.Member, bool) {
 	if r.slab == nil {
 		return event.AppendMembers(make([]event.Member, 0, 16), raw)
 	}
@@ -111,16 +111,16 @@ func joinPath(path, field string) string {
 }
 
 // failAt reports a fault found inside field's value, at its path.
-func (r *fieldReader) failAt(field string, f *event.JSONFault) {
-	*r.errs = append(*r.errs, faultField(joinPath(r.objectPath(), field), f))
+func (r *FieldReader) failAt(field string, f *event.JSONFault) {
+	*r.Errs = append(*r.Errs, FaultField(joinPath(r.objectPath(), field), f))
 }
 
-func (r *fieldReader) fail(field, msg string) {
-	*r.errs = append(*r.errs, FieldError{Field: joinPath(r.objectPath(), field), Message: msg})
+func (r *FieldReader) Fail(field, msg string) {
+	*r.Errs = append(*r.Errs, FieldError{Field: joinPath(r.objectPath(), field), Message: msg})
 }
 
 // raw returns a field's JSON, nil when absent or null.
-func (r *fieldReader) raw(field string) json.RawMessage {
+func (r *FieldReader) raw(field string) json.RawMessage {
 	var v json.RawMessage
 	for i := range r.fields {
 		if string(r.fields[i].Key) == field {
@@ -134,42 +134,42 @@ func (r *fieldReader) raw(field string) json.RawMessage {
 	return v
 }
 
-// str reads a string field of at most max bytes with no control characters.
-func (r *fieldReader) str(field string, required bool, max int) string {
+// Str reads a string field of at most max bytes with no control characters.
+func (r *FieldReader) Str(field string, required bool, max int) string {
 	v := r.raw(field)
 	if v == nil {
 		if required {
-			r.fail(field, "required")
+			r.Fail(field, "required")
 		}
 		return ""
 	}
 	s, ok := r.plainString(v)
 	if !ok {
 		if s, ok = event.Unquote(v); !ok {
-			r.fail(field, "want a string")
+			r.Fail(field, "want a string")
 			return ""
 		}
 	}
 	if s == "" && required {
-		r.fail(field, "required, must not be empty")
+		r.Fail(field, "required, must not be empty")
 		return ""
 	}
 	return r.valid(field, s, event.CheckText(s, max))
 }
 
 // valid is s, or "" with err reported on field when there is one.
-func (r *fieldReader) valid(field, s string, err error) string {
+func (r *FieldReader) valid(field, s string, err error) string {
 	if err != nil {
-		r.fail(field, err.Error())
+		r.Fail(field, err.Error())
 		return ""
 	}
 	return s
 }
 
-// externalID reads an external ID: a string, not empty or only whitespace
+// ExternalID reads an external ID: a string, not empty or only whitespace
 // (event.CheckExternalID).
-func (r *fieldReader) externalID(field string, required bool) string {
-	s := r.str(field, required, maxIDLen)
+func (r *FieldReader) ExternalID(field string, required bool) string {
+	s := r.Str(field, required, MaxIDLen)
 	if s == "" {
 		return ""
 	}
@@ -188,7 +188,7 @@ func plainString(v json.RawMessage) (string, bool) {
 
 // plainString is plainString cut from the request's text when the reader
 // has it and v is a slice of its body: no allocation.
-func (r *fieldReader) plainString(v json.RawMessage) (string, bool) {
+func (r *FieldReader) plainString(v json.RawMessage) (string, bool) {
 	if r.text == nil {
 		return plainString(v)
 	}
@@ -230,17 +230,17 @@ func (t *bodyText) cut(v []byte) (string, bool) {
 	return t.s[off : off+uintptr(len(v))], true
 }
 
-// withUnknown is errs and an "unknown field" error for each field nobody
+// WithUnknown is errs and an "unknown field" error for each field nobody
 // read.
-func (r *fieldReader) withUnknown(errs []FieldError) []FieldError {
-	for _, u := range r.unknownFields() {
+func (r *FieldReader) WithUnknown(errs []FieldError) []FieldError {
+	for _, u := range r.UnknownFields() {
 		errs = append(errs, FieldError{Field: u, Message: "unknown field"})
 	}
 	return errs
 }
 
-// unknownFields lists the paths of fields nobody read, nested ones included.
-func (r *fieldReader) unknownFields() []string {
+// UnknownFields lists the paths of fields nobody read, nested ones included.
+func (r *FieldReader) UnknownFields() []string {
 	var out []string
 	if r.present {
 		var seen map[string]bool // a repeated unknown key is listed once
@@ -256,7 +256,7 @@ func (r *fieldReader) unknownFields() []string {
 		}
 	}
 	for _, n := range r.nested {
-		out = append(out, n.unknownFields()...)
+		out = append(out, n.UnknownFields()...)
 	}
 	sort.Strings(out)
 	return out

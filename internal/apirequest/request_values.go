@@ -1,4 +1,4 @@
-package api
+package apirequest
 
 import (
 	"bytes"
@@ -13,8 +13,8 @@ import (
 // The field reader's typed values: enums, amounts, currencies, countries
 // and jsonb objects, each refused with a message that never quotes it.
 
-func (r *fieldReader) enum(field string, required bool, allowed ...string) string {
-	s := r.str(field, required, maxLabelLen)
+func (r *FieldReader) Enum(field string, required bool, allowed ...string) string {
+	s := r.Str(field, required, MaxLabelLen)
 	if s == "" {
 		return ""
 	}
@@ -23,64 +23,64 @@ func (r *fieldReader) enum(field string, required bool, allowed ...string) strin
 			return s
 		}
 	}
-	r.fail(field, "want one of "+strings.Join(allowed, ", "))
+	r.Fail(field, "want one of "+strings.Join(allowed, ", "))
 	return ""
 }
 
 // amount reads a non-negative decimal string that numeric(20,4) holds
 // exactly: a float would lose cents, and a value the column would round is
 // refused rather than changed.
-func (r *fieldReader) amount(field string) string {
+func (r *FieldReader) amount(field string) string {
 	v := r.raw(field)
 	if v == nil {
-		r.fail(field, "required")
+		r.Fail(field, "required")
 		return ""
 	}
 	s, ok := r.plainString(v)
 	if !ok {
 		if s, ok = event.Unquote(v); !ok {
-			r.fail(field, `want a decimal string such as "1249.90", not a JSON number`)
+			r.Fail(field, `want a decimal string such as "1249.90", not a JSON number`)
 			return ""
 		}
 	}
 	return r.valid(field, s, event.CheckAmount(s))
 }
 
-func (r *fieldReader) currency(field string, required bool) string {
-	s := r.str(field, required, maxLabelLen)
+func (r *FieldReader) Currency(field string, required bool) string {
+	s := r.Str(field, required, MaxLabelLen)
 	if s == "" {
 		return ""
 	}
 	if !event.IsCurrency(s) {
-		r.fail(field, `want an ISO 4217 currency code such as "EUR"`)
+		r.Fail(field, `want an ISO 4217 currency code such as "EUR"`)
 		return ""
 	}
 	return s
 }
 
-func (r *fieldReader) country(field string) string {
-	s := r.str(field, false, maxLabelLen)
+func (r *FieldReader) Country(field string) string {
+	s := r.Str(field, false, MaxLabelLen)
 	if s == "" {
 		return ""
 	}
 	if len(s) != 2 || s[0] < 'A' || s[0] > 'Z' || s[1] < 'A' || s[1] > 'Z' {
-		r.fail(field, `want an ISO 3166-1 alpha-2 country code such as "DE"`)
+		r.Fail(field, `want an ISO 3166-1 alpha-2 country code such as "DE"`)
 		return ""
 	}
 	return s
 }
 
-// object reads a JSON object that jsonb stores as sent (event.CheckJSONB:
+// Object reads a JSON object that jsonb stores as sent (event.CheckJSONB:
 // at most event.MaxObjectBytes, no \u0000, numbers numeric holds, no
 // duplicate key), compacted.
-func (r *fieldReader) object(field string) json.RawMessage {
+func (r *FieldReader) Object(field string) json.RawMessage {
 	v := r.raw(field)
 	if v == nil {
 		return nil
 	}
 	var err error
 	switch {
-	case !r.checked:
+	case !r.Checked:
 		err = event.CheckJSONB(v)
 	case len(v) > event.MaxObjectBytes:
 		err = fmt.Errorf("%d bytes, at most %d", len(v), event.MaxObjectBytes)
@@ -92,7 +92,7 @@ func (r *fieldReader) object(field string) json.RawMessage {
 		if errors.As(err, &f) {
 			r.failAt(field, f)
 		} else {
-			r.fail(field, err.Error())
+			r.Fail(field, err.Error())
 		}
 		return nil
 	}
@@ -106,13 +106,13 @@ func (r *fieldReader) object(field string) json.RawMessage {
 
 // sub reads a nested object's fields; absent or null gives a reader that
 // reports nothing present.
-func (r *fieldReader) sub(field string) *fieldReader {
-	var n *fieldReader
+func (r *FieldReader) sub(field string) *FieldReader {
+	var n *FieldReader
 	if k := len(r.nested); k < len(r.spares) {
 		n = r.spares[k]
-		*n = fieldReader{parent: r, name: field, errs: r.errs, slab: r.slab, text: r.text, checked: r.checked}
+		*n = FieldReader{parent: r, name: field, Errs: r.Errs, slab: r.slab, text: r.text, Checked: r.Checked}
 	} else {
-		n = &fieldReader{parent: r, name: field, errs: r.errs, slab: r.slab, text: r.text, checked: r.checked}
+		n = &FieldReader{parent: r, name: field, Errs: r.Errs, slab: r.slab, text: r.text, Checked: r.Checked}
 	}
 	r.nested = append(r.nested, n)
 	v := r.raw(field)
@@ -121,7 +121,7 @@ func (r *fieldReader) sub(field string) *fieldReader {
 	}
 	var ok bool
 	if n.fields, ok = r.split(v); !ok {
-		r.fail(field, "want a JSON object")
+		r.Fail(field, "want a JSON object")
 		return n
 	}
 	n.present = true

@@ -1,4 +1,4 @@
-package api
+package apirequest
 
 import (
 	"errors"
@@ -26,23 +26,23 @@ import (
 // nest its metadata as deep in a batch as in a decision.
 const (
 	framingBatch  = 3 // {"items":[{fields}]}
-	framingObject = 1 // {fields}: a decision, a customer, an account
+	FramingObject = 1 // {fields}: a decision, a customer, an account
 )
 
-// checkBody checks a request body: a syntax fault (not JSON at all) is the
-// request's error (errMalformed); any other fault is returned to be placed
+// CheckBody checks a request body: a syntax fault (not JSON at all) is the
+// request's error (ErrMalformed); any other fault is returned to be placed
 // on the field it is in.
-func checkBody(body []byte, framing int) (*event.JSONFault, error) {
+func CheckBody(body []byte, framing int) (*event.JSONFault, error) {
 	err := event.CheckJSONIn(body, framing)
 	if err == nil {
 		return nil, nil
 	}
 	var f *event.JSONFault
 	if !errors.As(err, &f) {
-		return nil, fmt.Errorf("%w: %v", errMalformed, err)
+		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
 	if f.Syntax {
-		return nil, fmt.Errorf("%w: %s", errMalformed, f.Reason)
+		return nil, fmt.Errorf("%w: %s", ErrMalformed, f.Reason)
 	}
 	return f, nil
 }
@@ -51,26 +51,26 @@ func checkBody(body []byte, framing int) (*event.JSONFault, error) {
 // any, as a FieldError under the item's path.
 func checkItem(raw []byte, i int) *FieldError {
 	var f *event.JSONFault
-	if !errors.As(event.CheckJSONIn(raw, framingObject), &f) {
+	if !errors.As(event.CheckJSONIn(raw, FramingObject), &f) {
 		return nil
 	}
-	fe := faultField(itemPath(i), f)
+	fe := FaultField(ItemPath(i), f)
 	return &fe
 }
 
-// faultField is a fault as the field error answered: its path under
+// FaultField is a fault as the field error answered: its path under
 // prefix, its reason.
-func faultField(prefix string, f *event.JSONFault) FieldError {
+func FaultField(prefix string, f *event.JSONFault) FieldError {
 	return FieldError{Field: joinWirePath(prefix, f.Path), Message: f.Reason}
 }
 
-// faultError is a fault outside every field (a batch's envelope) as the
+// FaultError is a fault outside every field (a batch's envelope) as the
 // request's error.
-func faultError(f *event.JSONFault) error {
+func FaultError(f *event.JSONFault) error {
 	if f.Path == "" {
-		return fmt.Errorf("%w: %s", errMalformed, f.Reason)
+		return fmt.Errorf("%w: %s", ErrMalformed, f.Reason)
 	}
-	return fmt.Errorf("%w: %s: %s", errMalformed, f.Path, f.Reason)
+	return fmt.Errorf("%w: %s: %s", ErrMalformed, f.Path, f.Reason)
 }
 
 // joinWirePath is joinPath for a fault's path, which may start with an

@@ -1,4 +1,4 @@
-package api
+package apirequest
 
 import (
 	"errors"
@@ -15,9 +15,9 @@ import (
 // form (the API protects it while the item is parsed, so no step of the
 // pipeline parses the record again). The record is appended to slab, the
 // request's one buffer for all of them, when there is one.
-func (it *item) encode(slab *recordSlab) {
+func (it *Item) encode(slab *RecordSlab) {
 	if slab == nil {
-		it.value = event.AppendRecord(nil, &it.env)
+		it.Value = event.AppendRecord(nil, &it.Envelope)
 		return
 	}
 	if cap(slab.cur)-len(slab.cur) < recordRoom {
@@ -26,8 +26,8 @@ func (it *item) encode(slab *recordSlab) {
 		slab.take()
 	}
 	start := len(slab.cur)
-	slab.cur = event.AppendRecord(slab.cur, &it.env)
-	it.value = slab.cur[start:len(slab.cur):len(slab.cur)]
+	slab.cur = event.AppendRecord(slab.cur, &it.Envelope)
+	it.Value = slab.cur[start:len(slab.cur):len(slab.cur)]
 }
 
 // Records are written into chunks of recordChunk bytes, a new one taken when
@@ -43,43 +43,43 @@ const (
 // allocates at the benchmark's load.
 var recordChunks = sync.Pool{New: func() any { b := make([]byte, 0, recordChunk); return &b }}
 
-// recordSlab is one request's records: the chunk being written and every
+// RecordSlab is one request's records: the chunk being written and every
 // chunk taken from recordChunks; and its decoded items, from parsedSlices
 // (an item with its envelope is about 600 bytes: 13 % of the bytes
 // allocated at the benchmark's load), which the pipeline's messages point
 // into (their envelopes) and so are given back with the records.
-type recordSlab struct {
+type RecordSlab struct {
 	cur    []byte
 	chunks []*[]byte
-	parsed *[]parsedItem
+	parsed *[]ParsedItem
 }
 
 // parsedSlices are requests' item slices, reused (up to maxItemsDefault).
-var parsedSlices = sync.Pool{New: func() any { s := make([]parsedItem, 0, maxItemsDefault); return &s }}
+var parsedSlices = sync.Pool{New: func() any { s := make([]ParsedItem, 0, MaxItemsDefault); return &s }}
 
 // items returns n zero items, from the pool when n fits.
-func (s *recordSlab) items(n int) []parsedItem {
-	if n > maxItemsDefault {
-		return make([]parsedItem, n)
+func (s *RecordSlab) items(n int) []ParsedItem {
+	if n > MaxItemsDefault {
+		return make([]ParsedItem, n)
 	}
-	p := parsedSlices.Get().(*[]parsedItem)
+	p := parsedSlices.Get().(*[]ParsedItem)
 	s.parsed = p
 	return (*p)[:n] // zero: release cleared them
 }
 
 // take starts a new chunk.
-func (s *recordSlab) take() {
+func (s *RecordSlab) take() {
 	c := recordChunks.Get().(*[]byte)
 	s.chunks = append(s.chunks, c)
 	s.cur = (*c)[:0]
 }
 
-// release gives the chunks back for other requests' records. Only once no
+// Release gives the chunks back for other requests' records. Only once no
 // record in them can be read again: the output acknowledged every one
 // (Kafka has them, franz-go is done with them), or they never left the
 // request. Records still in the output's hands (a timeout, a failed
 // write) are left to the collector.
-func (s *recordSlab) release() {
+func (s *RecordSlab) Release() {
 	for _, c := range s.chunks {
 		*c = (*c)[:0]
 		recordChunks.Put(c)
@@ -99,16 +99,16 @@ func (s *recordSlab) release() {
 // item), reused between requests.
 var memberSlabs = sync.Pool{New: func() any { s := make([]event.Member, 0, 8<<10); return &s }}
 
-// withID gives the item the ID it was first accepted under, and that
+// WithID gives the item the ID it was first accepted under, and that
 // ID's occurred_at, so a resend of an item that may already be in Kafka is
 // the same record (id, occurred_at) the persister stores once.
-func (it *item) withID(id event.UUID) error {
+func (it *Item) WithID(id event.UUID) error {
 	at, ok := event.OccurredAtOfID(id)
 	if !ok {
 		return errors.New("the first ID carries no time")
 	}
-	it.id, it.occurredAt = id, at
-	it.env.ID, it.env.OccurredAt = id, at
+	it.ID, it.occurredAt = id, at
+	it.Envelope.ID, it.Envelope.OccurredAt = id, at
 	it.encode(nil)
 	return nil
 }

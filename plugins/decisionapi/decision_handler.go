@@ -1,4 +1,4 @@
-package api
+package decisionapi
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 
+	"github.com/speculapro/speculapro/internal/apirequest"
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/rules"
 )
@@ -26,12 +27,12 @@ const (
 
 // decisionRoutes are the decision API's endpoints;
 // TestDecisionOpenAPIDocumentsEveryRoute compares them with its document.
-func (a *decisionAPI) decisionRoutes() []route {
-	return []route{
-		{http.MethodPost, "/v1/decisions", true, a.handleDecision},
-		{http.MethodGet, "/v1/decisions/openapi.json", false, handleDecisionOpenAPI},
-		{http.MethodGet, "/healthz", false, handleHealth},
-		{http.MethodGet, "/readyz", false, a.handleDecisionReady},
+func (a *decisionAPI) decisionRoutes() []apirequest.Route {
+	return []apirequest.Route{
+		{Method: http.MethodPost, Pattern: "/v1/decisions", Authed: true, Handle: a.handleDecision},
+		{Method: http.MethodGet, Pattern: "/v1/decisions/openapi.json", Authed: false, Handle: handleDecisionOpenAPI},
+		{Method: http.MethodGet, Pattern: "/healthz", Authed: false, Handle: apirequest.HandleHealth},
+		{Method: http.MethodGet, Pattern: "/readyz", Authed: false, Handle: a.handleDecisionReady},
 	}
 }
 
@@ -60,8 +61,8 @@ type decisionResponse struct {
 
 // rejectedDecision answers a transaction that fails validation.
 type rejectedDecision struct {
-	Error  string       `json:"error"`
-	Errors []FieldError `json:"errors"`
+	Error  string                  `json:"error"`
+	Errors []apirequest.FieldError `json:"errors"`
 }
 
 // decided is what the evaluation produced.
@@ -73,21 +74,21 @@ type decided struct {
 func (a *decisionAPI) handleDecision(w http.ResponseWriter, r *http.Request, ws event.UUID) int {
 	a.handlers.Add(1)
 	defer a.handlers.Done()
-	arrived, _ := r.Context().Value(arrivalKey{}).(time.Time)
+	arrived, _ := r.Context().Value(apirequest.ArrivalKey{}).(time.Time)
 	// The answer must be written by arrival + timeout: the fallback is
 	// chosen a little earlier, leaving room to encode and send it.
 	deadline := arrived.Add(a.timeout - min(a.timeout/10, 20*time.Millisecond))
 
-	body, code, err := a.readBody(w, r)
+	body, code, err := a.ReadBody(w, r)
 	if err != nil {
-		return writeError(w, code, err)
+		return apirequest.WriteError(w, code, err)
 	}
 	env, _, ferrs, err := a.parseTransaction(body, ws, arrived.UTC()) // the counterparty protected on env
 	switch {
 	case err != nil:
-		return writeError(w, http.StatusBadRequest, err)
+		return apirequest.WriteError(w, http.StatusBadRequest, err)
 	case len(ferrs) > 0:
-		return writeJSON(w, http.StatusBadRequest, rejectedDecision{Error: "validation failed", Errors: ferrs})
+		return apirequest.WriteJSON(w, http.StatusBadRequest, rejectedDecision{Error: "validation failed", Errors: ferrs})
 	}
 
 	d, deliver := a.decideInTime(env, arrived, deadline)
@@ -109,7 +110,7 @@ func (a *decisionAPI) handleDecision(w http.ResponseWriter, r *http.Request, ws 
 		if err != nil {
 			// Validation is stricter than Encode, so this is a bug; the
 			// error names the field, never a value.
-			a.log.Errorf("decision_api: encoding a decided transaction: %v", err)
+			a.Log.Errorf("decision_api: encoding a decided transaction: %v", err)
 		} else {
 			m := service.NewMessage(b)
 			m.MetaSetMut("ingest_key", ws.String()+":"+env.AccountExternalID)
@@ -125,7 +126,7 @@ func (a *decisionAPI) handleDecision(w http.ResponseWriter, r *http.Request, ws 
 	a.outcomes.Incr(1, ws.String(), string(d.resp.Decision))
 	d.resp.TookMS = float64(time.Since(arrived).Microseconds()) / 1000
 	a.latency.Timing(time.Since(arrived).Nanoseconds(), string(d.resp.Decision))
-	return writeJSON(w, http.StatusOK, d.resp)
+	return apirequest.WriteJSON(w, http.StatusOK, d.resp)
 }
 
 // decideInTime decides env, or answers the fallback when that cannot
@@ -251,39 +252,39 @@ func outcomeOf(hits []rules.Hit) (event.Outcome, float64, []decisionRule) {
 // Every fault of the transaction, an unknown field or a key named twice
 // included, is a field error; err only when the body is not one JSON
 // object.
-func (a *decisionAPI) parseTransaction(body []byte, ws event.UUID, now time.Time) (*event.Envelope, *wireCounterparty, []FieldError, error) {
-	fault, err := checkBody(body, framingObject)
+func (a *decisionAPI) parseTransaction(body []byte, ws event.UUID, now time.Time) (*event.Envelope, *apirequest.WireCounterparty, []apirequest.FieldError, error) {
+	fault, err := apirequest.CheckBody(body, apirequest.FramingObject)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	fr, err := newFieldReader(body, "")
+	fr, err := apirequest.NewFieldReader(body, "")
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("%w: want one transaction as a JSON object", errMalformed)
+		return nil, nil, nil, fmt.Errorf("%w: want one transaction as a JSON object", apirequest.ErrMalformed)
 	}
-	fr.checked = fault == nil
+	fr.Checked = fault == nil
 	// The field reader protects the counterparty as it parses it (the
 	// ingest API's own path), so nothing is read back or protected twice.
-	p := fr.transaction(ws, now, a.protector)
-	errs := fr.withUnknown(p.errors)
+	p := fr.Transaction(ws, now, a.protector)
+	errs := fr.WithUnknown(p.Errors)
 	if fault != nil {
-		errs = []FieldError{faultField("", fault)} // alone: request_wire.go
+		errs = []apirequest.FieldError{apirequest.FaultField("", fault)} // alone: request_wire.go
 	}
 	if len(errs) > 0 {
 		return nil, nil, errs, nil
 	}
-	env := p.item.env
-	return &env, p.item.cp, nil, nil
+	env := p.Item.Envelope
+	return &env, p.Item.Counterparty, nil, nil
 }
 
 // handleDecisionReady: ready while PostgreSQL (keys, rules) answers and the
 // rules are loaded. Redis and Kafka are not required: without them
 // decisions are degraded or spooled, still answered.
 func (a *decisionAPI) handleDecisionReady(w http.ResponseWriter, r *http.Request, _ event.UUID) int {
-	ctx, cancel := context.WithTimeout(r.Context(), iaProbeTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), apirequest.ProbeTimeout)
 	defer cancel()
 	status := map[string]string{"status": "ready", "postgres": "ok", "redis": "ok", "rules": "loaded"}
 	code := http.StatusOK
-	if err := a.pool.Ping(ctx); err != nil {
+	if err := a.Pool.Ping(ctx); err != nil {
 		status["postgres"], status["status"], code = "unreachable", "not ready", http.StatusServiceUnavailable
 	}
 	if _, ok := a.rules.program(event.UUID{}); !ok {
@@ -292,5 +293,5 @@ func (a *decisionAPI) handleDecisionReady(w http.ResponseWriter, r *http.Request
 	if err := a.redis.Ping(ctx).Err(); err != nil {
 		status["redis"] = "unreachable (decisions degraded)"
 	}
-	return writeJSON(w, code, status)
+	return apirequest.WriteJSON(w, code, status)
 }

@@ -1,9 +1,10 @@
-package api
+package decisionapi
 
 import (
 	_ "embed"
 	"net/http"
 
+	"github.com/speculapro/speculapro/internal/apirequest"
 	"github.com/speculapro/speculapro/internal/event"
 )
 
@@ -14,5 +15,5 @@ import (
 var decisionOpenAPIDocument []byte
 
 func handleDecisionOpenAPI(w http.ResponseWriter, _ *http.Request, _ event.UUID) int {
-	return writeDocument(w, decisionOpenAPIDocument)
+	return apirequest.WriteDocument(w, decisionOpenAPIDocument)
 }

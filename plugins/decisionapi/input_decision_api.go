@@ -1,4 +1,4 @@
-package api
+package decisionapi
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sync/semaphore"
 	"golang.org/x/time/rate"
 
+	"github.com/speculapro/speculapro/internal/apirequest"
 	"github.com/speculapro/speculapro/internal/config"
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/features"
@@ -113,10 +114,10 @@ Each decided transaction leaves as a message (the envelope with its `+"`decision
 				Description("SP_DECISION_WORKSPACE_SHARE: the share (0 to 1) of `max_active_requests` one workspace's requests may take (at least one). A request beyond it waits, in arrival order, up to half the `timeout` for one of its workspace's own to end, and is then answered 429 with Retry-After: a workspace flooding the API is slowed to what its share decides, waiting rather than spinning through refusals on the cores every workspace shares, and the others' decisions stay on time.").
 				Default(0.125).
 				Example("${SP_DECISION_WORKSPACE_SHARE:0.125}"),
-			service.NewIntField(iaFieldMinRate).
+			service.NewIntField(apirequest.FieldMinBodyRate).
 				Description("The slowest a request body may arrive, in bytes a second: within every `min_body_rate_window` at least this many bytes a second must arrive (a body that is complete sooner is not held to it), or the request is answered 408. 0 leaves only the whole request's 30 s.").
 				Default(16384).Advanced(),
-			service.NewDurationField(iaFieldRateWindow).
+			service.NewDurationField(apirequest.FieldMinBodyRateWindow).
 				Description("The window `min_body_rate` is measured over: how long a body may stall or trickle before it is cut off.").
 				Default("5s").Advanced(),
 		).
@@ -138,8 +139,8 @@ func init() {
 const decisionCacheBytes = 32 << 20
 
 type decisionAPI struct {
-	// requestFront: authentication, body limits, the server.
-	requestFront
+	// Front: authentication, body limits, the server.
+	apirequest.Front
 
 	addr, dbURL, rulesURL, redisURL string
 	timeout, remember, reload       time.Duration
@@ -177,10 +178,10 @@ type decisionAPI struct {
 // its settings not yet read.
 func newDecisionAPIMetered(mgr *service.Resources) *decisionAPI {
 	a := &decisionAPI{
-		requestFront: requestFront{
-			component: "decision_api", log: mgr.Logger(), keys: newKeyCache(), readTimeout: 30 * time.Second,
-			throttled:   mgr.Metrics().NewCounter(metricDecisionThrottled, "share"),
-			throttleLog: rate.Sometimes{Interval: logEvery},
+		Front: apirequest.Front{
+			Component: "decision_api", Log: mgr.Logger(), Keys: apirequest.NewKeyCache(), ReadTimeout: 30 * time.Second,
+			Throttled:   mgr.Metrics().NewCounter(metricDecisionThrottled, "share"),
+			ThrottleLog: rate.Sometimes{Interval: apirequest.LogEvery},
 		},
 		latency:  mgr.Metrics().NewTimer(metricDecisionLatency, "outcome"),
 		outcomes: mgr.Metrics().NewCounter(metricDecisionOutcomes, "workspace", "outcome"),
@@ -190,7 +191,7 @@ func newDecisionAPIMetered(mgr *service.Resources) *decisionAPI {
 		applyCh:  make(chan applyReq, daQueue),
 		closing:  make(chan struct{}),
 	}
-	a.answered = func(_ string, code int, _ time.Time) { a.requests.Incr(1, strconv.Itoa(code)) }
+	a.Answered = func(_ string, code int, _ time.Time) { a.requests.Incr(1, strconv.Itoa(code)) }
 	return a
 }
 
@@ -227,7 +228,7 @@ func newDecisionAPI(conf *service.ParsedConfig, mgr *service.Resources) (*decisi
 	if err != nil {
 		return nil, err
 	}
-	a.maxBody = int64(maxBody)
+	a.MaxBody = int64(maxBody)
 	a.fallback = event.Outcome(fallback)
 	active, err := conf.FieldInt(daFieldActive)
 	if err != nil {
@@ -240,15 +241,15 @@ func newDecisionAPI(conf *service.ParsedConfig, mgr *service.Resources) (*decisi
 	if active < 1 || !(wsShare > 0 && wsShare <= 1) {
 		return nil, fmt.Errorf("decision_api: %s must be at least 1, %s more than 0 and at most 1", daFieldActive, daFieldWSShare)
 	}
-	a.working = semaphore.NewWeighted(int64(active))
-	a.workspaceWorking = newTenantShares(shareOf(int64(active), wsShare, 1))
+	a.Working = semaphore.NewWeighted(int64(active))
+	a.WorkspaceWorking = apirequest.NewTenantShares(apirequest.ShareOf(int64(active), wsShare, 1))
 	// Half the answer's time: a request that got its turn still has the
 	// other half to be decided.
-	a.shareWait = a.timeout / 2
-	if a.minBodyRate, a.rateWindow, err = minBodyRateFromParsed(conf); err != nil {
+	a.ShareWait = a.timeout / 2
+	if a.MinBodyRate, a.RateWindow, err = apirequest.MinBodyRateFromParsed(conf); err != nil {
 		return nil, fmt.Errorf("decision_api: %w", err)
 	}
-	if a.timeout <= 0 || a.remember <= 0 || a.reload <= 0 || a.maxBody < 1024 {
+	if a.timeout <= 0 || a.remember <= 0 || a.reload <= 0 || a.MaxBody < 1024 {
 		return nil, fmt.Errorf("decision_api: %s, %s and %s must be positive, %s at least 1 KiB",
 			daFieldTimeout, daFieldRemember, daFieldReload, daFieldMaxBodyBytes)
 	}
@@ -277,7 +278,7 @@ func newDecisionAPI(conf *service.ParsedConfig, mgr *service.Resources) (*decisi
 func (a *decisionAPI) Connect(ctx context.Context) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.srv != nil {
+	if a.Server != nil {
 		return nil
 	}
 	newPool := func(url string, maxConns int32) (*pgxpool.Pool, error) {
@@ -306,11 +307,11 @@ func (a *decisionAPI) Connect(ctx context.Context) error {
 		rpool.Close()
 		return fmt.Errorf("decision_api: %s: %w", daFieldRedisURL, err)
 	}
-	a.pool, a.rpool, a.redis = pool, rpool, rc
+	a.Pool, a.rpool, a.redis = pool, rpool, rc
 	a.breaker = newRedisBreaker(daRedisPause, max(daRedisSilence, 2*a.timeout))
 	a.rememberCh = make(chan rememberReq, daQueue)
 	a.store = features.New(rc, a.fopts)
-	a.rules = newRealtimeRules(rpool, a.reload, a.log)
+	a.rules = newRealtimeRules(rpool, a.reload, a.Log)
 	bg, stop := context.WithCancel(context.Background())
 	a.stopBg = stop
 	a.bg.Add(1)
@@ -321,7 +322,7 @@ func (a *decisionAPI) Connect(ctx context.Context) error {
 	a.bg.Add(2)
 	go func() { defer a.bg.Done(); a.applyLoop(bg) }()
 	go func() { defer a.bg.Done(); a.rememberLoop(bg) }()
-	if err := a.listen(a.addr, a.handler(a.decisionRoutes())); err != nil {
+	if err := a.Listen(a.addr, a.Handler(a.decisionRoutes())); err != nil {
 		stop()
 		a.bg.Wait()
 		pool.Close()
@@ -371,7 +372,7 @@ func (a *decisionAPI) ReadBatch(ctx context.Context) (service.MessageBatch, serv
 	}
 	return batch, func(_ context.Context, err error) error {
 		if err != nil {
-			a.log.Errorf("decision_api: the output refused %d decided transactions: %v", len(batch), err)
+			a.Log.Errorf("decision_api: the output refused %d decided transactions: %v", len(batch), err)
 		}
 		return nil
 	}, nil
@@ -382,11 +383,11 @@ func (a *decisionAPI) stopServing() {
 	a.closed.Do(func() {
 		close(a.closing)
 		a.mu.Lock()
-		srv := a.srv
+		srv := a.Server
 		a.mu.Unlock()
 		if srv != nil {
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			_ = a.shutdownServer(sctx, srv)
+			_ = a.ShutdownServer(sctx, srv)
 			cancel()
 		}
 		a.handlers.Wait()
@@ -397,18 +398,18 @@ func (a *decisionAPI) stopServing() {
 func (a *decisionAPI) Close(ctx context.Context) error {
 	a.stopServing()
 	if n := len(a.out); n > 0 {
-		a.log.Errorf("decision_api: closing with %d decided transactions the pipeline did not take", n)
+		a.Log.Errorf("decision_api: closing with %d decided transactions the pipeline did not take", n)
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.srv == nil {
+	if a.Server == nil {
 		return nil
 	}
 	a.stopBg()
 	a.bg.Wait()
-	a.pool.Close()
+	a.Pool.Close()
 	a.rpool.Close()
 	_ = a.redis.Close()
-	a.srv = nil
+	a.Server = nil
 	return nil
 }

@@ -1,4 +1,4 @@
-package api
+package decisionapi
 
 import (
 	"errors"
@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/speculapro/speculapro/devtools/apisample"
+	"github.com/speculapro/speculapro/internal/apirequest"
 	"github.com/speculapro/speculapro/internal/event"
 )
 
@@ -18,10 +20,10 @@ import (
 func TestBothAPIsReadOneWay(t *testing.T) {
 	edit := func(old, new string) string {
 		t.Helper()
-		if !strings.Contains(validTxn, old) {
-			t.Fatalf("validTxn lacks %s", old)
+		if !strings.Contains(apisample.Transaction, old) {
+			t.Fatalf("apisample.Transaction lacks %s", old)
 		}
-		return strings.Replace(validTxn, old, new, 1)
+		return strings.Replace(apisample.Transaction, old, new, 1)
 	}
 	deep := func(n int) string { return strings.Repeat("[", n) + strings.Repeat("]", n) }
 	meta := `"metadata":{ "ip": "203.0.113.7" }`
@@ -55,34 +57,34 @@ func TestBothAPIsReadOneWay(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var want []FieldError
+			var want []apirequest.FieldError
 			if tt.field != "" {
-				want = []FieldError{{Field: tt.field, Message: tt.text}}
+				want = []apirequest.FieldError{{Field: tt.field, Message: tt.text}}
 			}
-			a := &decisionAPI{protector: testProt}
-			_, _, decided, err := a.parseTransaction([]byte(tt.txn), testWS, testNow)
+			a := &decisionAPI{protector: apisample.Protector}
+			_, _, decided, err := a.parseTransaction([]byte(tt.txn), apisample.Workspace, apisample.Now)
 			if err != nil {
 				t.Fatalf("decision API refused the request as a whole: %v", err)
 			}
 			if !reflect.DeepEqual(decided, want) {
 				t.Errorf("decision API: %v\nwant          %v", decided, want)
 			}
-			got, err := decodeBatch(batchOf(validTxn, tt.txn), event.KindTransaction, testWS, testNow, 10, testProt)
+			got, err := apirequest.DecodeBatch(apisample.Batch(apisample.Transaction, tt.txn), event.KindTransaction, apisample.Workspace, apisample.Now, 10, apisample.Protector)
 			if err != nil {
 				t.Fatalf("ingest API refused the request as a whole: %v", err)
 			}
-			if len(got[0].errors) > 0 {
-				t.Errorf("ingest API rejected the valid item beside it: %v", got[0].errors)
+			if len(got[0].Errors) > 0 {
+				t.Errorf("ingest API rejected the valid item beside it: %v", got[0].Errors)
 			}
-			var ingested []FieldError
-			for _, fe := range got[1].errors {
-				ingested = append(ingested, FieldError{Field: strings.TrimPrefix(fe.Field, "items[1]."), Message: fe.Message})
+			var ingested []apirequest.FieldError
+			for _, fe := range got[1].Errors {
+				ingested = append(ingested, apirequest.FieldError{Field: strings.TrimPrefix(fe.Field, "items[1]."), Message: fe.Message})
 			}
 			if !reflect.DeepEqual(ingested, want) {
-				t.Errorf("ingest API: %v\nwant        %v", got[1].errors, want)
+				t.Errorf("ingest API: %v\nwant        %v", got[1].Errors, want)
 			}
 			if want == nil {
-				if _, err := event.Decode(got[1].item.value); err != nil {
+				if _, err := event.Decode(got[1].Item.Value); err != nil {
 					t.Errorf("accepted, but the persister refuses it: %v", err)
 				}
 			}
@@ -97,17 +99,17 @@ func TestBothAPIsRefuseBodiesAlike(t *testing.T) {
 		name, decision, batch, text string
 	}{
 		{"empty", ` `, ` `, "malformed request body: empty body"},
-		{"cut short", validTxn[:40], `{"items":[` + validTxn[:40], "malformed request body: JSON ends early"},
+		{"cut short", apisample.Transaction[:40], `{"items":[` + apisample.Transaction[:40], "malformed request body: JSON ends early"},
 		{"a stray byte", `{"external_id" "t"}`, `{"items" []}`, "malformed request body: invalid JSON at byte"},
-		{"two values", validTxn + ` {}`, string(batchOf(validTxn)) + ` {}`, "malformed request body: data after the JSON value"},
+		{"two values", apisample.Transaction + ` {}`, string(apisample.Batch(apisample.Transaction)) + ` {}`, "malformed request body: data after the JSON value"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			a := &decisionAPI{protector: testProt}
-			_, _, _, derr := a.parseTransaction([]byte(tt.decision), testWS, testNow)
-			_, ierr := decodeBatch([]byte(tt.batch), event.KindTransaction, testWS, testNow, 10, testProt)
+			a := &decisionAPI{protector: apisample.Protector}
+			_, _, _, derr := a.parseTransaction([]byte(tt.decision), apisample.Workspace, apisample.Now)
+			_, ierr := apirequest.DecodeBatch([]byte(tt.batch), event.KindTransaction, apisample.Workspace, apisample.Now, 10, apisample.Protector)
 			for api, err := range map[string]error{"decision": derr, "ingest": ierr} {
-				if !errors.Is(err, errMalformed) || !strings.HasPrefix(err.Error(), tt.text) {
+				if !errors.Is(err, apirequest.ErrMalformed) || !strings.HasPrefix(err.Error(), tt.text) {
 					t.Errorf("%s API: %v, want %q", api, err, tt.text)
 				}
 			}
@@ -115,9 +117,9 @@ func TestBothAPIsRefuseBodiesAlike(t *testing.T) {
 	}
 	// A batch's own keys: named twice is refused as the request's fault,
 	// whatever fault an item holds before it.
-	dupAmount := strings.Replace(validTxn, `"amount":"1249.90"`, `"amount":"1","amount":"2"`, 1)
-	for _, body := range []string{`{"items":[` + validTxn + `],"items":[]}`, `{"items":[` + dupAmount + `],"items":[]}`} {
-		_, err := decodeBatch([]byte(body), event.KindTransaction, testWS, testNow, 10, testProt)
+	dupAmount := strings.Replace(apisample.Transaction, `"amount":"1249.90"`, `"amount":"1","amount":"2"`, 1)
+	for _, body := range []string{`{"items":[` + apisample.Transaction + `],"items":[]}`, `{"items":[` + dupAmount + `],"items":[]}`} {
+		_, err := apirequest.DecodeBatch([]byte(body), event.KindTransaction, apisample.Workspace, apisample.Now, 10, apisample.Protector)
 		if want := "malformed request body: items: " + event.ReasonDuplicateKey; err == nil || err.Error() != want {
 			t.Errorf("items named twice: %v, want %q", err, want)
 		}

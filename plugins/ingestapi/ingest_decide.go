@@ -1,4 +1,4 @@
-package api
+package ingestapi
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"golang.org/x/time/rate"
 
+	"github.com/speculapro/speculapro/internal/apirequest"
 	"github.com/speculapro/speculapro/internal/event"
 )
 
@@ -15,8 +16,8 @@ const msgConflict = "this external_id was accepted with other content; the first
 
 // contentHash is the hash a resend is compared by (see contentHash), of
 // the envelope as it leaves for Kafka: its counterparty protected already.
-func (a *ingestAPI) contentHash(_ event.UUID, it *item) [8]byte {
-	return contentHash(&it.env)
+func (a *ingestAPI) contentHash(_ event.UUID, it *apirequest.Item) [8]byte {
+	return contentHash(&it.Envelope)
 }
 
 // decide answers the first copy of each external_id of a request:
@@ -45,25 +46,25 @@ func (a *ingestAPI) contentHash(_ event.UUID, it *item) [8]byte {
 // and the client can always send again; a bad item is still answered
 // rejected on its own. It returns deliver's settled (true when nothing was
 // delivered).
-func (a *ingestAPI) decide(ctx context.Context, ws event.UUID, kind event.Kind, topic string, candidates []*item, hashes [][8]byte, results []itemResult) bool {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), iaProbeTimeout)
+func (a *ingestAPI) decide(ctx context.Context, ws event.UUID, kind event.Kind, topic string, candidates []*apirequest.Item, hashes [][8]byte, results []itemResult) bool {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), apirequest.ProbeTimeout)
 	defer cancel()
 	retryAll := func(msg string) {
 		for _, it := range candidates {
-			results[it.index].Status, results[it.index].Message = statusRetry, msg
+			results[it.Index].Status, results[it.Index].Message = statusRetry, msg
 		}
 	}
 	req, err := newRequestToken()
 	if err != nil {
-		a.log.Errorf("ingest_api: reading a random request token: %v", err)
+		a.Log.Errorf("ingest_api: reading a random request token: %v", err)
 		retryAll("cannot check for an earlier copy now; send it again")
 		return true
 	}
 	mine := make([]idemEntry, len(candidates))
 	exts := make([]string, len(candidates))
 	for i, it := range candidates {
-		mine[i] = idemEntry{state: idemPending, id: it.id, hash: hashes[it.index], req: req}
-		exts[i] = it.externalID
+		mine[i] = idemEntry{state: idemPending, id: it.ID, hash: hashes[it.Index], req: req}
+		exts[i] = it.ExternalID
 	}
 	keys := a.idem.keys(kind, ws, exts)
 	// Buffered, so the lookup's goroutine ends on its own (within its
@@ -82,19 +83,19 @@ func (a *ingestAPI) decide(ctx context.Context, ws event.UUID, kind event.Kind, 
 	a.resolvePending(rctx, prev)
 	var fresh, send []int // indexes into candidates
 	for i, it := range candidates {
-		res := &results[it.index]
+		res := &results[it.Index]
 		p := prev[i]
 		switch {
 		case p == nil:
 			fresh = append(fresh, i)
 		case p.state == idemStored:
 			res.Status, res.ID = statusDuplicate, p.id.String()
-		case p.hash != hashes[it.index]:
+		case p.hash != hashes[it.Index]:
 			res.Status, res.ID, res.Message = statusConflict, p.id.String(), msgConflict
 		case p.state == idemAccepted:
 			res.Status, res.ID = statusDuplicate, p.id.String()
 		default: // pending: maybe in Kafka, maybe not; the same record again is safe
-			if err := it.withID(p.id); err != nil {
+			if err := it.WithID(p.id); err != nil {
 				res.Status, res.Message = statusRetry, "cannot resend under the first ID; send it again"
 				continue
 			}
@@ -110,7 +111,7 @@ func (a *ingestAPI) decide(ctx context.Context, ws event.UUID, kind event.Kind, 
 	if len(send) == 0 {
 		return true
 	}
-	items := make([]*item, len(send))
+	items := make([]*apirequest.Item, len(send))
 	for j, i := range send {
 		items[j] = candidates[i]
 	}
@@ -123,7 +124,7 @@ func (a *ingestAPI) decide(ctx context.Context, ws event.UUID, kind event.Kind, 
 // answerStored answers the fresh candidates (claimed by nobody before)
 // that the database already holds, from lookup, and writes their entries
 // back to Redis; it returns send with the others, which go to Kafka.
-func (a *ingestAPI) answerStored(rctx context.Context, lookup <-chan storedLookup, candidates []*item, fresh []int, keys []string, hashes [][8]byte, results []itemResult, send []int) []int {
+func (a *ingestAPI) answerStored(rctx context.Context, lookup <-chan storedLookup, candidates []*apirequest.Item, fresh []int, keys []string, hashes [][8]byte, results []itemResult, send []int) []int {
 	l := <-lookup
 	stored, err := l.stored, l.err
 	if err != nil {
@@ -132,28 +133,28 @@ func (a *ingestAPI) answerStored(rctx context.Context, lookup <-chan storedLooku
 		// expired, and Kafka, not PostgreSQL, is where an item must be
 		// safe. Sending keeps ingest up while PostgreSQL is down.
 		if a.rateLimited(&a.dbLogged) {
-			a.log.Warnf("ingest_api: looking up %d external IDs in the database, sending them anyway: %v", len(fresh), err)
+			a.Log.Warnf("ingest_api: looking up %d external IDs in the database, sending them anyway: %v", len(fresh), err)
 		}
 	}
 	var upKeys []string
 	var upEntries []idemEntry
 	for _, i := range fresh {
 		it := candidates[i]
-		row, ok := stored[it.externalID]
+		row, ok := stored[it.ExternalID]
 		if !ok {
 			send = append(send, i)
 			continue
 		}
-		res := &results[it.index]
+		res := &results[it.Index]
 		res.Status, res.ID = statusDuplicate, row.id.String()
 		// The entry written back answers the next resends as this one
 		// was: by the stored hash when the row has one (the entry is
 		// then an accepted one, its hash the first content's), else
 		// duplicate whatever they carry (stored).
-		entry := idemEntry{state: idemStored, id: row.id, hash: hashes[it.index]}
+		entry := idemEntry{state: idemStored, id: row.id, hash: hashes[it.Index]}
 		if row.hashed {
 			entry.state, entry.hash = idemAccepted, row.hash
-			if row.hash != hashes[it.index] {
+			if row.hash != hashes[it.Index] {
 				res.Status, res.Message = statusConflict, msgConflict
 			}
 		}
@@ -167,7 +168,7 @@ func (a *ingestAPI) answerStored(rctx context.Context, lookup <-chan storedLooku
 }
 
 // recordSent writes back to Redis what Kafka took of the items sent.
-func (a *ingestAPI) recordSent(ctx context.Context, req requestToken, candidates []*item, send []int, prev []*idemEntry, mine []idemEntry, keys []string, results []itemResult) {
+func (a *ingestAPI) recordSent(ctx context.Context, req requestToken, candidates []*apirequest.Item, send []int, prev []*idemEntry, mine []idemEntry, keys []string, results []itemResult) {
 	// What Kafka took: this request's own claims by its one marker, another
 	// request's pending entries it sent again one by one. What Kafka did
 	// not take: this request's claims are released, first, so the marker
@@ -178,9 +179,9 @@ func (a *ingestAPI) recordSent(ctx context.Context, req requestToken, candidates
 	for _, i := range send {
 		it := candidates[i]
 		switch {
-		case results[it.index].Status == statusAccepted && prev[i] == nil:
+		case results[it.Index].Status == statusAccepted && prev[i] == nil:
 			mark = true
-		case results[it.index].Status == statusAccepted:
+		case results[it.Index].Status == statusAccepted:
 			e := mine[i]
 			e.state = idemAccepted
 			accKeys, accEntries = append(accKeys, keys[i]), append(accEntries, e)
@@ -188,7 +189,7 @@ func (a *ingestAPI) recordSent(ctx context.Context, req requestToken, candidates
 			relKeys, relEntries = append(relKeys, keys[i]), append(relEntries, mine[i])
 		}
 	}
-	uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), iaProbeTimeout)
+	uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), apirequest.ProbeTimeout)
 	defer ucancel()
 	if err := a.idem.update(uctx, accKeys, accEntries); err != nil {
 		a.logRedis(err)
@@ -237,12 +238,12 @@ func (a *ingestAPI) resolvePending(ctx context.Context, prev []*idemEntry) {
 // logRedis logs a Redis failure at most once every 10 s.
 func (a *ingestAPI) logRedis(err error) {
 	if a.rateLimited(&a.redisLogged) {
-		a.log.Warnf("ingest_api: Redis (resend check): %v", err)
+		a.Log.Warnf("ingest_api: Redis (resend check): %v", err)
 	}
 }
 
 // rateLimited reports whether a WARN of the kind warns limits may be logged
-// now: at most one every logEvery, so an outage logs a line every 10 s, not
+// now: at most one every apirequest.LogEvery, so an outage logs a line every 10 s, not
 // one per request.
 func (a *ingestAPI) rateLimited(warns *rate.Sometimes) bool {
 	due := false
@@ -272,7 +273,7 @@ func (a *ingestAPI) storedIDs(ctx context.Context, ws event.UUID, kind event.Kin
 	if kind == event.KindAccountEvent {
 		table = "speculapro.account_events"
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), iaProbeTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), apirequest.ProbeTimeout)
 	defer cancel()
 	stored := make(map[string]storedRow)
 	// One round trip: a batch runs as one implicit transaction, so the
@@ -282,7 +283,7 @@ func (a *ingestAPI) storedIDs(ctx context.Context, ws event.UUID, kind event.Kin
 	b.Queue(`SELECT set_config('speculapro.workspace_id', $1, true)`, ws.String())
 	b.Queue(`SELECT external_id, id, content_hash FROM `+table+` WHERE workspace_id = $1 AND external_id = ANY($2)`, ws, exts)
 	err := func() error {
-		br := a.pool.SendBatch(ctx, &b)
+		br := a.Pool.SendBatch(ctx, &b)
 		defer br.Close()
 		if _, err := br.Exec(); err != nil {
 			return fmt.Errorf("binding the session to its workspace: %w", err)
@@ -318,7 +319,7 @@ func (a *ingestAPI) storedIDs(ctx context.Context, ws event.UUID, kind event.Kin
 
 // inWorkspace runs fn in one transaction bound to ws by row-level security.
 func (a *ingestAPI) inWorkspace(ctx context.Context, ws event.UUID, fn func(pgx.Tx) error) error {
-	return pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
+	return pgx.BeginFunc(ctx, a.Pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT set_config('speculapro.workspace_id', $1, true)`, ws.String()); err != nil {
 			return fmt.Errorf("binding the session to its workspace: %w", err)
 		}

@@ -1,4 +1,4 @@
-package api
+package ingestapi
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 
+	"github.com/speculapro/speculapro/internal/apirequest"
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/eventmsg"
 )
@@ -20,24 +21,24 @@ import (
 // output may still read the records: it has them and has not acknowledged
 // all of them (a timeout, a failed write); their buffers are then not
 // reused.
-func (a *ingestAPI) deliver(kind event.Kind, topic string, items []*item, results []itemResult) (settled bool) {
+func (a *ingestAPI) deliver(kind event.Kind, topic string, items []*apirequest.Item, results []itemResult) (settled bool) {
 	batch := make(service.MessageBatch, len(items))
 	topicValue := any(topic) // boxed once a request, not once a message
 	for i, it := range items {
-		m := service.NewMessage(it.value)
+		m := service.NewMessage(it.Value)
 		m.MetaSetMut("ingest_topic", topicValue)
-		m.MetaSetMut("ingest_key", it.key)
+		m.MetaSetMut("ingest_key", it.Key)
 		// The envelope rides along, so a processor (feature_update, for
 		// account events) reads it instead of parsing the record again; it
 		// also tells which item a failed message is (failedItems).
-		batch[i] = eventmsg.With(m, &it.env)
+		batch[i] = eventmsg.With(m, &it.Envelope)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), a.ackTimeout)
 	defer cancel()
 
 	retryAll := func(msg string) {
 		for _, it := range items {
-			results[it.index].Status, results[it.index].Message = statusRetry, msg
+			results[it.Index].Status, results[it.Index].Message = statusRetry, msg
 		}
 	}
 	if kind == event.KindAccountEvent && len(a.accountProcs) > 0 {
@@ -76,10 +77,10 @@ func (a *ingestAPI) deliver(kind event.Kind, topic string, items []*item, result
 
 // answerDelivered sets each delivered item's result from the pipeline's
 // acknowledgement.
-func (a *ingestAPI) answerDelivered(ackErr error, items []*item, results []itemResult) {
+func (a *ingestAPI) answerDelivered(ackErr error, items []*apirequest.Item, results []itemResult) {
 	failed := failedItems(ackErr, items)
 	for i, it := range items {
-		res := &results[it.index]
+		res := &results[it.Index]
 		err, bad := failed[i]
 		var reason string
 		var rejected bool
@@ -94,10 +95,10 @@ func (a *ingestAPI) answerDelivered(ackErr error, items []*item, results []itemR
 			res.Status = statusAccepted
 		case rejected:
 			res.Status = statusRejected
-			res.Errors = []FieldError{{Field: itemPath(it.index), Message: reason}}
+			res.Errors = []apirequest.FieldError{{Field: apirequest.ItemPath(it.Index), Message: reason}}
 			res.ID = ""
 		default:
-			a.log.Debugf("ingest_api: an item was not taken by Kafka: %v", err)
+			a.Log.Debugf("ingest_api: an item was not taken by Kafka: %v", err)
 			res.Status, res.Message = statusRetry, "not in Kafka; send it again"
 		}
 	}
@@ -130,7 +131,7 @@ func (a *ingestAPI) processAccountEvents(ctx context.Context, batch service.Mess
 // message of every request for the rare failure). A walk that does not
 // account for every item, or a failed message that is not one of ours,
 // fails them all: retry is always safe.
-func failedItems(ackErr error, items []*item) map[int]error {
+func failedItems(ackErr error, items []*apirequest.Item) map[int]error {
 	failed := map[int]error{}
 	if ackErr == nil {
 		return failed
@@ -147,7 +148,7 @@ func failedItems(ackErr error, items []*item) map[int]error {
 	}
 	index := make(map[*event.Envelope]int, len(items))
 	for i, it := range items {
-		index[&it.env] = i
+		index[&it.Envelope] = i
 	}
 	walked, ours := 0, true
 	//nolint:staticcheck // walks the output's batch; the envelope, not the position, names the item

@@ -1,4 +1,4 @@
-package api
+package ingestapi
 
 import (
 	"bytes"
@@ -13,7 +13,9 @@ import (
 	_ "github.com/redpanda-data/benthos/v4/public/components/pure"
 	"github.com/redpanda-data/benthos/v4/public/service"
 
+	"github.com/speculapro/speculapro/devtools/apisample"
 	"github.com/speculapro/speculapro/devtools/testenv"
+	"github.com/speculapro/speculapro/internal/apirequest"
 	"github.com/speculapro/speculapro/internal/event"
 )
 
@@ -76,7 +78,7 @@ func TestEngineFailuresReachTheirItems(t *testing.T) {
 		items = append(items, f.txnAt(ext, f.txTime, "1.00"))
 		want[i] = status
 	}
-	code, out := f.call(t, "POST", "/v1/transactions", f.keyA, string(batchOf(items...)))
+	code, out := f.call(t, "POST", "/v1/transactions", f.keyA, string(apisample.Batch(items...)))
 	if code != 200 {
 		t.Fatalf("answer %d: %v", code, out)
 	}
@@ -90,7 +92,7 @@ func TestEngineFailuresReachTheirItems(t *testing.T) {
 // order they arrived; one that waits longer than the ack timeout is
 // refused (the handler answers 503 with Retry-After).
 func TestActiveRequestsTakeTurns(t *testing.T) {
-	a := &ingestAPI{turns: newTurnTaker(1), ackTimeout: time.Minute, closing: make(chan struct{})}
+	a := &ingestAPI{turns: apirequest.NewTurnTaker(1), ackTimeout: time.Minute, closing: make(chan struct{})}
 	var ws event.UUID
 	ctx := context.Background()
 	if !a.enter(ctx, ws) {
@@ -142,14 +144,14 @@ func TestAccountEventProcessorsRunOnAccountEventsOnly(t *testing.T) {
   - mutation: 'root = throw("attributes: refused by the processor")'
 `
 	runIngestEngine(t, f, yaml, "")
-	code, out := f.call(t, "POST", "/v1/transactions", f.keyA, string(batchOf(f.txn("t-1", ""), f.txn("t-2", ""))))
+	code, out := f.call(t, "POST", "/v1/transactions", f.keyA, string(apisample.Batch(f.txn("t-1", ""), f.txn("t-2", ""))))
 	if st, _ := results(t, out); code != 200 || strings.Join(st, ",") != "accepted,accepted" {
 		t.Errorf("transactions: %d %v, want both accepted (the processors are not theirs)", code, out)
 	}
 	ev := func(ext string) string {
 		return fmt.Sprintf(`{"external_id":%q,"occurred_at":%q,"customer_external_id":"cust-1","type":"sim_swap"}`, ext, f.txTime.Format(time.RFC3339Nano))
 	}
-	code, out = f.call(t, "POST", "/v1/account-events", f.keyA, string(batchOf(ev("ae-1"), ev("ae-2"))))
+	code, out = f.call(t, "POST", "/v1/account-events", f.keyA, string(apisample.Batch(ev("ae-1"), ev("ae-2"))))
 	if st, _ := results(t, out); code != 200 || strings.Join(st, ",") != "rejected,rejected" {
 		t.Fatalf("account events: %d %v, want both rejected by the processor", code, out)
 	}

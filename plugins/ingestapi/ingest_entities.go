@@ -1,4 +1,4 @@
-package api
+package ingestapi
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/speculapro/speculapro/internal/apirequest"
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/identity"
 	"github.com/speculapro/speculapro/internal/pgclass"
@@ -28,49 +29,49 @@ type entityResponse struct {
 
 // rejectedResponse answers a PUT whose body fails validation.
 type rejectedResponse struct {
-	Error  string       `json:"error"`
-	Errors []FieldError `json:"errors"`
+	Error  string                  `json:"error"`
+	Errors []apirequest.FieldError `json:"errors"`
 }
 
 // readEntity validates the path's external_id and decodes the body into a
-// fieldReader; a non-zero code means the answer was written.
-func (a *ingestAPI) readEntity(w http.ResponseWriter, r *http.Request) (string, *fieldReader, int) {
+// apirequest.FieldReader; a non-zero code means the answer was written.
+func (a *ingestAPI) readEntity(w http.ResponseWriter, r *http.Request) (string, *apirequest.FieldReader, int) {
 	// Our own words: the database's would describe its encoding (a NUL or
 	// invalid UTF-8 it refuses), not the client's fault.
 	ext := r.PathValue("external_id")
 	if err := event.CheckExternalID(ext); err != nil {
-		a.log.Debugf("ingest_api: external_id in the path refused: %v", err)
-		return "", nil, writeError(w, http.StatusBadRequest, fmt.Errorf("external_id in the path: want 1 to %d bytes of UTF-8 text without control characters, not only whitespace", maxIDLen))
+		a.Log.Debugf("ingest_api: external_id in the path refused: %v", err)
+		return "", nil, apirequest.WriteError(w, http.StatusBadRequest, fmt.Errorf("external_id in the path: want 1 to %d bytes of UTF-8 text without control characters, not only whitespace", apirequest.MaxIDLen))
 	}
-	body, code, err := a.readBody(w, r)
+	body, code, err := a.ReadBody(w, r)
 	if err != nil {
-		return "", nil, writeError(w, code, err)
+		return "", nil, apirequest.WriteError(w, code, err)
 	}
 	// The one check of a body (request_wire.go); a fault in it refuses the
 	// body as a whole, named at its field.
-	fault, err := checkBody(body, framingObject)
+	fault, err := apirequest.CheckBody(body, apirequest.FramingObject)
 	if err == nil && fault != nil {
-		err = faultError(fault)
+		err = apirequest.FaultError(fault)
 	}
 	if err != nil {
-		return "", nil, writeError(w, http.StatusBadRequest, err)
+		return "", nil, apirequest.WriteError(w, http.StatusBadRequest, err)
 	}
-	fr, err := newFieldReader(body, "")
+	fr, err := apirequest.NewFieldReader(body, "")
 	if err != nil {
-		return "", nil, writeError(w, http.StatusBadRequest, fmt.Errorf("%w: want a JSON object", errMalformed))
+		return "", nil, apirequest.WriteError(w, http.StatusBadRequest, fmt.Errorf("%w: want a JSON object", apirequest.ErrMalformed))
 	}
-	fr.checked = true
+	fr.Checked = true
 	return ext, fr, 0
 }
 
 // finishEntity refuses unknown fields and reports validation errors; a
 // non-zero code means the answer was written.
-func finishEntity(w http.ResponseWriter, fr *fieldReader) int {
-	if unknown := fr.unknownFields(); len(unknown) > 0 {
-		return writeError(w, http.StatusBadRequest, fmt.Errorf("%w %s", errUnknownField, quoteAll(unknown)))
+func finishEntity(w http.ResponseWriter, fr *apirequest.FieldReader) int {
+	if unknown := fr.UnknownFields(); len(unknown) > 0 {
+		return apirequest.WriteError(w, http.StatusBadRequest, fmt.Errorf("%w %s", apirequest.ErrUnknownField, apirequest.QuoteAll(unknown)))
 	}
-	if len(*fr.errs) > 0 {
-		return writeJSON(w, http.StatusUnprocessableEntity, rejectedResponse{Error: "validation failed", Errors: *fr.errs})
+	if len(*fr.Errs) > 0 {
+		return apirequest.WriteJSON(w, http.StatusUnprocessableEntity, rejectedResponse{Error: "validation failed", Errors: *fr.Errs})
 	}
 	return 0
 }
@@ -82,11 +83,11 @@ func (a *ingestAPI) handleCustomer(w http.ResponseWriter, r *http.Request, ws ev
 	if code != 0 {
 		return code
 	}
-	kind := fr.enum("kind", false, "person", "business")
-	name := fr.str("name", false, maxNameLen)
-	country := fr.country("country")
-	risk := fr.enum("risk_level", false, "low", "medium", "high")
-	attrs := fr.object("attributes")
+	kind := fr.Enum("kind", false, "person", "business")
+	name := fr.Str("name", false, apirequest.MaxNameLen)
+	country := fr.Country("country")
+	risk := fr.Enum("risk_level", false, "low", "medium", "high")
+	attrs := fr.Object("attributes")
 	if code := finishEntity(w, fr); code != 0 {
 		return code
 	}
@@ -114,18 +115,18 @@ func (a *ingestAPI) handleAccount(w http.ResponseWriter, r *http.Request, ws eve
 	if code != 0 {
 		return code
 	}
-	customer := fr.externalID("customer_external_id", true)
-	kind := fr.str("kind", false, maxLabelLen)
-	currency := fr.currency("currency", false)
-	status := fr.str("status", false, maxLabelLen)
-	number, numberKind := fr.identifier("number", "number_kind")
+	customer := fr.ExternalID("customer_external_id", true)
+	kind := fr.Str("kind", false, apirequest.MaxLabelLen)
+	currency := fr.Currency("currency", false)
+	status := fr.Str("status", false, apirequest.MaxLabelLen)
+	number, numberKind := fr.Identifier("number", "number_kind")
 	now := time.Now().UTC()
-	opened := fr.time("opened_at", false, now)
-	closed := fr.time("closed_at", false, now)
+	opened := fr.Time("opened_at", false, now)
+	closed := fr.Time("closed_at", false, now)
 	if !opened.IsZero() && !closed.IsZero() && closed.Before(opened) {
-		fr.fail("closed_at", "before opened_at")
+		fr.Fail("closed_at", "before opened_at")
 	}
-	attrs := fr.object("attributes")
+	attrs := fr.Object("attributes")
 	if code := finishEntity(w, fr); code != 0 {
 		return code
 	}
@@ -135,12 +136,12 @@ func (a *ingestAPI) handleAccount(w http.ResponseWriter, r *http.Request, ws eve
 		p, err := a.protector.Protect(ws, identity.FieldAccountNumber, identity.Kind(numberKind), number)
 		if err != nil {
 			// Validated above, so only the key ring can fail here.
-			a.log.Errorf("ingest_api: protecting an account number: %v", err)
-			return writeError(w, http.StatusInternalServerError, errors.New("cannot protect the account number"))
+			a.Log.Errorf("ingest_api: protecting an account number: %v", err)
+			return apirequest.WriteError(w, http.StatusInternalServerError, errors.New("cannot protect the account number"))
 		}
 		enc, masked = []byte(p.Enc), &p.Masked
 		if fp, err = hex.DecodeString(p.FP); err != nil {
-			return writeError(w, http.StatusInternalServerError, errors.New("cannot protect the account number"))
+			return apirequest.WriteError(w, http.StatusInternalServerError, errors.New("cannot protect the account number"))
 		}
 	}
 	id := event.AccountID(ws, ext)
@@ -183,18 +184,18 @@ func (a *ingestAPI) answerEntity(w http.ResponseWriter, what string, id event.UU
 			// The database's own text stays in the log: it can quote
 			// values and describes the schema, not the request.
 			code, _ := pgclass.Code(err)
-			a.log.Warnf("ingest_api: the database refused a %s: %v", what, err)
-			return writeError(w, http.StatusUnprocessableEntity, fmt.Errorf("the database refused the %s (SQLSTATE %s, %s); check its fields against the API's limits", what, code, pgclass.Reason(err)))
+			a.Log.Warnf("ingest_api: the database refused a %s: %v", what, err)
+			return apirequest.WriteError(w, http.StatusUnprocessableEntity, fmt.Errorf("the database refused the %s (SQLSTATE %s, %s); check its fields against the API's limits", what, code, pgclass.Reason(err)))
 		}
-		a.log.Warnf("ingest_api: writing a %s: %v", what, err)
-		return writeError(w, http.StatusServiceUnavailable, fmt.Errorf("cannot write the %s now; send it again", what))
+		a.Log.Warnf("ingest_api: writing a %s: %v", what, err)
+		return apirequest.WriteError(w, http.StatusServiceUnavailable, fmt.Errorf("cannot write the %s now; send it again", what))
 	}
 	resp := entityResponse{ID: id.String(), ExternalID: ext, Status: "updated"}
 	code := http.StatusOK
 	if created {
 		resp.Status, code = "created", http.StatusCreated
 	}
-	return writeJSON(w, code, resp)
+	return apirequest.WriteJSON(w, code, resp)
 }
 
 func nullable(s string) *string {

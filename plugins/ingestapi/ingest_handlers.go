@@ -1,8 +1,7 @@
-package api
+package ingestapi
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"strconv"
@@ -10,6 +9,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/speculapro/speculapro/internal/apirequest"
 	"github.com/speculapro/speculapro/internal/event"
 )
 
@@ -24,26 +24,26 @@ const (
 
 // routeList is the ingest API's endpoints; TestOpenAPIDocumentsEveryRoute
 // compares it with openapi.json.
-func (a *ingestAPI) routeList() []route {
-	return []route{
-		{http.MethodPost, "/v1/transactions", true, a.handleBatch(event.KindTransaction)},
-		{http.MethodPost, "/v1/account-events", true, a.handleBatch(event.KindAccountEvent)},
-		{http.MethodPut, "/v1/customers/{external_id}", true, a.handleCustomer},
-		{http.MethodPut, "/v1/accounts/{external_id}", true, a.handleAccount},
-		{http.MethodGet, "/v1/openapi.json", false, handleOpenAPI},
-		{http.MethodGet, "/healthz", false, handleHealth},
-		{http.MethodGet, "/readyz", false, a.handleReady},
+func (a *ingestAPI) routeList() []apirequest.Route {
+	return []apirequest.Route{
+		{Method: http.MethodPost, Pattern: "/v1/transactions", Authed: true, Handle: a.handleBatch(event.KindTransaction)},
+		{Method: http.MethodPost, Pattern: "/v1/account-events", Authed: true, Handle: a.handleBatch(event.KindAccountEvent)},
+		{Method: http.MethodPut, Pattern: "/v1/customers/{external_id}", Authed: true, Handle: a.handleCustomer},
+		{Method: http.MethodPut, Pattern: "/v1/accounts/{external_id}", Authed: true, Handle: a.handleAccount},
+		{Method: http.MethodGet, Pattern: "/v1/openapi.json", Authed: false, Handle: handleOpenAPI},
+		{Method: http.MethodGet, Pattern: "/healthz", Authed: false, Handle: apirequest.HandleHealth},
+		{Method: http.MethodGet, Pattern: "/readyz", Authed: false, Handle: a.handleReady},
 	}
 }
 
 // itemResult is one item's answer.
 type itemResult struct {
-	Index      int          `json:"index"`
-	ExternalID string       `json:"external_id,omitempty"`
-	Status     string       `json:"status"`
-	ID         string       `json:"id,omitempty"`
-	Errors     []FieldError `json:"errors,omitempty"`
-	Message    string       `json:"message,omitempty"`
+	Index      int                     `json:"index"`
+	ExternalID string                  `json:"external_id,omitempty"`
+	Status     string                  `json:"status"`
+	ID         string                  `json:"id,omitempty"`
+	Errors     []apirequest.FieldError `json:"errors,omitempty"`
+	Message    string                  `json:"message,omitempty"`
 }
 
 // batchResponse answers a batch request.
@@ -62,29 +62,29 @@ func (a *ingestAPI) handleBatch(kind event.Kind) func(http.ResponseWriter, *http
 		topic, endpoint = "account.events", "POST /v1/account-events"
 	}
 	return func(w http.ResponseWriter, r *http.Request, ws event.UUID) int {
-		body, code, err := a.readBody(w, r)
+		body, code, err := a.ReadBody(w, r)
 		if err != nil {
-			return writeError(w, code, err)
+			return apirequest.WriteError(w, code, err)
 		}
 		// After the body is read: a client sending slowly holds no slot.
 		if !a.enter(r.Context(), ws) {
 			w.Header().Set("Retry-After", "1")
-			return writeError(w, http.StatusServiceUnavailable, errors.New("too many requests being worked on; send it again in a second"))
+			return apirequest.WriteError(w, http.StatusServiceUnavailable, errors.New("too many requests being worked on; send it again in a second"))
 		}
 		defer a.leave()
-		var slab recordSlab
-		parsed, err := decodeBatchInto(body, kind, ws, time.Now().UTC(), a.maxItems, a.protector, &slab)
+		var slab apirequest.RecordSlab
+		parsed, err := apirequest.DecodeBatchInto(body, kind, ws, time.Now().UTC(), a.maxItems, a.protector, &slab)
 		switch {
-		case errors.Is(err, errTooManyItems):
-			slab.release()
-			return writeError(w, http.StatusRequestEntityTooLarge, err)
+		case errors.Is(err, apirequest.ErrTooManyItems):
+			slab.Release()
+			return apirequest.WriteError(w, http.StatusRequestEntityTooLarge, err)
 		case err != nil:
-			slab.release()
-			return writeError(w, http.StatusBadRequest, err)
+			slab.Release()
+			return apirequest.WriteError(w, http.StatusBadRequest, err)
 		}
 		results, settled := a.answerBatch(r.Context(), ws, kind, topic, parsed)
 		if settled {
-			slab.release()
+			slab.Release()
 		}
 		resp := batchResponse{Results: results}
 		for _, res := range results {
@@ -120,21 +120,21 @@ func (a *ingestAPI) handleBatch(kind event.Kind) func(http.ResponseWriter, *http
 }
 
 // enter waits until the request may be worked on (max_active_requests),
-// taking turns with the other workspaces waiting (turnTaker): false when the
+// taking turns with the other workspaces waiting (apirequest.TurnTaker): false when the
 // client gave up, the API is closing or no turn came within the ack timeout
 // (the requests being worked on wait for a Kafka that does not answer).
 func (a *ingestAPI) enter(ctx context.Context, ws event.UUID) bool {
-	return a.turns.enter(ctx, ws.String(), a.ackTimeout, a.closing)
+	return a.turns.Enter(ctx, ws.String(), a.ackTimeout, a.closing)
 }
 
 // leave gives the request's turn to the next in line.
-func (a *ingestAPI) leave() { a.turns.leave() }
+func (a *ingestAPI) leave() { a.turns.Leave() }
 
 // answerBuffers are the buffers batch answers are written in (one is about
 // 120 bytes an item), reused: the writer copies what it is given.
 var answerBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
 
-// writeBatchResponse writes a batch answer exactly as writeJSON would
+// writeBatchResponse writes a batch answer exactly as apirequest.WriteJSON would
 // (json.Marshal's bytes, TestBatchAnswerIsMarshal), from the fields
 // instead of through reflection.
 func writeBatchResponse(w http.ResponseWriter, resp *batchResponse) int {
@@ -181,11 +181,11 @@ func appendItemResult(b []byte, r *itemResult) []byte {
 	b = append(b, `{"index":`...)
 	b = strconv.AppendInt(b, int64(r.Index), 10)
 	if r.ExternalID != "" {
-		b = appendHTMLSafeString(append(b, `,"external_id":`...), r.ExternalID)
+		b = apirequest.AppendHTMLSafeString(append(b, `,"external_id":`...), r.ExternalID)
 	}
-	b = appendHTMLSafeString(append(b, `,"status":`...), r.Status)
+	b = apirequest.AppendHTMLSafeString(append(b, `,"status":`...), r.Status)
 	if r.ID != "" {
-		b = appendHTMLSafeString(append(b, `,"id":`...), r.ID)
+		b = apirequest.AppendHTMLSafeString(append(b, `,"id":`...), r.ID)
 	}
 	if len(r.Errors) > 0 {
 		b = append(b, `,"errors":[`...)
@@ -193,14 +193,14 @@ func appendItemResult(b []byte, r *itemResult) []byte {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = appendHTMLSafeString(append(b, `{"field":`...), e.Field)
-			b = appendHTMLSafeString(append(b, `,"message":`...), e.Message)
+			b = apirequest.AppendHTMLSafeString(append(b, `{"field":`...), e.Field)
+			b = apirequest.AppendHTMLSafeString(append(b, `,"message":`...), e.Message)
 			b = append(b, '}')
 		}
 		b = append(b, ']')
 	}
 	if r.Message != "" {
-		b = appendHTMLSafeString(append(b, `,"message":`...), r.Message)
+		b = apirequest.AppendHTMLSafeString(append(b, `,"message":`...), r.Message)
 	}
 	return append(b, '}')
 }
@@ -210,30 +210,30 @@ func appendItemResult(b []byte, r *itemResult) []byte {
 // external_id was first accepted under (Redis, then the database), and the
 // rest by the pipeline's acknowledgement. settled is false while the
 // output may still read the records (see deliver).
-func (a *ingestAPI) answerBatch(ctx context.Context, ws event.UUID, kind event.Kind, topic string, parsed []parsedItem) (results []itemResult, settled bool) {
+func (a *ingestAPI) answerBatch(ctx context.Context, ws event.UUID, kind event.Kind, topic string, parsed []apirequest.ParsedItem) (results []itemResult, settled bool) {
 	results = takeResults(len(parsed))
 	settled = true
 	first := make(map[string]int, len(parsed)) // external_id → index of its first valid item
 	hashes := make([][8]byte, len(parsed))
-	candidates := make([]*item, 0, len(parsed))
+	candidates := make([]*apirequest.Item, 0, len(parsed))
 	// The answers' IDs are cut from one buffer, never written again: one
 	// allocation a request, not one an item.
 	ids := make([]byte, 0, 36*len(parsed))
 	for i, p := range parsed {
-		results[i] = itemResult{Index: i, ExternalID: p.item.externalID}
-		if len(p.errors) > 0 {
-			results[i].Status, results[i].Errors = statusRejected, p.errors
+		results[i] = itemResult{Index: i, ExternalID: p.Item.ExternalID}
+		if len(p.Errors) > 0 {
+			results[i].Status, results[i].Errors = statusRejected, p.Errors
 			continue
 		}
-		hashes[i] = a.contentHash(ws, &parsed[i].item)
+		hashes[i] = a.contentHash(ws, &parsed[i].Item)
 		start := len(ids)
-		ids = appendUUIDText(ids, p.item.id)
+		ids = apirequest.AppendUUIDText(ids, p.Item.ID)
 		results[i].ID = unsafe.String(unsafe.SliceData(ids[start:]), len(ids)-start)
-		if _, seen := first[p.item.externalID]; seen {
+		if _, seen := first[p.Item.ExternalID]; seen {
 			continue // answered like its first copy, below
 		}
-		first[p.item.externalID] = i
-		candidates = append(candidates, &parsed[i].item)
+		first[p.Item.ExternalID] = i
+		candidates = append(candidates, &parsed[i].Item)
 	}
 	if len(candidates) > 0 {
 		settled = a.decide(ctx, ws, kind, topic, candidates, hashes, results)
@@ -242,7 +242,7 @@ func (a *ingestAPI) answerBatch(ctx context.Context, ws event.UUID, kind event.K
 		if results[i].Status != "" {
 			continue
 		}
-		fi := first[p.item.externalID]
+		fi := first[p.Item.ExternalID]
 		f := results[fi]
 		results[i].ID = f.ID
 		switch {
@@ -257,13 +257,13 @@ func (a *ingestAPI) answerBatch(ctx context.Context, ws event.UUID, kind event.K
 	return results, settled
 }
 
-// resultSlices are requests' answers, reused (up to maxItemsDefault): 5 %
+// resultSlices are requests' answers, reused (up to apirequest.MaxItemsDefault): 5 %
 // of the bytes allocated at the benchmark's load.
-var resultSlices = sync.Pool{New: func() any { s := make([]itemResult, 0, maxItemsDefault); return &s }}
+var resultSlices = sync.Pool{New: func() any { s := make([]itemResult, 0, apirequest.MaxItemsDefault); return &s }}
 
 // takeResults returns n zero results, from the pool when n fits.
 func takeResults(n int) []itemResult {
-	if n > maxItemsDefault {
+	if n > apirequest.MaxItemsDefault {
 		return make([]itemResult, n)
 	}
 	return (*resultSlices.Get().(*[]itemResult))[:n] // zero: releaseResults cleared them
@@ -272,7 +272,7 @@ func takeResults(n int) []itemResult {
 // releaseResults gives a request's results back once its answer is
 // written, cleared whole so that the pool keeps none of its strings alive.
 func releaseResults(r []itemResult) {
-	if cap(r) != maxItemsDefault {
+	if cap(r) != apirequest.MaxItemsDefault {
 		return
 	}
 	r = r[:cap(r)]
@@ -281,47 +281,23 @@ func releaseResults(r []itemResult) {
 	resultSlices.Put(&r)
 }
 
-// errorResponse is every error answer's body.
-type errorResponse struct {
-	Error string `json:"error"`
-}
-
-func writeError(w http.ResponseWriter, code int, err error) int {
-	return writeJSON(w, code, errorResponse{Error: err.Error()})
-}
-
-func writeJSON(w http.ResponseWriter, code int, v any) int {
-	b, err := json.Marshal(v)
-	if err != nil {
-		code, b = http.StatusInternalServerError, []byte(`{"error":"cannot encode the answer"}`)
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_, _ = w.Write(append(b, '\n'))
-	return code
-}
-
-func handleHealth(w http.ResponseWriter, _ *http.Request, _ event.UUID) int {
-	return writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-}
-
 // handleReady is ready only while Kafka, PostgreSQL and Redis answer:
 // without them items cannot be accepted (Kafka), authenticated (PostgreSQL)
 // or checked for an earlier copy (Redis).
 func (a *ingestAPI) handleReady(w http.ResponseWriter, r *http.Request, _ event.UUID) int {
-	ctx, cancel := context.WithTimeout(r.Context(), iaProbeTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), apirequest.ProbeTimeout)
 	defer cancel()
 	status := map[string]string{"status": "ready", "kafka": "ok", "postgres": "ok"}
 	code := http.StatusOK
 	if err := a.probe.Ping(ctx); err != nil {
 		status["kafka"], status["status"], code = "unreachable", "not ready", http.StatusServiceUnavailable
 	}
-	if err := a.pool.Ping(ctx); err != nil {
+	if err := a.Pool.Ping(ctx); err != nil {
 		status["postgres"], status["status"], code = "unreachable", "not ready", http.StatusServiceUnavailable
 	}
 	status["redis"] = "ok"
 	if err := a.idem.client.Ping(ctx).Err(); err != nil {
 		status["redis"], status["status"], code = "unreachable", "not ready", http.StatusServiceUnavailable
 	}
-	return writeJSON(w, code, status)
+	return apirequest.WriteJSON(w, code, status)
 }

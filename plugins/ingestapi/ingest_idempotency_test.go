@@ -1,4 +1,4 @@
-package api
+package ingestapi
 
 import (
 	"context"
@@ -7,7 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/speculapro/speculapro/devtools/apisample"
 	"github.com/speculapro/speculapro/devtools/testenv"
+	"github.com/speculapro/speculapro/internal/apirequest"
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/redisconn"
 )
@@ -24,7 +26,7 @@ func (f *apiFixture) txnAt(ext string, at time.Time, amount string) string {
 func TestResendAnswersTheFirstID(t *testing.T) {
 	f := newAPIFixture(t)
 	at := f.txTime.Add(123456 * time.Nanosecond) // sub-millisecond digits
-	_, out := f.call(t, "POST", "/v1/transactions", f.keyA, string(batchOf(f.txnAt("idem-1", at, "10.00"))))
+	_, out := f.call(t, "POST", "/v1/transactions", f.keyA, string(apisample.Batch(f.txnAt("idem-1", at, "10.00"))))
 	st, ids := results(t, out)
 	if st[0] != statusAccepted {
 		t.Fatalf("first send: %v", out)
@@ -35,17 +37,17 @@ func TestResendAnswersTheFirstID(t *testing.T) {
 	}
 	sent := f.pipe.count()
 	for _, shift := range []time.Duration{0, time.Microsecond, 500 * time.Microsecond, time.Millisecond, time.Hour} {
-		_, out := f.call(t, "POST", "/v1/transactions", f.keyA, string(batchOf(f.txnAt("idem-1", at.Add(shift), "10.00"))))
+		_, out := f.call(t, "POST", "/v1/transactions", f.keyA, string(apisample.Batch(f.txnAt("idem-1", at.Add(shift), "10.00"))))
 		if st, ids := results(t, out); st[0] != statusDuplicate || ids[0] != first {
 			t.Errorf("resend with occurred_at %+v: %v %v, want duplicate %s", shift, st, ids, first)
 		}
 	}
-	_, out = f.call(t, "POST", "/v1/transactions", f.keyA, string(batchOf(f.txnAt("idem-1", at, "99999.00"))))
+	_, out = f.call(t, "POST", "/v1/transactions", f.keyA, string(apisample.Batch(f.txnAt("idem-1", at, "99999.00"))))
 	if st, ids := results(t, out); st[0] != statusConflict || ids[0] != first || out["conflict"] != float64(1) {
 		t.Errorf("resend with another amount: %v", out)
 	}
 	// Two copies in one request: the second like the first, or conflict.
-	_, out = f.call(t, "POST", "/v1/transactions", f.keyA, string(batchOf(
+	_, out = f.call(t, "POST", "/v1/transactions", f.keyA, string(apisample.Batch(
 		f.txnAt("idem-2", at, "5.00"), f.txnAt("idem-2", at.Add(time.Millisecond), "5.00"), f.txnAt("idem-2", at, "6.00"))))
 	if st, ids := results(t, out); strings.Join(st, ",") != "accepted,duplicate,conflict" || ids[1] != ids[0] || ids[2] != ids[0] {
 		t.Errorf("copies in one request: %v %v", st, ids)
@@ -63,13 +65,13 @@ func TestPendingClaimResendsUnderTheFirstID(t *testing.T) {
 	f := newAPIFixture(t)
 	at := f.txTime
 	firstID := event.TransactionID(f.wsA, "pend-1", at.Add(-time.Minute))
-	it := item{externalID: "pend-1", env: event.Envelope{Kind: event.KindTransaction, ExternalID: "pend-1", AccountExternalID: "acc-1", Amount: "10.00", Currency: "EUR", Direction: "in"}}
+	it := apirequest.Item{ExternalID: "pend-1", Envelope: event.Envelope{Kind: event.KindTransaction, ExternalID: "pend-1", AccountExternalID: "acc-1", Amount: "10.00", Currency: "EUR", Direction: "in"}}
 	key := f.a.idem.key(event.KindTransaction, f.wsA, "pend-1")
 	entry := idemEntry{state: idemPending, id: firstID, hash: f.a.contentHash(f.wsA, &it)}
 	if err := f.a.idem.client.Set(context.Background(), key, entry.value(), time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
-	_, out := f.call(t, "POST", "/v1/transactions", f.keyA, string(batchOf(f.txnAt("pend-1", at, "10.00"))))
+	_, out := f.call(t, "POST", "/v1/transactions", f.keyA, string(apisample.Batch(f.txnAt("pend-1", at, "10.00"))))
 	if st, ids := results(t, out); st[0] != statusAccepted || ids[0] != firstID.String() {
 		t.Fatalf("resend of a pending item: %v %v, want accepted under %s", st, ids, firstID)
 	}
@@ -80,7 +82,7 @@ func TestPendingClaimResendsUnderTheFirstID(t *testing.T) {
 
 	// Kafka refuses: answered retry and the claim is released, so a resend
 	// is sent (not answered duplicate for something Kafka never took).
-	_, out = f.call(t, "POST", "/v1/transactions", f.keyA, string(batchOf(f.txnAt("kafka-down", at, "10.00"))))
+	_, out = f.call(t, "POST", "/v1/transactions", f.keyA, string(apisample.Batch(f.txnAt("kafka-down", at, "10.00"))))
 	if st, _ := results(t, out); st[0] != statusRetry {
 		t.Fatalf("kafka-down: %v", out)
 	}
@@ -95,7 +97,7 @@ func TestPendingClaimResendsUnderTheFirstID(t *testing.T) {
 // still answered rejected.
 func TestRedisDownAnswersRetry(t *testing.T) {
 	f := newAPIFixtureWith(t, "redis://"+testenv.FreeAddr(t)+"/0")
-	_, out := f.call(t, "POST", "/v1/transactions", f.keyA, string(batchOf(f.txn("r-1", ""), f.txn("r-2", `,"amount":"-1"`))))
+	_, out := f.call(t, "POST", "/v1/transactions", f.keyA, string(apisample.Batch(f.txn("r-1", ""), f.txn("r-2", `,"amount":"-1"`))))
 	if st, _ := results(t, out); strings.Join(st, ",") != "retry,rejected" {
 		t.Errorf("Redis down: %v", out)
 	}
@@ -201,16 +203,16 @@ func TestIdempotencyOnRedisCluster(t *testing.T) {
 // implementation gave.
 func TestIdempotencyKnownAnswers(t *testing.T) {
 	s := &idemStore{prefix: "sp:"}
-	if got := s.key(event.KindTransaction, testWS, "ext-é-1"); got != "sp:idem:{zTC_AA1rMTn-iRdyU4uU2Q}" {
+	if got := s.key(event.KindTransaction, apisample.Workspace, "ext-é-1"); got != "sp:idem:{zTC_AA1rMTn-iRdyU4uU2Q}" {
 		t.Errorf("key %s", got)
 	}
-	got, err := decodeBatch(batchOf(validTxn), event.KindTransaction, testWS, testNow, 10, testProt)
+	got, err := apirequest.DecodeBatch(apisample.Batch(apisample.Transaction), event.KindTransaction, apisample.Workspace, apisample.Now, 10, apisample.Protector)
 	if err != nil {
 		t.Fatal(err)
 	}
-	it := got[0].item
-	it.env.Counterparty.IdentifierFP = "fp-x" // the fingerprint the answer was taken with
-	if h := contentHash(&it.env); fmt.Sprintf("%x", h) != "294ae6198e80a04b" {
+	it := got[0].Item
+	it.Envelope.Counterparty.IdentifierFP = "fp-x" // the fingerprint the answer was taken with
+	if h := contentHash(&it.Envelope); fmt.Sprintf("%x", h) != "294ae6198e80a04b" {
 		t.Errorf("transaction content hash %x", h)
 	}
 	e := event.Envelope{Kind: event.KindAccountEvent, ExternalID: "ev", CustomerExternalID: "c", Type: "sim_swap", Attributes: []byte(`{"a":1}`)}
@@ -229,24 +231,24 @@ func TestContentHashSurvivesTheRecord(t *testing.T) {
 		kind event.Kind
 		item string
 	}{
-		"transaction": {event.KindTransaction, validTxn},
-		"name only":   {event.KindTransaction, strings.Replace(validTxn, `,"identifier":"DE89 3704 0044 0532 0130 00","identifier_kind":"iban"`, "", 1)},
+		"transaction": {event.KindTransaction, apisample.Transaction},
+		"name only":   {event.KindTransaction, strings.Replace(apisample.Transaction, `,"identifier":"DE89 3704 0044 0532 0130 00","identifier_kind":"iban"`, "", 1)},
 		"no counterparty": {event.KindTransaction, `{"external_id":"t-2","occurred_at":"2026-11-30T07:41:12Z","account_external_id":"acc-1",` +
 			`"amount":"0.5","currency":"EUR","direction":"in","metadata":{"note":"caf\u00e9 \"<&>\"","n":[1, 2.50]}}`},
 		"account event": {event.KindAccountEvent, `{"external_id":"ev-1","occurred_at":"2026-11-30T07:41:12Z","customer_external_id":"c-1",` +
 			`"type":"sim_swap","attributes":{ "ip" : "203.0.113.7", "é": "\u2028" }}`},
 	} {
 		t.Run(name, func(t *testing.T) {
-			got, err := decodeBatch(batchOf(tc.item), tc.kind, testWS, testNow, 10, testProt)
-			if err != nil || len(got[0].errors) > 0 {
-				t.Fatalf("decoding the item: %v %v", err, got[0].errors)
+			got, err := apirequest.DecodeBatch(apisample.Batch(tc.item), tc.kind, apisample.Workspace, apisample.Now, 10, apisample.Protector)
+			if err != nil || len(got[0].Errors) > 0 {
+				t.Fatalf("decoding the item: %v %v", err, got[0].Errors)
 			}
-			it := got[0].item
-			rec, err := event.DecodeAt(it.value, testNow)
+			it := got[0].Item
+			rec, err := event.DecodeAt(it.Value, apisample.Now)
 			if err != nil {
 				t.Fatalf("decoding the record: %v", err)
 			}
-			if a, b := contentHash(&it.env), event.ContentHash(&rec); a != b {
+			if a, b := contentHash(&it.Envelope), event.ContentHash(&rec); a != b {
 				t.Errorf("the item hashes %x, its record %x", a, b)
 			}
 		})
@@ -262,7 +264,7 @@ func TestContentHashSurvivesTheRecord(t *testing.T) {
 func TestRequestMarkerAcceptsItsClaims(t *testing.T) {
 	f := newAPIFixture(t)
 	ctx := context.Background()
-	body := string(batchOf(f.txnAt("mark-1", f.txTime, "1.00"), f.txnAt("kafka-down", f.txTime, "1.00")))
+	body := string(apisample.Batch(f.txnAt("mark-1", f.txTime, "1.00"), f.txnAt("kafka-down", f.txTime, "1.00")))
 	_, out := f.call(t, "POST", "/v1/transactions", f.keyA, body)
 	st, ids := results(t, out)
 	if strings.Join(st, ",") != "accepted,retry" {
@@ -286,7 +288,7 @@ func TestRequestMarkerAcceptsItsClaims(t *testing.T) {
 	}
 
 	sent := f.pipe.count()
-	_, out = f.call(t, "POST", "/v1/transactions", f.keyA, string(batchOf(f.txnAt("mark-1", f.txTime.Add(time.Second), "1.00"))))
+	_, out = f.call(t, "POST", "/v1/transactions", f.keyA, string(apisample.Batch(f.txnAt("mark-1", f.txTime.Add(time.Second), "1.00"))))
 	if st, got := results(t, out); st[0] != statusDuplicate || got[0] != ids[0] {
 		t.Errorf("resend: %v %v, want duplicate %s", st, got, ids[0])
 	}
@@ -298,7 +300,7 @@ func TestRequestMarkerAcceptsItsClaims(t *testing.T) {
 	if err := f.a.idem.client.Del(ctx, marker).Err(); err != nil {
 		t.Fatal(err)
 	}
-	_, out = f.call(t, "POST", "/v1/transactions", f.keyA, string(batchOf(f.txnAt("mark-1", f.txTime.Add(time.Second), "1.00"))))
+	_, out = f.call(t, "POST", "/v1/transactions", f.keyA, string(apisample.Batch(f.txnAt("mark-1", f.txTime.Add(time.Second), "1.00"))))
 	if st, got := results(t, out); st[0] != statusAccepted || got[0] != ids[0] {
 		t.Errorf("resend without the marker: %v %v, want accepted under %s", st, got, ids[0])
 	}

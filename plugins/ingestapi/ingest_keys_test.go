@@ -1,7 +1,6 @@
-package api
+package ingestapi
 
 import (
-	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -9,36 +8,7 @@ import (
 	"time"
 
 	"github.com/speculapro/speculapro/internal/apikey"
-	"github.com/speculapro/speculapro/internal/event"
 )
-
-// The key cache is an LRU: over its size the least recently used entry
-// goes, the others stay (a cache wiped whole when full would send every
-// key back to the database at once).
-func TestKeyLRUEvictsLeastRecentlyUsed(t *testing.T) {
-	c := newLRU[event.UUID](3)
-	now := time.Now()
-	exp := now.Add(time.Minute)
-	for i := range 3 {
-		c.put(fmt.Sprint(i), event.UUID{byte(i)}, exp)
-	}
-	c.get("0", now) // 1 is now the least recently used
-	c.put("3", event.UUID{3}, exp)
-	if _, _, ok := c.get("1", now); ok {
-		t.Error("the least recently used entry was kept")
-	}
-	for _, k := range []string{"0", "2", "3"} {
-		if _, fresh, ok := c.get(k, now); !ok || !fresh {
-			t.Errorf("entry %s was dropped", k)
-		}
-	}
-	if _, fresh, ok := c.get("0", exp.Add(time.Second)); !ok || fresh {
-		t.Errorf("entry past its expiry: ok=%v fresh=%v, want kept but stale", ok, fresh)
-	}
-	if c.len() != 3 {
-		t.Errorf("%d entries, want 3", c.len())
-	}
-}
 
 // An unknown key costs one database round trip, however often it is sent,
 // and a malformed one none.
@@ -48,7 +18,7 @@ func TestUnknownKeyIsLookedUpOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := f.a.keys.lookups.Load()
+	before := f.a.Keys.Lookups.Load()
 	for range 20 {
 		if code, _ := f.call(t, "PUT", "/v1/customers/c-1", unknown.Secret, `{}`); code != 401 {
 			t.Fatalf("unknown key answered %d, want 401", code)
@@ -57,7 +27,7 @@ func TestUnknownKeyIsLookedUpOnce(t *testing.T) {
 			t.Fatalf("malformed key answered %d, want 401", code)
 		}
 	}
-	if n := f.a.keys.lookups.Load() - before; n != 1 {
+	if n := f.a.Keys.Lookups.Load() - before; n != 1 {
 		t.Errorf("20 requests with one unknown key and 20 with a malformed one made %d key lookups, want 1", n)
 	}
 }
@@ -69,9 +39,7 @@ func TestKeyFloodDoesNotStarveRealClients(t *testing.T) {
 	if code, _ := f.call(t, "PUT", "/v1/customers/c-1", f.keyA, `{}`); code != 201 && code != 200 {
 		t.Fatalf("real client: %d", code)
 	}
-	f.a.keys.mu.Lock()
-	f.a.keys.ttl = time.Millisecond // every request of the real client looks its key up again
-	f.a.keys.mu.Unlock()
+	f.a.Keys.SetTTL(time.Millisecond) // every request of the real client looks its key up again
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup

@@ -1,9 +1,10 @@
-package api
+package ingestapi
 
 import (
 	_ "embed"
 	"net/http"
 
+	"github.com/speculapro/speculapro/internal/apirequest"
 	"github.com/speculapro/speculapro/internal/event"
 )
 
@@ -14,5 +15,5 @@ import (
 var openAPIDocument []byte
 
 func handleOpenAPI(w http.ResponseWriter, _ *http.Request, _ event.UUID) int {
-	return writeDocument(w, openAPIDocument)
+	return apirequest.WriteDocument(w, openAPIDocument)
 }

@@ -1,4 +1,4 @@
-package api
+package ingestapi
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/speculapro/speculapro/devtools/apisample"
+	"github.com/speculapro/speculapro/internal/apirequest"
 	"github.com/speculapro/speculapro/internal/event"
 )
 
@@ -27,7 +29,7 @@ func workBatch(n int, at time.Time) []byte {
 			`"amount":"%d.90","currency":"EUR","direction":"out","type":"card","channel":"pos","metadata":{"mcc":"5411"},%s}`,
 			i, at.Format(time.RFC3339Nano), i%100, i%100, i, cp)
 	}
-	return batchOf(items...)
+	return apisample.Batch(items...)
 }
 
 // maxDecodeAllocsPerItem bounds what parsing, validating, protecting and
@@ -39,17 +41,17 @@ const maxDecodeAllocsPerItem = 8
 
 func TestDecodeAllocationsPerItem(t *testing.T) {
 	const n = 500
-	body := workBatch(n, testNow.Add(-time.Hour))
+	body := workBatch(n, apisample.Now.Add(-time.Hour))
 	allocs := testing.AllocsPerRun(5, func() {
-		got, err := decodeBatch(body, event.KindTransaction, testWS, testNow, 1000, testProt)
-		if err != nil || len(got) != n || len(got[0].errors) != 0 {
-			t.Fatalf("decodeBatch: %v %+v", err, got[0].errors)
+		got, err := apirequest.DecodeBatch(body, event.KindTransaction, apisample.Workspace, apisample.Now, 1000, apisample.Protector)
+		if err != nil || len(got) != n || len(got[0].Errors) != 0 {
+			t.Fatalf("decodeBatch: %v %+v", err, got[0].Errors)
 		}
 	})
 	per := allocs / n
 	t.Logf("decodeBatch: %.1f allocations per item", per)
 	if per > maxDecodeAllocsPerItem+raceAllocsPerItem {
-		t.Errorf("decodeBatch allocates %.1f times per item, more than %d", per, maxDecodeAllocsPerItem+raceAllocsPerItem)
+		t.Errorf("apirequest.DecodeBatch allocates %.1f times per item, more than %d", per, maxDecodeAllocsPerItem+raceAllocsPerItem)
 	}
 }
 
@@ -73,13 +75,13 @@ func TestRedisRoundTripsPerRequest(t *testing.T) {
 	f.a.idem.client.AddHook(&rt)
 	// A first request opens the connections (their HELLO is not the
 	// check's work).
-	f.call(t, "POST", "/v1/transactions", f.keyA, string(batchOf(f.txnAt("rt-warm", f.txTime, "1.00"))))
+	f.call(t, "POST", "/v1/transactions", f.keyA, string(apisample.Batch(f.txnAt("rt-warm", f.txTime, "1.00"))))
 	const n = 200
 	items := make([]string, n)
 	for i := range items {
 		items[i] = f.txnAt(fmt.Sprintf("rt-%d", i), f.txTime, "1.00")
 	}
-	body := string(batchOf(items...))
+	body := string(apisample.Batch(items...))
 	for round, want := range []string{statusAccepted, statusDuplicate} {
 		before := rt.n.Load()
 		_, out := f.call(t, "POST", "/v1/transactions", f.keyA, body)
@@ -96,10 +98,10 @@ func TestRedisRoundTripsPerRequest(t *testing.T) {
 }
 
 func BenchmarkDecodeBatchWork(b *testing.B) {
-	body := workBatch(500, testNow.Add(-time.Hour))
+	body := workBatch(500, apisample.Now.Add(-time.Hour))
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := decodeBatch(body, event.KindTransaction, testWS, testNow, 1000, testProt); err != nil {
+		if _, err := apirequest.DecodeBatch(body, event.KindTransaction, apisample.Workspace, apisample.Now, 1000, apisample.Protector); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -120,13 +122,13 @@ const maxAnswerAllocsPerItem = 14
 func TestAnswerAllocationsPerItem(t *testing.T) {
 	f := newAPIFixture(t)
 	const n = 200
-	var parsed [][]parsedItem
+	var parsed [][]apirequest.ParsedItem
 	for run := range 7 {
 		items := make([]string, n)
 		for i := range items {
 			items[i] = f.txnAt(fmt.Sprintf("alloc-%d-%d", run, i), f.txTime, "1.00")
 		}
-		p, err := decodeBatch(batchOf(items...), event.KindTransaction, f.wsA, time.Now().UTC(), 1000, testProt)
+		p, err := apirequest.DecodeBatch(apisample.Batch(items...), event.KindTransaction, f.wsA, time.Now().UTC(), 1000, apisample.Protector)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package api
+package ingestapi
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sync/semaphore"
 	"golang.org/x/time/rate"
 
+	"github.com/speculapro/speculapro/internal/apirequest"
 	"github.com/speculapro/speculapro/internal/config"
 	"github.com/speculapro/speculapro/internal/identity"
 	"github.com/speculapro/speculapro/internal/kafkaconf"
@@ -35,8 +36,6 @@ const (
 	iaFieldAccountProcs = "account_event_processors"
 	iaFieldWSShare      = "workspace_share"
 	iaFieldKeyShare     = "api_key_share"
-	iaFieldMinRate      = "min_body_rate"
-	iaFieldRateWindow   = "min_body_rate_window"
 
 	// iaRejectPrefix and iaRejectErroredPrefix start the error of an item
 	// the pipeline refused for its content: a reject output's message
@@ -51,9 +50,6 @@ const (
 	// MB, items/s within the runs' noise; 4 gives fewer items/s, 8 no
 	// better than 6.
 	iaActiveDefault = 6
-	// iaProbeTimeout bounds each readiness probe and each database call on
-	// the request path that has no item deadline of its own.
-	iaProbeTimeout = 2 * time.Second
 )
 
 // bodyReadTimeout bounds the reading of a request, body included (a
@@ -109,10 +105,10 @@ Messages carry metadata `+"`ingest_topic`"+` (`+"`txn.ingested`"+` or `+"`accoun
 				Example("${SP_DB_URL:"+config.DBURL.Default+"}"),
 			service.NewIntField(iaFieldMaxItems).
 				Description("The most items one request may carry.").
-				Default(maxItemsDefault),
+				Default(apirequest.MaxItemsDefault),
 			service.NewIntField(iaFieldMaxBodyBytes).
 				Description("The largest request body, in bytes.").
-				Default(maxBodyBytesDefault),
+				Default(apirequest.MaxBodyBytesDefault),
 			service.NewIntField(iaFieldInFlight).
 				Description("The most request-body bytes in flight at once, until each request is answered (waiting for Kafka included). A body holds what has arrived of it (its buffer grows in steps of at least 64 KiB, each taken from this budget first), not what its Content-Length announces, so bodies that announce much and send little hold almost nothing; a request whose next step does not fit is answered 503 with Retry-After. It bounds the memory requests hold: a request takes about 10 bytes of memory per body byte while it is decoded and waits (copies of the items, their envelopes, the messages, and the garbage collector's headroom), so the default 32 MiB (six 5 MiB requests) keeps the process under 500 MB; at 64 MiB it reached about 700 MB).").
 				Default(32<<20).
@@ -125,11 +121,11 @@ Messages carry metadata `+"`ingest_topic`"+` (`+"`txn.ingested`"+` or `+"`accoun
 				Description("The share (0 to 1) of `max_in_flight_bytes` the requests of one API key may announce, as `workspace_share` does for a workspace: one client system of a workspace cannot take the workspace's whole share.").
 				Default(0.25).
 				Example("${SP_INGEST_API_KEY_SHARE:0.25}"),
-			service.NewIntField(iaFieldMinRate).
+			service.NewIntField(apirequest.FieldMinBodyRate).
 				Description("The slowest a request body may arrive, in bytes a second: within every `min_body_rate_window` at least this many bytes a second must arrive (a body that is complete sooner is not held to it), or the request is answered 408 and its connection closed. 0 leaves only the whole request's 60 s.").
 				Default(16384).
 				Example("${SP_INGEST_MIN_BODY_RATE:16384}"),
-			service.NewDurationField(iaFieldRateWindow).
+			service.NewDurationField(apirequest.FieldMinBodyRateWindow).
 				Description("The window `min_body_rate` is measured over: how long a body may stall or trickle before it is cut off.").
 				Default("5s").
 				Example("${SP_INGEST_MIN_BODY_RATE_WINDOW:5s}"),
@@ -161,23 +157,6 @@ Messages carry metadata `+"`ingest_topic`"+` (`+"`txn.ingested`"+` or `+"`accoun
 		Fields(identity.KeyFields()...)
 }
 
-// minBodyRateFromParsed reads the minimum body rate and its window, the
-// same fields in both APIs.
-func minBodyRateFromParsed(conf *service.ParsedConfig) (int64, time.Duration, error) {
-	rate, err := conf.FieldInt(iaFieldMinRate)
-	if err != nil {
-		return 0, 0, err
-	}
-	window, err := conf.FieldDuration(iaFieldRateWindow)
-	if err != nil {
-		return 0, 0, err
-	}
-	if rate < 0 || window < time.Second {
-		return 0, 0, fmt.Errorf("%s must not be negative, %s at least 1s", iaFieldMinRate, iaFieldRateWindow)
-	}
-	return int64(rate), window, nil
-}
-
 func init() {
 	service.MustRegisterBatchInput("ingest_api", ingestAPISpec().Field(procmem.Field()),
 		func(conf *service.ParsedConfig, mgr *service.Resources) (service.BatchInput, error) {
@@ -197,9 +176,9 @@ type job struct {
 }
 
 type ingestAPI struct {
-	// requestFront: authentication, body limits and the in-flight budget,
+	// Front: authentication, body limits and the in-flight budget,
 	// the server; its pool is also where entities and stored IDs go.
-	requestFront
+	apirequest.Front
 
 	addr       string
 	dbURL      string
@@ -216,13 +195,13 @@ type ingestAPI struct {
 
 	idem        *idemStore
 	redisURL    string
-	redisLogged rate.Sometimes // the Redis WARN, at most every logEvery
-	dbLogged    rate.Sometimes // the stored-ID lookup WARN, at most every logEvery
+	redisLogged rate.Sometimes // the Redis WARN, at most every apirequest.LogEvery
+	dbLogged    rate.Sometimes // the stored-ID lookup WARN, at most every apirequest.LogEvery
 
 	// turns are the batch requests worked on at once
 	// (max_active_requests); the others wait in line, workspaces taking
 	// turns.
-	turns *turnTaker
+	turns *apirequest.TurnTaker
 
 	// jobs hands batches from handlers to ReadBatch; unbuffered so a batch
 	// is only ever in the pipeline's hands or its handler's, never parked.
@@ -238,24 +217,24 @@ type ingestAPI struct {
 // settings not yet read.
 func newIngestAPIMetered(mgr *service.Resources) *ingestAPI {
 	a := &ingestAPI{
-		requestFront: requestFront{
-			component:   "ingest_api",
-			log:         mgr.Logger(),
-			keys:        newKeyCache(),
-			readTimeout: bodyReadTimeout,
-			overloaded:  mgr.Metrics().NewCounter("speculapro_ingest_overloaded_total"),
-			throttled:   mgr.Metrics().NewCounter("speculapro_ingest_throttled_total", "share"),
-			throttleLog: rate.Sometimes{Interval: logEvery},
+		Front: apirequest.Front{
+			Component:   "ingest_api",
+			Log:         mgr.Logger(),
+			Keys:        apirequest.NewKeyCache(),
+			ReadTimeout: bodyReadTimeout,
+			Overloaded:  mgr.Metrics().NewCounter("speculapro_ingest_overloaded_total"),
+			Throttled:   mgr.Metrics().NewCounter("speculapro_ingest_throttled_total", "share"),
+			ThrottleLog: rate.Sometimes{Interval: apirequest.LogEvery},
 		},
-		redisLogged: rate.Sometimes{Interval: logEvery},
-		dbLogged:    rate.Sometimes{Interval: logEvery},
+		redisLogged: rate.Sometimes{Interval: apirequest.LogEvery},
+		dbLogged:    rate.Sometimes{Interval: apirequest.LogEvery},
 		items:       mgr.Metrics().NewCounter("speculapro_ingest_items_total", "endpoint", "outcome"),
 		requests:    mgr.Metrics().NewCounter("speculapro_ingest_requests_total", "endpoint", "code"),
 		latency:     mgr.Metrics().NewTimer("speculapro_ingest_request_duration", "endpoint"),
 		jobs:        make(chan *job),
 		closing:     make(chan struct{}),
 	}
-	a.answered = func(endpoint string, code int, arrived time.Time) {
+	a.Answered = func(endpoint string, code int, arrived time.Time) {
 		a.requests.Incr(1, endpoint, strconv.Itoa(code))
 		a.latency.Timing(time.Since(arrived).Nanoseconds(), endpoint)
 	}
@@ -281,7 +260,7 @@ func newIngestAPIFromParsed(conf *service.ParsedConfig, mgr *service.Resources) 
 	if err != nil {
 		return nil, err
 	}
-	a.maxBody = int64(maxBody)
+	a.MaxBody = int64(maxBody)
 	if a.ackTimeout, err = conf.FieldDuration(iaFieldAckTimeout); err != nil {
 		return nil, err
 	}
@@ -289,10 +268,10 @@ func newIngestAPIFromParsed(conf *service.ParsedConfig, mgr *service.Resources) 
 	if err != nil {
 		return nil, err
 	}
-	if int64(inFlight) < a.maxBody {
+	if int64(inFlight) < a.MaxBody {
 		return nil, fmt.Errorf("ingest_api: %s must be at least %s", iaFieldInFlight, iaFieldMaxBodyBytes)
 	}
-	a.inFlight = semaphore.NewWeighted(int64(inFlight))
+	a.InFlight = semaphore.NewWeighted(int64(inFlight))
 	wsShare, err := conf.FieldFloat(iaFieldWSShare)
 	if err != nil {
 		return nil, err
@@ -304,9 +283,9 @@ func newIngestAPIFromParsed(conf *service.ParsedConfig, mgr *service.Resources) 
 	if !(wsShare > 0 && wsShare <= 1 && keyShare > 0 && keyShare <= 1) {
 		return nil, fmt.Errorf("ingest_api: %s and %s must be more than 0 and at most 1", iaFieldWSShare, iaFieldKeyShare)
 	}
-	a.workspaceBytes = newTenantShares(shareOf(int64(inFlight), wsShare, a.maxBody))
-	a.keyBytes = newTenantShares(shareOf(int64(inFlight), keyShare, a.maxBody))
-	if a.minBodyRate, a.rateWindow, err = minBodyRateFromParsed(conf); err != nil {
+	a.WorkspaceBytes = apirequest.NewTenantShares(apirequest.ShareOf(int64(inFlight), wsShare, a.MaxBody))
+	a.KeyBytes = apirequest.NewTenantShares(apirequest.ShareOf(int64(inFlight), keyShare, a.MaxBody))
+	if a.MinBodyRate, a.RateWindow, err = apirequest.MinBodyRateFromParsed(conf); err != nil {
 		return nil, fmt.Errorf("ingest_api: %w", err)
 	}
 	active, err := conf.FieldInt(iaFieldActive)
@@ -316,7 +295,7 @@ func newIngestAPIFromParsed(conf *service.ParsedConfig, mgr *service.Resources) 
 	if active < 1 {
 		return nil, fmt.Errorf("ingest_api: %s must be at least 1", iaFieldActive)
 	}
-	a.turns = newTurnTaker(active)
+	a.turns = apirequest.NewTurnTaker(active)
 	a.idem = &idemStore{}
 	if a.redisURL, err = conf.FieldString(iaFieldRedisURL); err != nil {
 		return nil, err
@@ -327,7 +306,7 @@ func newIngestAPIFromParsed(conf *service.ParsedConfig, mgr *service.Resources) 
 	if a.idem.ttl, err = conf.FieldDuration(iaFieldIdemTTL); err != nil {
 		return nil, err
 	}
-	if a.maxItems < 1 || a.maxBody < 1024 || a.ackTimeout <= 0 || a.idem.ttl < time.Minute {
+	if a.maxItems < 1 || a.MaxBody < 1024 || a.ackTimeout <= 0 || a.idem.ttl < time.Minute {
 		return nil, fmt.Errorf("ingest_api: %s, %s and %s must be positive (body at least 1 KiB), %s at least 1m",
 			iaFieldMaxItems, iaFieldMaxBodyBytes, iaFieldAckTimeout, iaFieldIdemTTL)
 	}
@@ -348,7 +327,7 @@ func newIngestAPIFromParsed(conf *service.ParsedConfig, mgr *service.Resources) 
 func (a *ingestAPI) Connect(ctx context.Context) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.srv != nil {
+	if a.Server != nil {
 		return nil
 	}
 	pcfg, err := pgxpool.ParseConfig(a.dbURL)
@@ -375,8 +354,8 @@ func (a *ingestAPI) Connect(ctx context.Context) error {
 		probe.Close()
 		return fmt.Errorf("ingest_api: %s: %w", iaFieldRedisURL, err)
 	}
-	a.pool, a.probe, a.idem.client = pool, probe, rdb
-	if err := a.listen(a.addr, a.handler(a.routeList())); err != nil {
+	a.Pool, a.probe, a.idem.client = pool, probe, rdb
+	if err := a.Listen(a.addr, a.Handler(a.routeList())); err != nil {
 		pool.Close()
 		probe.Close()
 		_ = rdb.Close()
@@ -409,18 +388,18 @@ func (a *ingestAPI) Close(ctx context.Context) error {
 	a.closeOnce.Do(func() { close(a.closing) })
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.srv == nil {
+	if a.Server == nil {
 		return nil
 	}
-	err := a.shutdownServer(ctx, a.srv)
+	err := a.ShutdownServer(ctx, a.Server)
 	for _, p := range a.accountProcs {
 		if cerr := p.Close(ctx); cerr != nil && err == nil {
 			err = fmt.Errorf("ingest_api: closing an account-event processor: %w", cerr)
 		}
 	}
-	a.pool.Close()
+	a.Pool.Close()
 	a.probe.Close()
 	_ = a.idem.client.Close()
-	a.srv = nil
+	a.Server = nil
 	return err
 }

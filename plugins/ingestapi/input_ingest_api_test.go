@@ -1,4 +1,4 @@
-package api
+package ingestapi
 
 import (
 	"bufio"
@@ -19,8 +19,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/redpanda-data/benthos/v4/public/service"
 
+	"github.com/speculapro/speculapro/devtools/apisample"
+	"github.com/speculapro/speculapro/devtools/openapicheck"
 	"github.com/speculapro/speculapro/devtools/testenv"
 	"github.com/speculapro/speculapro/internal/apikey"
+	"github.com/speculapro/speculapro/internal/apirequest"
 	"github.com/speculapro/speculapro/internal/dbmigrate/dbtest"
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/identity"
@@ -43,8 +46,8 @@ fingerprint_key: %s
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a.maxItems != 500 || a.maxBody != maxBodyBytesDefault || a.ackTimeout != 12*time.Second || a.idem.ttl != 24*time.Hour || a.idem.prefix != "sp:" {
-		t.Errorf("parsed = items %d, body %d, ack %v, idempotency %v %q", a.maxItems, a.maxBody, a.ackTimeout, a.idem.ttl, a.idem.prefix)
+	if a.maxItems != 500 || a.MaxBody != apirequest.MaxBodyBytesDefault || a.ackTimeout != 12*time.Second || a.idem.ttl != 24*time.Hour || a.idem.prefix != "sp:" {
+		t.Errorf("parsed = items %d, body %d, ack %v, idempotency %v %q", a.maxItems, a.MaxBody, a.ackTimeout, a.idem.ttl, a.idem.prefix)
 	}
 	conf, _ = ingestAPISpec().ParseYAML("encryption_key: nope\nfingerprint_key: nope\n", nil)
 	if _, err := newIngestAPIFromParsed(conf, service.MockResources()); !errors.Is(err, identity.ErrInvalidKey) {
@@ -114,7 +117,7 @@ func (f *fakePipeline) run(ctx context.Context, a *ingestAPI) {
 			default:
 				f.mu.Lock()
 				// A copy: once acknowledged, the record's buffer is the
-				// next request's (recordSlab), as no real output keeps it.
+				// next request's (apirequest.RecordSlab), as no real output keeps it.
 				f.delivered = append(f.delivered, bytes.Clone(b))
 				f.mu.Unlock()
 			}
@@ -144,7 +147,7 @@ type apiFixture struct {
 	base   string
 	super  *pgx.Conn
 	pipe   *fakePipeline
-	doc    *openAPI
+	doc    *openapicheck.Document
 	wsA    event.UUID
 	wsB    event.UUID
 	keyA   string
@@ -267,7 +270,7 @@ func (f *apiFixture) call(t *testing.T, method, path, key, body string) (int, ma
 		r, ok := op.Responses[fmt.Sprint(resp.StatusCode)]
 		if !ok {
 			t.Errorf("%s %s answered %d, which openapi.json does not document", method, path, resp.StatusCode)
-		} else if errs := f.doc.validate(r.Content["application/json"].Schema, out, "answer"); len(errs) > 0 {
+		} else if errs := f.doc.Validate(r.Content["application/json"].Schema, out, "answer"); len(errs) > 0 {
 			t.Errorf("%s %s answer %d does not validate: %v", method, path, resp.StatusCode, errs)
 		}
 	}
@@ -294,7 +297,7 @@ func results(t *testing.T, out map[string]any) (statuses, ids []string) {
 
 func TestIngestAPIBatchAnswers(t *testing.T) {
 	f := newAPIFixture(t)
-	body := string(batchOf(f.txn("t-1", ""), f.txn("t-2", `,"counterparty":{"identifier":"DE89370400440532013000"}`),
+	body := string(apisample.Batch(f.txn("t-1", ""), f.txn("t-2", `,"counterparty":{"identifier":"DE89370400440532013000"}`),
 		`{"external_id":"t-3","occurred_at":"nope","account_external_id":"a","amount":"x","currency":"EUR","direction":"in"}`, f.txn("t-1", "")))
 	code, out := f.call(t, "POST", "/v1/transactions", f.keyA, body)
 	st, ids := results(t, out)
@@ -322,12 +325,12 @@ func TestIngestAPIBatchAnswers(t *testing.T) {
 	}
 
 	// A resend is a duplicate with the same ID and sends nothing.
-	_, out = f.call(t, "POST", "/v1/transactions", f.keyA, string(batchOf(f.txn("t-1", ""))))
+	_, out = f.call(t, "POST", "/v1/transactions", f.keyA, string(apisample.Batch(f.txn("t-1", ""))))
 	if st, ids := results(t, out); st[0] != statusDuplicate || ids[0] != wantID || f.pipe.count() != 2 {
 		t.Errorf("resend: %v %v, pipeline %d", st, ids, f.pipe.count())
 	}
 	// The same item from workspace B is B's own, with B's ID.
-	_, out = f.call(t, "POST", "/v1/transactions", f.keyB, string(batchOf(f.txn("t-1", ""))))
+	_, out = f.call(t, "POST", "/v1/transactions", f.keyB, string(apisample.Batch(f.txn("t-1", ""))))
 	if st, ids := results(t, out); st[0] != statusAccepted || ids[0] != event.TransactionID(f.wsB, "t-1", f.txTime).String() {
 		t.Errorf("workspace B: %v %v", st, ids)
 	}
@@ -335,7 +338,7 @@ func TestIngestAPIBatchAnswers(t *testing.T) {
 
 func TestIngestAPIRetryAndStoredDuplicates(t *testing.T) {
 	f := newAPIFixture(t)
-	_, out := f.call(t, "POST", "/v1/transactions", f.keyA, string(batchOf(
+	_, out := f.call(t, "POST", "/v1/transactions", f.keyA, string(apisample.Batch(
 		f.txn("ok-1", ""), f.txn("kafka-down", ""), f.txn("processor-fails", ""))))
 	if st, _ := results(t, out); strings.Join(st, ",") != "accepted,retry,rejected" {
 		t.Fatalf("statuses = %v: %v", st, out)
@@ -354,12 +357,12 @@ func TestIngestAPIRetryAndStoredDuplicates(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := f.pipe.count()
-	_, out = f.call(t, "POST", "/v1/transactions", f.keyA, string(batchOf(f.txn("stored-1", ""))))
+	_, out = f.call(t, "POST", "/v1/transactions", f.keyA, string(apisample.Batch(f.txn("stored-1", ""))))
 	if st, ids := results(t, out); st[0] != statusDuplicate || ids[0] != id.String() || f.pipe.count() != before {
 		t.Errorf("stored item: %v %v, pipeline %d→%d", st, ids, before, f.pipe.count())
 	}
 	// Workspace B sending the same external_id is not B's duplicate.
-	_, out = f.call(t, "POST", "/v1/transactions", f.keyB, string(batchOf(f.txn("stored-1", ""))))
+	_, out = f.call(t, "POST", "/v1/transactions", f.keyB, string(apisample.Batch(f.txn("stored-1", ""))))
 	if st, _ := results(t, out); st[0] != statusAccepted {
 		t.Errorf("B's stored-1: %v", st)
 	}
@@ -369,7 +372,7 @@ func TestIngestAPIRetryAndStoredDuplicates(t *testing.T) {
 	f.pipe.paused = true
 	f.pipe.mu.Unlock()
 	start := time.Now()
-	_, out = f.call(t, "POST", "/v1/transactions", f.keyA, string(batchOf(f.txn("slow-1", ""), f.txn("slow-2", ""))))
+	_, out = f.call(t, "POST", "/v1/transactions", f.keyA, string(apisample.Batch(f.txn("slow-1", ""), f.txn("slow-2", ""))))
 	if st, _ := results(t, out); strings.Join(st, ",") != "retry,retry" || time.Since(start) < 2*time.Second {
 		t.Errorf("stalled pipeline: %v after %v", st, time.Since(start))
 	}
@@ -377,7 +380,7 @@ func TestIngestAPIRetryAndStoredDuplicates(t *testing.T) {
 
 func TestIngestAPIRefusals(t *testing.T) {
 	f := newAPIFixture(t)
-	valid := string(batchOf(f.txn("t-1", "")))
+	valid := string(apisample.Batch(f.txn("t-1", "")))
 	tests := []struct {
 		name, key, body string
 		code            int
@@ -399,7 +402,7 @@ func TestIngestAPIRefusals(t *testing.T) {
 	}
 	// A workspace named in the body is an unknown field: its item is
 	// rejected, nothing is sent.
-	code, out := f.call(t, "POST", "/v1/transactions", f.keyA, string(batchOf(f.txn("t-1", fmt.Sprintf(`,"workspace_id":%q`, f.wsB)))))
+	code, out := f.call(t, "POST", "/v1/transactions", f.keyA, string(apisample.Batch(f.txn("t-1", fmt.Sprintf(`,"workspace_id":%q`, f.wsB)))))
 	if st, _ := results(t, out); code != 200 || len(st) != 1 || st[0] != statusRejected || !strings.Contains(fmt.Sprint(out["results"]), "items[0].workspace_id") {
 		t.Errorf("workspace in body: %d %v", code, out)
 	}
@@ -519,7 +522,7 @@ func TestNothingAcceptedTheDatabaseRefuses(t *testing.T) {
 			t.Errorf("CheckJSONB accepts %q, PostgreSQL refuses it: %v", v, err)
 		}
 	}
-	code, out := f.call(t, "POST", "/v1/transactions", f.keyA, string(batchOf(
+	code, out := f.call(t, "POST", "/v1/transactions", f.keyA, string(apisample.Batch(
 		f.txn("nul-1", `,"metadata":{"note":"a\u0000b"}`), f.txn("big-1", `,"metadata":{"n":1e999999}`), f.txn("ok-1", ""))))
 	if st, _ := results(t, out); code != 200 || strings.Join(st, ",") != "rejected,rejected,accepted" {
 		t.Errorf("metadata jsonb would refuse: %d %v", code, out)

@@ -1,6 +1,6 @@
 //go:build !race
 
-package api
+package ingestapi
 
 // raceAllocsPerItem: see race_on_test.go.
 const raceAllocsPerItem = 0

@@ -1,6 +1,6 @@
 //go:build race
 
-package api
+package ingestapi
 
 // raceAllocsPerItem is what the race detector's instrumentation adds to the
 // allocations of decoding one item (values it makes escape): 27.6 without

@@ -1,4 +1,4 @@
-package api
+package openapicheck
 
 import (
 	"encoding/json"
@@ -7,41 +7,40 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/speculapro/speculapro/internal/apirequest"
 )
 
-// The contract tests of both APIs' documents (ingest_openapi_test.go,
-// decision_openapi_test.go) read them with what is here.
-
-// openAPI is the part of the document the tests read.
-type openAPI struct {
-	Paths      map[string]map[string]openAPIOperation `json:"paths"`
+// Document is the part of the document the tests read.
+type Document struct {
+	Paths      map[string]map[string]Operation `json:"paths"`
 	Components struct {
-		Schemas map[string]*schema `json:"schemas"`
+		Schemas map[string]*Schema `json:"schemas"`
 	} `json:"components"`
 }
 
-type openAPIOperation struct {
+type Operation struct {
 	RequestBody *struct {
 		Content map[string]struct {
-			Schema *schema `json:"schema"`
+			Schema *Schema `json:"schema"`
 		} `json:"content"`
 	} `json:"requestBody"`
 	Responses map[string]struct {
 		Content map[string]struct {
-			Schema *schema `json:"schema"`
+			Schema *Schema `json:"schema"`
 		} `json:"content"`
 	} `json:"responses"`
 	Security []map[string][]string `json:"security"`
 }
 
-// schema is the subset of JSON Schema openapi.json uses.
-type schema struct {
+// Schema is the subset of JSON Schema openapi.json uses.
+type Schema struct {
 	Ref                  string             `json:"$ref"`
 	Type                 string             `json:"type"`
 	Required             []string           `json:"required"`
-	Properties           map[string]*schema `json:"properties"`
+	Properties           map[string]*Schema `json:"properties"`
 	AdditionalProperties *bool              `json:"additionalProperties"`
-	Items                *schema            `json:"items"`
+	Items                *Schema            `json:"items"`
 	Enum                 []string           `json:"enum"`
 	MinLength            *int               `json:"minLength"`
 	MaxLength            *int               `json:"maxLength"`
@@ -50,21 +49,19 @@ type schema struct {
 	Pattern              string             `json:"pattern"`
 }
 
-func loadOpenAPI(t *testing.T) *openAPI { return loadDocument(t, "openapi.json", openAPIDocument) }
-
-// loadDocument parses an embedded OpenAPI document (name: its file).
-func loadDocument(t *testing.T, name string, raw []byte) *openAPI {
+// LoadDocument parses an embedded OpenAPI document (name: its file).
+func LoadDocument(t *testing.T, name string, raw []byte) *Document {
 	t.Helper()
-	var doc openAPI
+	var doc Document
 	if err := json.Unmarshal(raw, &doc); err != nil {
 		t.Fatalf("%s: %v", name, err)
 	}
 	return &doc
 }
 
-// checkRoutesDocumented fails t unless the document names exactly the
+// CheckRoutesDocumented fails t unless the document names exactly the
 // served routes, each with security exactly where it is authenticated.
-func checkRoutesDocumented(t *testing.T, doc *openAPI, routes []route) {
+func CheckRoutesDocumented(t *testing.T, doc *Document, routes []apirequest.Route) {
 	t.Helper()
 	var documented, served []string
 	for p, ops := range doc.Paths {
@@ -73,10 +70,10 @@ func checkRoutesDocumented(t *testing.T, doc *openAPI, routes []route) {
 		}
 	}
 	for _, rt := range routes {
-		served = append(served, rt.method+" "+rt.pattern)
-		op := doc.Paths[rt.pattern][strings.ToLower(rt.method)]
-		if rt.authed != (len(op.Security) > 0) {
-			t.Errorf("%s %s: authenticated=%v but the document's security says %v", rt.method, rt.pattern, rt.authed, op.Security)
+		served = append(served, rt.Method+" "+rt.Pattern)
+		op := doc.Paths[rt.Pattern][strings.ToLower(rt.Method)]
+		if rt.Authed != (len(op.Security) > 0) {
+			t.Errorf("%s %s: authenticated=%v but the document's security says %v", rt.Method, rt.Pattern, rt.Authed, op.Security)
 		}
 	}
 	sort.Strings(documented)
@@ -86,15 +83,15 @@ func checkRoutesDocumented(t *testing.T, doc *openAPI, routes []route) {
 	}
 }
 
-func (d *openAPI) resolve(s *schema) *schema {
+func (d *Document) resolve(s *Schema) *Schema {
 	for s != nil && s.Ref != "" {
 		s = d.Components.Schemas[strings.TrimPrefix(s.Ref, "#/components/schemas/")]
 	}
 	return s
 }
 
-// validate lists every way v (decoded JSON) breaks s.
-func (d *openAPI) validate(s *schema, v any, path string) []string {
+// Validate lists every way v (decoded JSON) breaks s.
+func (d *Document) Validate(s *Schema, v any, path string) []string {
 	s = d.resolve(s)
 	if s == nil {
 		return []string{path + ": unresolvable schema"}
@@ -121,7 +118,7 @@ func (d *openAPI) validate(s *schema, v any, path string) []string {
 				}
 				continue
 			}
-			errs = append(errs, d.validate(ps, fv, path+"."+k)...)
+			errs = append(errs, d.Validate(ps, fv, path+"."+k)...)
 		}
 	case "array":
 		a, ok := v.([]any)
@@ -133,7 +130,7 @@ func (d *openAPI) validate(s *schema, v any, path string) []string {
 			bad("%d items outside the limits", len(a))
 		}
 		for i, e := range a {
-			errs = append(errs, d.validate(s.Items, e, fmt.Sprintf("%s[%d]", path, i))...)
+			errs = append(errs, d.Validate(s.Items, e, fmt.Sprintf("%s[%d]", path, i))...)
 		}
 	case "string":
 		str, ok := v.(string)
@@ -167,7 +164,8 @@ func contains(ss []string, s string) bool {
 	return false
 }
 
-func mustJSON(t *testing.T, v any) any {
+// MustJSON is v as the JSON decoder gives it back, for Validate.
+func MustJSON(t *testing.T, v any) any {
 	t.Helper()
 	b, err := json.Marshal(v)
 	if err != nil {
