@@ -12,10 +12,6 @@ import (
 	"github.com/speculapro/speculapro/internal/event"
 )
 
-func loadOpenAPI(t *testing.T) *openapicheck.Document {
-	return openapicheck.LoadDocument(t, "openapi.json", openAPIDocument)
-}
-
 func TestOpenAPIDocumentsEveryRoute(t *testing.T) {
 	openapicheck.CheckRoutesDocumented(t, loadOpenAPI(t), (&ingestAPI{}).routeList())
 }
@@ -112,4 +108,8 @@ func TestOpenAPIResponseSamples(t *testing.T) {
 	if errs := doc.Validate(respSchema("/v1/transactions", "post", "200"), openapicheck.MustJSON(t, map[string]any{"results": []any{}}), "x"); len(errs) == 0 {
 		t.Error("validator accepted a batch answer without its counts")
 	}
+}
+
+func loadOpenAPI(t *testing.T) *openapicheck.Document {
+	return openapicheck.LoadDocument(t, "openapi.json", openAPIDocument)
 }
