@@ -13,13 +13,13 @@ import (
 
 // Document is the part of the document the tests read.
 type Document struct {
-	Paths      map[string]map[string]Operation `json:"paths"`
+	Paths      map[string]map[string]openAPIOperation `json:"paths"`
 	Components struct {
 		Schemas map[string]*Schema `json:"schemas"`
 	} `json:"components"`
 }
 
-type Operation struct {
+type openAPIOperation struct {
 	RequestBody *struct {
 		Content map[string]struct {
 			Schema *Schema `json:"schema"`
