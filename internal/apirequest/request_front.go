@@ -41,7 +41,7 @@ type Route struct {
 // looked up as the app role), the body limits and the optional in-flight
 // budget, reading a JSON body, and starting and stopping the HTTP server.
 // Each API embeds one and keeps its own endpoints, metrics and pools; the
-// API's own lock guards srv.
+// API's own lock guards Server.
 type Front struct {
 	Component   string // "ingest_api", "decision_api": prefixes its logs and errors
 	Log         *service.Logger
@@ -52,13 +52,13 @@ type Front struct {
 
 	// The ingest API's body budgets (see admitted), nil in the decision
 	// API: InFlight holds the bytes that have arrived of every request
-	// being answered (max_in_flight_bytes), workspaceBytes and keyBytes the
+	// being answered (max_in_flight_bytes), WorkspaceBytes and KeyBytes the
 	// announced sizes of each tenant's.
 	InFlight                 *semaphore.Weighted
 	WorkspaceBytes, KeyBytes *tenantShares
 	// The decision API's request budgets, nil in the ingest API: requests
 	// worked on at once, by the whole API and by each workspace.
-	// A request beyond its workspace's share waits up to shareWait for one
+	// A request beyond its workspace's share waits up to ShareWait for one
 	// of the workspace's own to end: a flood that does not honour
 	// Retry-After is slowed to the pace of its share, waiting, instead of
 	// spinning through 429s on the cores every workspace shares.
@@ -66,7 +66,7 @@ type Front struct {
 	WorkspaceWorking *tenantShares
 	ShareWait        time.Duration
 	// MinBodyRate (bytes a second, 0: none) must arrive within every
-	// rateWindow of a body.
+	// RateWindow of a body.
 	MinBodyRate int64
 	RateWindow  time.Duration
 	// Overloaded counts the requests the process-wide budget refused,
@@ -87,7 +87,7 @@ type ArrivalKey struct{}
 // Handler serves routes: each request's arrival time goes into its context,
 // an authenticated route gets the key's workspace (401 without a valid key,
 // 503 when it cannot be checked) and a request body within the in-flight
-// budget; every answer is recorded by answered.
+// budget; every answer is recorded by Answered.
 func (f *Front) Handler(routes []Route) http.Handler {
 	mux := http.NewServeMux()
 	for _, rt := range routes {
