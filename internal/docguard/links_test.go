@@ -19,7 +19,7 @@ func TestScanLinks(t *testing.T) {
 		{"image and title", `![flow](img/flow.png "the flow")`, []Link{{1, "img/flow.png", "img/flow.png", ""}}},
 		{"angle brackets and escapes", "[x](<my%20page.md>)", []Link{{1, "my%20page.md", "my page.md", ""}}},
 		{"reference definition", "[ops]: operations.md#alerts", []Link{{1, "operations.md#alerts", "operations.md", "alerts"}}},
-		{"html link", `<a href="../plugins/api/openapi.json">spec</a>`, []Link{{1, "../plugins/api/openapi.json", "../plugins/api/openapi.json", ""}}},
+		{"html link", `<a href="../plugins/ingestapi/openapi.json">spec</a>`, []Link{{1, "../plugins/ingestapi/openapi.json", "../plugins/ingestapi/openapi.json", ""}}},
 		{"two on a line", "[a](a.md) and [b](b.md#c)", []Link{{1, "a.md", "a.md", ""}, {1, "b.md#c", "b.md", "c"}}},
 		{"absolute urls", "[x](https://example.com/a.md) [m](mailto:a@b.c) <https://x.y>", nil},
 		{"inside a fence", "```sh\n[x](missing.md)\n```\n[y](y.md)", []Link{{4, "y.md", "y.md", ""}}},
@@ -101,13 +101,13 @@ text
 // caught with its reason, a good one must pass.
 func TestResolve(t *testing.T) {
 	files := map[string]string{
-		"README.md":                   "# SpeculaPro\n## Quick start\n",
-		"docs/kafka.md":               "# Kafka\n## Topics\n### Topics\n",
-		"docs/design/performance.md":  "# Performance\n",
-		"plugins/api/openapi.json":    "{}",
-		"deploy/observability/a.yaml": "",
+		"README.md":                      "# SpeculaPro\n## Quick start\n",
+		"docs/kafka.md":                  "# Kafka\n## Topics\n### Topics\n",
+		"docs/design/performance.md":     "# Performance\n",
+		"plugins/ingestapi/openapi.json": "{}",
+		"deploy/observability/a.yaml":    "",
 	}
-	dirs := map[string]bool{".": true, "docs": true, "docs/design": true, "plugins": true, "plugins/api": true, "deploy": true, "deploy/observability": true}
+	dirs := map[string]bool{".": true, "docs": true, "docs/design": true, "plugins": true, "plugins/ingestapi": true, "deploy": true, "deploy/observability": true}
 	repo := Repo{
 		IsFile:  func(p string) bool { _, ok := files[p]; return ok },
 		IsDir:   func(p string) bool { return dirs[p] },
@@ -122,8 +122,8 @@ func TestResolve(t *testing.T) {
 		{"a repeated heading", "docs/design/performance.md", "../kafka.md#topics-1", nil},
 		{"a heading of the page itself", "docs/kafka.md", "#topics", nil},
 		{"up to the root", "docs/kafka.md", "../README.md#quick-start", nil},
-		{"from the root", "docs/kafka.md", "/plugins/api/openapi.json", nil},
-		{"a JSON document's line", "README.md", "plugins/api/openapi.json#L3", nil},
+		{"from the root", "docs/kafka.md", "/plugins/ingestapi/openapi.json", nil},
+		{"a JSON document's line", "README.md", "plugins/ingestapi/openapi.json#L3", nil},
 		{"a folder", "docs/kafka.md", "../deploy/observability/", nil},
 		{"a missing page", "docs/kafka.md", "persister.md", ErrNotShipped},
 		{"a page named from the wrong folder", "docs/kafka.md", "docs/design/performance.md", ErrNotShipped},

@@ -8,7 +8,7 @@ import (
 
 // CheckJSONB accepts what jsonb stores as sent and refuses what PostgreSQL
 // refuses (22P05, 22P02, 22003) or reads differently from other parsers
-// (duplicate keys); TestCheckJSONBAgreesWithPostgres in plugins/api checks
+// (duplicate keys); TestNothingAcceptedTheDatabaseRefuses in plugins/ingestapi checks
 // the same values against a real server.
 func TestCheckJSONB(t *testing.T) {
 	ok := []string{

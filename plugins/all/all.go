@@ -5,10 +5,12 @@ package all
 import (
 	_ "github.com/redpanda-data/benthos/v4/public/components/io"
 	_ "github.com/redpanda-data/benthos/v4/public/components/pure"
-	_ "github.com/speculapro/speculapro/plugins/api"
+
 	_ "github.com/speculapro/speculapro/plugins/counterpartyfingerprint"
+	_ "github.com/speculapro/speculapro/plugins/decisionapi"
 	_ "github.com/speculapro/speculapro/plugins/eventdecode"
 	_ "github.com/speculapro/speculapro/plugins/featureupdate"
+	_ "github.com/speculapro/speculapro/plugins/ingestapi"
 	_ "github.com/speculapro/speculapro/plugins/kafkafranz"
 	_ "github.com/speculapro/speculapro/plugins/opentelemetrycollector"
 	_ "github.com/speculapro/speculapro/plugins/outboxclaim"

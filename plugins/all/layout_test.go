@@ -18,10 +18,6 @@ var kinds = map[string]string{
 	"MetricsExporter": "metrics", "OtelTracerProvider": "tracer",
 }
 
-// sharedPackage names the components docs/architecture.md lets share a
-// package, with the reason written there: the two HTTP APIs.
-var sharedPackage = map[string]string{"ingest_api": "api", "decision_api": "api"}
-
 // TestComponentTableMatchesTheCode holds the component table of
 // docs/architecture.md to the components the plugins register: each one
 // listed, in plugins/<name without underscores>/<kind>_<name>.go as the
@@ -40,10 +36,7 @@ func TestComponentTableMatchesTheCode(t *testing.T) {
 		for _, m := range reg.FindAllStringSubmatch(string(b), -1) {
 			kind, name := kinds[m[1]], m[2]
 			file := filepath.ToSlash(filepath.Join("plugins", strings.TrimPrefix(filepath.ToSlash(path), "../")))
-			dir, ok := sharedPackage[name]
-			if !ok {
-				dir = strings.ReplaceAll(name, "_", "")
-			}
+			dir := strings.ReplaceAll(name, "_", "")
 			if want := "plugins/" + dir + "/" + kind + "_" + name + ".go"; file != want {
 				t.Errorf("%s %s is registered in %s: by the layout rule it belongs in %s", kind, name, file, want)
 			}
