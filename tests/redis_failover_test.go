@@ -12,7 +12,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/speculapro/speculapro/devtools/testenv"
-	"github.com/speculapro/speculapro/internal/event"
 )
 
 // replicaWait is the stream's setting on a Redis Cluster with replicas:
@@ -47,18 +46,10 @@ func TestRedisClusterFailoverStream(t *testing.T) {
 	t.Logf("seed %d (SP_TEST_SEED replays it): %d transactions at %.0f/s, %d account events; predicted %v",
 		cfg.Seed, cfg.Count, rate, cfg.AccountEvents, countByRule(x.hits))
 
-	s.produceLG(t, r.g, event.KindAccountEvent, 0, cfg.AccountEvents, 0)
-	evp := s.startStream(t, "stream-events", streamEvtPipeline, replicaWait)
-	s.waitDrained(t, evp, s.group+"-events", s.prefix+"account.events", cfg.AccountEvents, drainBound(cfg.AccountEvents))
+	evp := s.applyAccountEvents(t, r, cfg.AccountEvents, replicaWait)
 
-	var wg sync.WaitGroup
-	wg.Add(1)
-	var produceErr error
 	// The producer ends when the load is sent (bounded by its rate).
-	go func() {
-		defer wg.Done()
-		_, produceErr = s.produceLGErr(r.g, event.KindTransaction, 0, cfg.Count, rate)
-	}()
+	produced := s.produceInBackground(r, cfg.Count, rate)
 	topic := s.prefix + "txn.ingested"
 	committed := func() int64 {
 		var sum int64
@@ -99,10 +90,7 @@ func TestRedisClusterFailoverStream(t *testing.T) {
 	t.Logf("cluster healthy again (the killed node a replica) %s after the kill; the stream committed again %s after the kill",
 		healthy.Round(time.Millisecond), time.Since(killedAt).Round(time.Millisecond))
 
-	wg.Wait()
-	if produceErr != nil {
-		t.Fatal(produceErr)
-	}
+	produced(t)
 	s.waitDrained(t, stream, s.group, topic, cfg.Count, drainBound(cfg.Count))
 	t.Logf("transactions drained %s after the load began", time.Since(start).Round(time.Millisecond))
 	stopAll(t, evp, stream)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	mrand "math/rand/v2"
-	"sync"
 	"testing"
 	"time"
 
@@ -41,18 +40,10 @@ func TestStreamCrashKills(t *testing.T) {
 
 	// The account events first, as in the exactness test, so the rules
 	// over them can be predicted; the kills hit the transaction stream.
-	s.produceLG(t, r.g, event.KindAccountEvent, 0, cfg.AccountEvents, 0)
-	evp := s.startStream(t, "stream-events", streamEvtPipeline, nil)
-	s.waitDrained(t, evp, s.group+"-events", s.prefix+"account.events", cfg.AccountEvents, drainBound(cfg.AccountEvents))
+	evp := s.applyAccountEvents(t, r, cfg.AccountEvents, nil)
 
-	var wg sync.WaitGroup
-	wg.Add(1)
-	var produceErr error
 	// The producer ends when the load is sent (bounded by its rate).
-	go func() {
-		defer wg.Done()
-		_, produceErr = s.produceLGErr(r.g, event.KindTransaction, 0, cfg.Count, rate)
-	}()
+	produced := s.produceInBackground(r, cfg.Count, rate)
 	// A short session, so a restarted stream gets the killed one's
 	// partitions within seconds instead of the default 45.
 	crashArgs := []string{"--set", "input.kafka_franz.session_timeout=6s"}
@@ -98,10 +89,7 @@ func TestStreamCrashKills(t *testing.T) {
 	if killed != kills {
 		t.Fatalf("only %d of %d kills happened before %s", killed, kills, deadline.Sub(start))
 	}
-	wg.Wait()
-	if produceErr != nil {
-		t.Fatal(produceErr)
-	}
+	produced(t)
 	s.waitDrained(t, stream, s.group, topic, cfg.Count, drainBound(cfg.Count)+restartGap)
 	stopAll(t, evp, stream)
 	x.check(t, fmt.Sprintf("after %d kills", kills), 1)
@@ -125,10 +113,7 @@ func TestStreamCrashBetweenTotalsAndHits(t *testing.T) {
 	ctx := context.Background()
 	x := newExactRun(t, s, r)
 	t.Logf("seed %d: predicted %v", cfg.Seed, countByRule(x.hits))
-	s.produceLG(t, r.g, event.KindAccountEvent, 0, cfg.AccountEvents, 0)
-	evp := s.startStream(t, "stream-events", streamEvtPipeline, nil)
-	s.waitDrained(t, evp, s.group+"-events", s.prefix+"account.events", cfg.AccountEvents, drainBound(cfg.AccountEvents))
-	stopAll(t, evp)
+	stopAll(t, s.applyAccountEvents(t, r, cfg.AccountEvents, nil))
 
 	// Hold rule_hits: the stream's writes wait behind the lock.
 	alertsBefore := persistCountAny(t, s, "SELECT count(*) FROM speculapro.alerts")

@@ -73,9 +73,7 @@ func runExactTTL(t *testing.T, name, redisURL string, cfg loadgen.Config, ttl st
 		cfg.Seed, cfg.Count, cfg.AccountEvents, cfg.Accounts, countByRule(x.hits))
 
 	start := time.Now()
-	s.produceLG(t, r.g, event.KindAccountEvent, 0, cfg.AccountEvents, 0)
-	events := s.startStream(t, "stream-events", streamEvtPipeline, nil)
-	s.waitDrained(t, events, s.group+"-events", s.prefix+"account.events", cfg.AccountEvents, drainBound(cfg.AccountEvents))
+	events := s.applyAccountEvents(t, r, cfg.AccountEvents, nil)
 	t.Logf("account events drained in %s", time.Since(start).Round(time.Millisecond))
 
 	start = time.Now()

@@ -200,6 +200,35 @@ func (s *proofStack) produceLG(t testing.TB, g *loadgen.Generator, kind event.Ki
 	return sum
 }
 
+// applyAccountEvents sends the run's first n account events and drains
+// them through a stream-events process (extra: its added environment), so
+// the rules over account events can be predicted before the transactions
+// flow; the process is returned still running.
+func (s *proofStack) applyAccountEvents(t testing.TB, r *proofRun, n int, extra map[string]string) *binProcess {
+	t.Helper()
+	s.produceLG(t, r.g, event.KindAccountEvent, 0, n, 0)
+	p := s.startStream(t, "stream-events", streamEvtPipeline, extra)
+	s.waitDrained(t, p, s.group+"-events", s.prefix+"account.events", n, drainBound(n))
+	return p
+}
+
+// produceInBackground sends the run's first n transactions at rate per
+// second from a goroutine of its own; the function it returns waits for the
+// last one and fails the test if sending failed.
+func (s *proofStack) produceInBackground(r *proofRun, n int, rate float64) (wait func(t testing.TB)) {
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.produceLGErr(r.g, event.KindTransaction, 0, n, rate)
+		done <- err
+	}()
+	return func(t testing.TB) {
+		t.Helper()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // produceLGErr is produceLG for a goroutine other than the test's.
 func (s *proofStack) produceLGErr(g *loadgen.Generator, kind event.Kind, from, to int, rate float64) (loadgen.Summary, error) {
 	opts, err := loadgen.ProducerOpts(kafkaconf.Config{SeedBrokers: s.brokers}, 10*time.Millisecond)
