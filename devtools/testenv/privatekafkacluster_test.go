@@ -27,9 +27,17 @@ func TestPrivateKafkaCluster(t *testing.T) {
 	if _, err := adm.CreateTopic(ctx, 1, -1, nil, "t1"); err != nil {
 		t.Fatal(err)
 	}
-	topics, err := adm.ListTopics(ctx, "t1")
-	if err != nil || len(topics["t1"].Partitions[0].Replicas) != 3 {
-		t.Fatalf("t1 = %+v, %v; want 3 replicas", topics["t1"], err)
+	// CreateTopic answers before every broker's metadata has the topic, so
+	// a listing right after may not show its partition yet.
+	var topics kadm.TopicDetails
+	for served := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		topics, err = adm.ListTopics(ctx, "t1")
+		if err == nil && topics["t1"].Err == nil && len(topics["t1"].Partitions) == 1 || time.Now().After(served) {
+			break
+		}
+	}
+	if err != nil || len(topics["t1"].Partitions) != 1 || len(topics["t1"].Partitions[0].Replicas) != 3 {
+		t.Fatalf("t1 = %+v, %v; want one partition with 3 replicas", topics["t1"], err)
 	}
 	cfgs, err := adm.DescribeTopicConfigs(ctx, "t1")
 	if err != nil {
