@@ -71,6 +71,9 @@ func (a *decisionAPI) applyBatch(ctx context.Context, batch []applyReq) {
 			r.done <- applyRes{err: err}
 		}
 	}
+	// The breaker hears Redis' answers here, where they arrive, so an
+	// answer counts even when every decision of the batch has given up.
+	a.breaker.asking()
 	gets := make([]*goredis.StringCmd, len(batch))
 	_, err := a.redis.Pipelined(ctx, func(p goredis.Pipeliner) error {
 		for i, r := range batch {
@@ -82,6 +85,7 @@ func (a *decisionAPI) applyBatch(ctx context.Context, batch []applyReq) {
 		fail(batch, fmt.Errorf("reading remembered decisions: %w", err))
 		return
 	}
+	a.breaker.ok()
 	var fresh []applyReq
 	for i, r := range batch {
 		if b, err := gets[i].Bytes(); err == nil {
@@ -101,6 +105,7 @@ func (a *decisionAPI) applyBatch(ctx context.Context, batch []applyReq) {
 	for i, r := range fresh {
 		envs[i] = r.env
 	}
+	a.breaker.asking()
 	feats, err := a.store.Apply(ctx, envs)
 	var corrupt *features.CorruptError
 	if errors.As(err, &corrupt) {
@@ -110,6 +115,7 @@ func (a *decisionAPI) applyBatch(ctx context.Context, batch []applyReq) {
 		fail(fresh, err)
 		return
 	}
+	a.breaker.ok()
 	for i, r := range fresh {
 		r.done <- applyRes{features: feats[i]}
 	}

@@ -27,6 +27,7 @@ func batchAPI(t *testing.T) *decisionAPI {
 		timeout: 2 * time.Second, remember: time.Minute,
 		applyCh: make(chan applyReq, 100), rememberCh: make(chan rememberReq, 100),
 		redis: rc, store: features.New(rc, features.Options{KeyPrefix: prefix}),
+		breaker: newRedisBreaker(time.Second, time.Second),
 	}
 	a.fopts.KeyPrefix = prefix
 	ctx, cancel := context.WithCancel(context.Background())

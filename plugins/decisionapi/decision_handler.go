@@ -198,7 +198,6 @@ func (a *decisionAPI) decide(ctx context.Context, env *event.Envelope, arrived t
 	if err != nil {
 		return a.redisDegraded(env, err), true
 	}
-	a.breaker.ok()
 	if res.prev != nil {
 		res.prev.Repeated = true
 		return decided{resp: *res.prev}, false
