@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -160,10 +159,9 @@ func callAPI(t *testing.T, base, method, path, key, body string) (int, map[strin
 		t.Fatalf("%s %s: %v", method, path, err)
 	}
 	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
 	var out map[string]any
-	if err := json.Unmarshal(raw, &out); err != nil {
-		t.Fatalf("%s %s: answer %d is not JSON: %s", method, path, resp.StatusCode, raw)
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Fatalf("%s %s: answer %d is not JSON: %v", method, path, resp.StatusCode, err)
 	}
 	return resp.StatusCode, out
 }
