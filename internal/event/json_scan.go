@@ -8,9 +8,12 @@ import (
 
 // The JSON scanning every reader of JSON in the product shares: splitting
 // an object into its members and an array into its elements without
-// decoding the values, and decoding one string exactly as encoding/json
-// does. The ingest and decision APIs split their request bodies with it,
-// and decodeFast reads a record's escaped strings with Unquote.
+// decoding the values, decoding one string exactly as encoding/json does,
+// and under them the tokens (scanString and the others below), which the
+// checker (CheckJSON) and decodeFast read JSON with too. The ingest and
+// decision APIs split their request bodies with it, the
+// counterparty_fingerprint processor its messages, and decodeFast decodes a
+// record's escaped strings as Unquote does.
 
 // Member is one member of a JSON object: its key (unescaped) and its value's
 // bytes, slices of the object's bytes, not copies. Read is the caller's to
