@@ -69,27 +69,22 @@ func (o *objectEdit) add(key, s string) {
 }
 
 // setString makes s the value of key ("" removes it), changing nothing
-// when it already is: a message processed twice keeps its bytes.
+// when key is named once and holds s already: a message processed twice
+// keeps its bytes.
 func (o *objectEdit) setString(key, s string) {
-	if cur, ok := memberString(o.members, key); ok && cur == s && s != "" {
-		if i := last(o.members, key); i == indexOf(o.members, key) {
-			return
+	named := 0
+	for _, m := range o.members {
+		if string(m.Key) == key {
+			named++
 		}
+	}
+	if cur, ok := memberString(o.members, key); named == 1 && ok && cur == s {
+		return
 	}
 	o.remove(key)
 	if s != "" {
 		o.add(key, s)
 	}
-}
-
-// indexOf is the index of the first member named key.
-func indexOf(members []event.Member, key string) int {
-	for i, m := range members {
-		if string(m.Key) == key {
-			return i
-		}
-	}
-	return -1
 }
 
 // editObject applies edit to the object at path (object keys) inside the
