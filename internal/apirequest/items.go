@@ -309,11 +309,7 @@ func (r *FieldReader) identifierNormalized(field, kindField string) (value, kind
 		}
 		return "", "", ""
 	}
-	k := identity.Kind(kind)
-	if k == "" {
-		k = identity.InferKind(value)
-	}
-	norm, err := identity.Normalize(k, value)
+	k, norm, err := identity.ReadClear(identity.Kind(kind), value)
 	if err != nil {
 		r.Fail(field, strings.TrimPrefix(err.Error(), identity.ErrInvalidIdentifier.Error()+": "))
 		return "", "", ""

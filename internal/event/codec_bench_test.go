@@ -35,11 +35,13 @@ func benchDecode(b *testing.B, record string, decode func([]byte, time.Time) (En
 	raw := []byte(record)
 	b.SetBytes(int64(len(raw)))
 	b.ReportAllocs()
+	cpu := processCPU()
 	for b.Loop() {
 		if _, err := decode(raw, sampleNow); err != nil {
 			b.Fatal(err)
 		}
 	}
+	reportCPU(b, cpu)
 }
 
 func benchEncode(b *testing.B, record string) {

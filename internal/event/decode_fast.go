@@ -1,7 +1,6 @@
 package event
 
 import (
-	"encoding/binary"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -78,16 +77,7 @@ type fastDecoder struct {
 	decoded bool
 }
 
-func (d *fastDecoder) ws() {
-	for d.i < len(d.s) {
-		switch d.s[d.i] {
-		case ' ', '\t', '\n', '\r':
-			d.i++
-		default:
-			return
-		}
-	}
-}
+func (d *fastDecoder) ws() { d.i = skipSpace(d.b, d.i) }
 
 // object reads {"key": value, ...}, field reading each value after its key
 // and colon, and reports false on anything else.
@@ -135,72 +125,37 @@ func (d *fastDecoder) key() (string, bool) {
 // afterMember reads what follows an object's or array's member: a ',' (more
 // to come) or closing (the end, reported as end).
 func (d *fastDecoder) afterMember(closing byte) (end, ok bool) {
-	d.ws()
-	if d.i >= len(d.s) {
-		return false, false
-	}
-	switch d.s[d.i] {
-	case ',':
-		d.i++
-		return false, true
-	case closing:
-		d.i++
-		return true, true
-	default:
-		return false, false
-	}
+	d.i, end, ok = afterMember(d.b, d.i, closing)
+	return end, ok
 }
 
-// str reads a string as a substring of the record when it is plain (no
-// escape, valid UTF-8), else decoded by unquoteAt as encoding/json decodes
-// it. Either way no control character is left unescaped.
+// str reads a string (scanString) as a substring of the record when it is
+// plain (no escape, valid UTF-8), else decoded by unquoteAt as
+// encoding/json decodes it. Either way no control character is left
+// unescaped.
 func (d *fastDecoder) str() (string, bool) {
 	if d.i >= len(d.s) || d.s[d.i] != '"' {
 		return "", false
 	}
-	start := d.i + 1
-	ascii := true
-	// Eight bytes at a time while none of them is special ('"', '\\', a
-	// control character, DEL or beyond ASCII), then byte by byte from the
-	// chunk that has one: most of a record's bytes are long plain strings
-	// (ciphertext, fingerprints), which the byte loop alone made a quarter
-	// of the decoding.
-	j := start
-	for ; j+8 <= len(d.b); j += 8 {
-		if special8(binary.LittleEndian.Uint64(d.b[j:])) {
-			break
-		}
-	}
-	for ; j < len(d.s); j++ {
-		switch c := d.s[j]; {
-		case c == '"':
-			v := d.s[start:j]
-			if !ascii && !utf8.ValidString(v) {
-				return d.unquoteAt(start)
-			}
-			d.i = j + 1
-			return v, true
-		case c == '\\':
-			return d.unquoteAt(start)
-		case c < 0x20:
-			return "", false
-		case c >= 0x80:
-			ascii = false
-		case c == 0x7f:
-			d.unplain = true
-		}
-	}
-	return "", false
-}
-
-// unquoteAt reads the string whose content starts at start, with escapes
-// or invalid UTF-8, decoded into a string of its own. Its text may then
-// hold anything, so the record is no longer plain.
-func (d *fastDecoder) unquoteAt(start int) (string, bool) {
-	end, _ := skipString(d.b, start-1)
-	if end < 0 {
+	end, flags, ok := scanString(d.b, d.i)
+	if !ok {
 		return "", false
 	}
+	if flags&strDEL != 0 {
+		d.unplain = true
+	}
+	v := d.s[d.i+1 : end-1]
+	if flags&strEscaped != 0 || flags&strBeyondASCII != 0 && !utf8.ValidString(v) {
+		return d.unquoteAt(d.i+1, end)
+	}
+	d.i = end
+	return v, true
+}
+
+// unquoteAt reads the string whose content is b[start:end-1], with escapes
+// or invalid UTF-8, decoded into a string of its own. Its text may then
+// hold anything, so the record is no longer plain.
+func (d *fastDecoder) unquoteAt(start, end int) (string, bool) {
 	v, ok := appendUnquoted(make([]byte, 0, end-start), d.b[start:end-1])
 	if !ok {
 		return "", false
@@ -208,16 +163,6 @@ func (d *fastDecoder) unquoteAt(start int) (string, bool) {
 	d.i = end
 	d.unplain, d.decoded = true, true
 	return unsafe.String(unsafe.SliceData(v), len(v)), true
-}
-
-// special8 reports whether any of x's eight bytes is '"', '\\', below 0x20,
-// 0x7f or above it. (v - ones) &^ v & highs is nonzero exactly when one of
-// v's bytes is 0 (a borrow may mark more bytes, never fewer: existence is
-// exact); x itself is tested that way for bytes below 0x20 and beyond 0x7f.
-func special8(x uint64) bool {
-	const ones, highs = 0x0101010101010101, 0x8080808080808080
-	q, bs, del := x^('"'*ones), x^('\\'*ones), x^(0x7f*ones)
-	return ((q-ones)&^q|(bs-ones)&^bs|(del-ones)&^del|(x-0x20*ones)&^x|x)&highs != 0
 }
 
 // once marks bit as read in the current object, false when it was already.
@@ -417,44 +362,15 @@ func (d *fastDecoder) array(elem func() bool) bool {
 	}
 }
 
-// number reads a JSON number token (-?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?)
-// as its text.
+// number reads a JSON number token (scanNumber) as its text.
 func (d *fastDecoder) number() (string, bool) {
-	start := d.i
-	i := d.i
-	digits := func() int {
-		n := 0
-		for i < len(d.s) && d.s[i] >= '0' && d.s[i] <= '9' {
-			i++
-			n++
-		}
-		return n
-	}
-	if i < len(d.s) && d.s[i] == '-' {
-		i++
-	}
-	if i < len(d.s) && d.s[i] == '0' {
-		i++
-	} else if digits() == 0 {
+	end, ok := scanNumber(d.b, d.i)
+	if !ok {
 		return "", false
 	}
-	if i < len(d.s) && d.s[i] == '.' {
-		i++
-		if digits() == 0 {
-			return "", false
-		}
-	}
-	if i < len(d.s) && (d.s[i] == 'e' || d.s[i] == 'E') {
-		i++
-		if i < len(d.s) && (d.s[i] == '+' || d.s[i] == '-') {
-			i++
-		}
-		if digits() == 0 {
-			return "", false
-		}
-	}
-	d.i = i
-	return d.s[start:i], true
+	start := d.i
+	d.i = end
+	return d.s[start:end], true
 }
 
 func (d *fastDecoder) counterpartyField(c *Counterparty, key string) bool {
@@ -483,17 +399,11 @@ func (d *fastDecoder) counterpartyField(c *Counterparty, key string) bool {
 
 // lit reads the exact token lit, which must end there.
 func (d *fastDecoder) lit(lit string) bool {
-	if len(d.s)-d.i < len(lit) || d.s[d.i:d.i+len(lit)] != lit {
+	end, ok := scanLiteral(d.b, d.i, lit)
+	if !ok || !endsToken(d.b, end) {
 		return false
 	}
-	d.i += len(lit)
-	if d.i < len(d.s) {
-		switch d.s[d.i] {
-		case ' ', '\t', '\n', '\r', ',', '}':
-		default:
-			return false
-		}
-	}
+	d.i = end
 	return true
 }
 
@@ -508,42 +418,22 @@ func (d *fastDecoder) uuid(into *UUID) bool {
 }
 
 // rawObject returns the object at d.i as its bytes, as they are (the
-// library's json.RawMessage). It only finds the object's end: normalize
-// checks it as jsonb reads it (CheckJSONB, which also makes it valid JSON),
-// and a record it refuses is read again by the general path.
+// library's json.RawMessage). It only finds the object's end
+// (skipContainer): normalize checks it as jsonb reads it (CheckJSONB, which
+// also makes it valid JSON), and a record it refuses is read again by the
+// general path.
 func (d *fastDecoder) rawObject() ([]byte, bool) {
 	if d.i >= len(d.s) || d.s[d.i] != '{' {
 		return nil, false
 	}
 	start := d.i
-	depth := 0
-	for d.i < len(d.s) {
-		switch c := d.s[d.i]; c {
-		case '"':
-			// Skip the string, escapes and all; CheckJSONB judges it.
-			d.i++
-			for d.i < len(d.s) && d.s[d.i] != '"' {
-				if d.s[d.i] == '\\' {
-					d.i++
-				}
-				d.i++
-			}
-			if d.i >= len(d.s) {
-				return nil, false
-			}
-		case '{', '[':
-			depth++
-		case '}', ']':
-			depth--
-			if depth == 0 {
-				d.i++
-				if d.shared {
-					return d.b[start:d.i:d.i], true
-				}
-				return []byte(d.s[start:d.i]), true
-			}
-		}
-		d.i++
+	end := skipContainer(d.b, start)
+	if end < 0 {
+		return nil, false
 	}
-	return nil, false
+	d.i = end
+	if d.shared {
+		return d.b[start:end:end], true
+	}
+	return []byte(d.s[start:end]), true
 }

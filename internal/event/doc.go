@@ -5,7 +5,9 @@
 // the ingest and decision APIs, the persister, the stream and the load
 // generator all use, the JSON scanning the APIs split request bodies with
 // (AppendMembers, SplitArray, Unquote), the checks of what PostgreSQL's jsonb
-// takes (CheckJSON), the classified errors the persister dead-letters on, and
+// takes (CheckJSON), one tokenizer under all three readers (json_scan.go:
+// the checker, the decoder and the splitter read strings, numbers and
+// literals alike), the classified errors the persister dead-letters on, and
 // the deterministic IDs (transactions, customers, accounts, counterparties)
 // that let the persister know every row's key client-side and make a replay
 // land on the same rows. codec_differential_test.go holds the encoder and

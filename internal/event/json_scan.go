@@ -1,16 +1,19 @@
 package event
 
 import (
-	"encoding/json"
+	"encoding/binary"
 	"unicode/utf8"
 	"unsafe"
 )
 
 // The JSON scanning every reader of JSON in the product shares: splitting
 // an object into its members and an array into its elements without
-// decoding the values, and decoding one string exactly as encoding/json
-// does. The ingest and decision APIs split their request bodies with it,
-// and decodeFast reads a record's escaped strings with Unquote.
+// decoding the values, decoding one string exactly as encoding/json does,
+// and under them the tokens (scanString and the others below), which the
+// checker (CheckJSON) and decodeFast read JSON with too. The ingest and
+// decision APIs split their request bodies with it, the
+// counterparty_fingerprint processor its messages, and decodeFast decodes a
+// record's escaped strings as Unquote does.
 
 // Member is one member of a JSON object: its key (unescaped) and its value's
 // bytes, slices of the object's bytes, not copies. Read is the caller's to
@@ -39,12 +42,12 @@ func AppendMembers(dst []Member, raw []byte) ([]Member, bool) {
 		if i >= len(raw) || raw[i] != '"' {
 			return nil, false
 		}
-		end, escaped := skipString(raw, i)
-		if end < 0 {
+		end, flags, ok := scanString(raw, i)
+		if !ok {
 			return nil, false
 		}
 		key := raw[i+1 : end-1 : end-1]
-		if escaped {
+		if flags&strEscaped != 0 {
 			k, ok := Unquote(raw[i:end])
 			if !ok {
 				return nil, false
@@ -124,56 +127,203 @@ func skipSpace(b []byte, i int) int {
 	return i
 }
 
-// skipString returns the end of the string starting at b[i] (after its
-// closing quote; -1: unterminated) and whether it holds escapes.
-func skipString(b []byte, i int) (int, bool) {
-	escaped := false
-	for j := i + 1; j < len(b); j++ {
-		switch b[j] {
-		case '"':
-			return j + 1, escaped
-		case '\\':
-			escaped = true
+// The tokens of JSON, read in one place for every reader of JSON in this
+// package: the splitter above, the checker (CheckJSON, jsonb.go) and the
+// fast decoder (decode_fast.go). Each takes the bytes and the offset of the
+// token's first byte, and on a fault returns the offset of the byte at
+// fault (len(b) when the bytes end early), which the checker reports.
+
+// strFlags says what a string's content holds beyond plain ASCII text.
+type strFlags uint8
+
+const (
+	strEscaped     strFlags = 1 << iota // a backslash escape
+	strBeyondASCII                      // a byte of 0x80 or above (maybe not UTF-8)
+	strDEL                              // 0x7f, which CheckText refuses
+)
+
+// scanString reads the string whose opening quote is b[i]: end is after
+// its closing quote. Its escapes are checked against JSON's grammar and a
+// control character is refused; its UTF-8 is not checked (flags say
+// whether there is anything beyond ASCII to check).
+//
+// Plain ASCII text (plainASCII) is passed byte by byte for a short run
+// (keys, codes, amounts: most strings), then eight bytes at a time while
+// none is special: most bytes of a body or a record are long plain strings
+// (ciphertext, fingerprints, names), which a byte loop alone made a quarter
+// of the decoding. One function, not two: a second call per string cost
+// the decoder a tenth.
+func scanString(b []byte, i int) (end int, flags strFlags, ok bool) {
+	j := i + 1
+	for {
+		for k := min(len(b), j+16); j < k && plainASCII[b[j]]; {
+			j++
+		}
+		if j < len(b) && plainASCII[b[j]] {
+			for j+8 <= len(b) && !special8(binary.LittleEndian.Uint64(b[j:])) {
+				j += 8
+			}
+			for j < len(b) && plainASCII[b[j]] {
+				j++
+			}
+		}
+		if j >= len(b) {
+			return len(b), flags, false
+		}
+		switch c := b[j]; {
+		case c == '"':
+			return j + 1, flags, true
+		case c == '\\':
+			flags |= strEscaped
+			if j+1 >= len(b) {
+				return len(b), flags, false
+			}
+			switch b[j+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				j += 2
+			case 'u':
+				if _, ok := hex4(b, j+2); !ok {
+					return j, flags, false
+				}
+				j += 6
+			default:
+				return j, flags, false
+			}
+		case c < 0x20:
+			return j, flags, false
+		case c == 0x7f:
+			flags |= strDEL
+			j++
+		default:
+			flags |= strBeyondASCII
 			j++
 		}
 	}
-	return -1, false
+}
+
+// plainASCII marks the bytes a JSON string holds as they are and that need
+// no further look: ASCII from the space to '~' but the quote and the
+// backslash.
+var plainASCII = func() (t [256]bool) {
+	for c := ' '; c < 0x7f; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
+// special8 reports whether any of x's eight bytes is '"', '\\', below 0x20,
+// 0x7f or above it. (v - ones) &^ v & highs is nonzero exactly when one of
+// v's bytes is 0 (a borrow may mark more bytes, never fewer: existence is
+// exact); x itself is tested that way for bytes below 0x20 and beyond 0x7f.
+func special8(x uint64) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	q, bs, del := x^('"'*ones), x^('\\'*ones), x^(0x7f*ones)
+	return ((q-ones)&^q|(bs-ones)&^bs|(del-ones)&^del|(x-0x20*ones)&^x|x)&highs != 0
+}
+
+// scanNumber reads the number at b[i]
+// (-?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?): end is after it.
+func scanNumber(b []byte, i int) (end int, ok bool) {
+	j := i
+	digits := func() int {
+		k := j
+		for j < len(b) && b[j] >= '0' && b[j] <= '9' {
+			j++
+		}
+		return j - k
+	}
+	if j < len(b) && b[j] == '-' {
+		j++
+	}
+	switch {
+	case j < len(b) && b[j] == '0':
+		j++
+	case digits() == 0:
+		return j, false
+	}
+	if j < len(b) && b[j] == '.' {
+		j++
+		if digits() == 0 {
+			return j, false
+		}
+	}
+	if j < len(b) && (b[j] == 'e' || b[j] == 'E') {
+		j++
+		if j < len(b) && (b[j] == '+' || b[j] == '-') {
+			j++
+		}
+		if digits() == 0 {
+			return j, false
+		}
+	}
+	return j, true
+}
+
+// scanLiteral reads lit (true, false, null; the decoder's "1" too) at
+// b[i]: end is after it; on a fault, the first byte that differs.
+func scanLiteral(b []byte, i int, lit string) (end int, ok bool) {
+	if len(b)-i >= len(lit) && string(b[i:i+len(lit)]) == lit {
+		return i + len(lit), true
+	}
+	for k := 0; k < len(lit) && i < len(b) && b[i] == lit[k]; k++ {
+		i++
+	}
+	return i, false
+}
+
+// endsToken reports whether a number or literal ending at b[i] is followed
+// by what may follow a value (space, a separator, a closing bracket or the
+// end), so that 1x or truex is not read as a token.
+func endsToken(b []byte, i int) bool {
+	if i >= len(b) {
+		return true
+	}
+	switch b[i] {
+	case ' ', '\t', '\r', '\n', ',', '}', ']':
+		return true
+	}
+	return false
 }
 
 // SkipValue returns the end of the JSON value starting at b[i] (-1: none).
-// A container's or a string's end is only found, not checked (the bytes
-// passed CheckJSON, or are refused as a whole); a number or literal is
-// checked.
+// A container's end is only found, not checked (the bytes passed
+// CheckJSON, or are refused as a whole); a string, number or literal is
+// read as the checker reads it.
 func SkipValue(b []byte, i int) int {
 	if i >= len(b) {
 		return -1
 	}
-	switch b[i] {
-	case '"':
-		end, _ := skipString(b, i)
-		return end
-	case '{', '[':
+	var end int
+	ok := false
+	switch c := b[i]; {
+	case c == '"':
+		end, _, ok = scanString(b, i)
+	case c == '{' || c == '[':
 		return skipContainer(b, i)
+	case c == 't':
+		end, ok = scanLiteral(b, i, "true")
+	case c == 'f':
+		end, ok = scanLiteral(b, i, "false")
+	case c == 'n':
+		end, ok = scanLiteral(b, i, "null")
+	default:
+		end, ok = scanNumber(b, i)
 	}
-	j := i
-	for j < len(b) && b[j] != ',' && b[j] != '}' && b[j] != ']' && b[j] != ' ' && b[j] != '\t' && b[j] != '\r' && b[j] != '\n' {
-		j++
-	}
-	if j == i || !json.Valid(b[i:j]) {
+	if !ok || !endsToken(b, end) {
 		return -1
 	}
-	return j
+	return end
 }
 
 // skipContainer returns the end of the object or array at b[i] (-1: it
-// does not end).
+// does not end, or a string in it is not one).
 func skipContainer(b []byte, i int) int {
 	depth := 0
 	for j := i; j < len(b); j++ {
 		switch b[j] {
 		case '"':
-			end, _ := skipString(b, j)
-			if end < 0 {
+			end, _, ok := scanString(b, j)
+			if !ok {
 				return -1
 			}
 			j = end - 1

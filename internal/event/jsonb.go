@@ -195,16 +195,7 @@ func (c *jsonChecker) fault(depth int, reason string) error {
 	return &JSONFault{Path: c.path(depth), Reason: reason}
 }
 
-func (c *jsonChecker) skipWS() {
-	for c.i < len(c.raw) {
-		switch c.raw[c.i] {
-		case ' ', '\t', '\r', '\n':
-			c.i++
-		default:
-			return
-		}
-	}
-}
+func (c *jsonChecker) skipWS() { c.i = skipSpace(c.raw, c.i) }
 
 // path is the path of the value the frames below depth are in, as
 // JSONFault.Path gives it: at most about maxPathBytes, unusual keys quoted.
@@ -295,105 +286,44 @@ func (c *jsonChecker) value() error {
 }
 
 func (c *jsonChecker) literal(lit string) error {
-	if len(c.raw)-c.i < len(lit) || string(c.raw[c.i:c.i+len(lit)]) != lit {
-		for k := 0; k < len(lit) && c.i < len(c.raw) && c.raw[c.i] == lit[k]; k++ {
-			c.i++
-		}
+	var ok bool
+	if c.i, ok = scanLiteral(c.raw, c.i, lit); !ok {
 		return c.syntax()
 	}
-	c.i += len(lit)
 	return nil
 }
 
-// str reads a string at c.i: its content between the quotes and whether
-// it holds escapes. In strict mode its UTF-8 and escapes are checked too,
-// the fault located at depth's path.
+// str reads a string at c.i (scanString): its content between the quotes
+// and whether it holds escapes. In strict mode its UTF-8 and escapes are
+// checked too, the fault located at depth's path.
 func (c *jsonChecker) str(depth int) (content []byte, escaped bool, err error) {
-	start := c.i + 1
-	for j := start; j < len(c.raw); j++ {
-		switch ch := c.raw[j]; {
-		case ch == '"':
-			c.i = j + 1
-			content = c.raw[start:j]
-			if c.strict {
-				if !utf8.Valid(content) {
-					return nil, false, c.fault(depth, ReasonNotUTF8)
-				}
-				if escaped {
-					if err := checkEscapes(c.raw[start-1 : j+1]); err != nil {
-						return nil, false, c.fault(depth, err.Error())
-					}
-				}
+	start := c.i
+	end, flags, ok := scanString(c.raw, start)
+	c.i = end
+	if !ok {
+		return nil, false, c.syntax()
+	}
+	content, escaped = c.raw[start+1:end-1], flags&strEscaped != 0
+	if c.strict {
+		if !utf8.Valid(content) {
+			return nil, false, c.fault(depth, ReasonNotUTF8)
+		}
+		if escaped {
+			if err := checkEscapes(c.raw[start:end]); err != nil {
+				return nil, false, c.fault(depth, err.Error())
 			}
-			return content, escaped, nil
-		case ch == '\\':
-			escaped = true
-			if j+1 >= len(c.raw) {
-				c.i = len(c.raw)
-				return nil, false, c.syntax()
-			}
-			switch c.raw[j+1] {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-				j++
-			case 'u':
-				if _, ok := hex4(c.raw, j+2); !ok {
-					c.i = j
-					return nil, false, c.syntax()
-				}
-				j += 5
-			default:
-				c.i = j
-				return nil, false, c.syntax()
-			}
-		case ch < 0x20:
-			c.i = j
-			return nil, false, c.syntax()
 		}
 	}
-	c.i = len(c.raw)
-	return nil, false, c.syntax()
+	return content, escaped, nil
 }
 
 func (c *jsonChecker) number() error {
-	start, r := c.i, c.raw
-	j := c.i
-	if j < len(r) && r[j] == '-' {
-		j++
-	}
-	digits := func() int {
-		k := j
-		for j < len(r) && r[j] >= '0' && r[j] <= '9' {
-			j++
-		}
-		return j - k
-	}
-	bad := func() error {
-		c.i = j
+	start := c.i
+	var ok bool
+	if c.i, ok = scanNumber(c.raw, start); !ok {
 		return c.syntax()
 	}
-	switch {
-	case j < len(r) && r[j] == '0':
-		j++
-	case digits() == 0:
-		return bad()
-	}
-	if j < len(r) && r[j] == '.' {
-		j++
-		if digits() == 0 {
-			return bad()
-		}
-	}
-	if j < len(r) && (r[j] == 'e' || r[j] == 'E') {
-		j++
-		if j < len(r) && (r[j] == '+' || r[j] == '-') {
-			j++
-		}
-		if digits() == 0 {
-			return bad()
-		}
-	}
-	c.i = j
-	if err := checkNumber(string(r[start:j])); err != nil {
+	if err := checkNumber(string(c.raw[start:c.i])); err != nil {
 		return c.fault(len(c.stack), err.Error())
 	}
 	return nil
@@ -475,20 +405,14 @@ func (c *jsonChecker) object() error {
 // (another follows) or closing, which ends the container and pops its frame
 // (the value just read has popped its own, so the container's is on top).
 func (c *jsonChecker) afterMember(closing byte) (done bool, err error) {
-	c.skipWS()
-	if c.i >= len(c.raw) {
+	var ok bool
+	if c.i, done, ok = afterMember(c.raw, c.i, closing); !ok {
 		return false, c.syntax()
 	}
-	switch c.raw[c.i] {
-	case ',':
-		c.i++
-		return false, nil
-	case closing:
-		c.i++
+	if done {
 		c.stack = c.stack[:len(c.stack)-1]
-		return true, nil
 	}
-	return false, c.syntax()
+	return done, nil
 }
 
 // seen reports whether the object named key before, and records it.

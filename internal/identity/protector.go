@@ -49,6 +49,18 @@ func (p *Protector) Protect(ws event.UUID, field string, kind Kind, raw string) 
 	return p.ProtectNormalized(ws, field, kind, norm, nil)
 }
 
+// ReadClear reads a clear identifier as it arrives, the one reading the
+// ingest API and the counterparty_fingerprint processor share: kind as
+// given ("" infers it from raw, InferKind), raw normalised as that kind,
+// ready for ProtectNormalized.
+func ReadClear(kind Kind, raw string) (Kind, string, error) {
+	if kind == "" {
+		kind = InferKind(raw)
+	}
+	norm, err := Normalize(kind, raw)
+	return kind, norm, err
+}
+
 // DevKeys returns fixed, publicly known keys in the SP_ENCRYPTION_KEY and
 // SP_FINGERPRINT_KEY formats, for `speculapro dev` and tests ONLY. They are
 // derived from constant strings in this source file, so they protect nothing:

@@ -45,10 +45,9 @@ type rowSetup struct {
 }
 
 // conformanceRows are every input and output of ours but pg_rule_hits
-// (TestConformancePgRuleHits). The HTTP inputs, ingest_api and
-// decision_api, serve while their services are down (readiness and the
-// degraded answers say so; tests/ covers those outages end to end), so
-// they have no connection to lose here.
+// (TestConformancePgRuleHits) and the HTTP inputs, ingest_api and
+// decision_api, which answer for their services instead of losing a
+// connection (httpConformanceRows, TestConformanceHTTPInputs).
 var conformanceRows = []conformanceRow{
 	{name: "pg_copy_upsert", lost: lostNotConnected, connectChecks: true, prepare: preparePgCopyUpsert},
 	{name: "outbox_claim", isInput: true, lost: lostNotConnected, connectChecks: true, prepare: prepareOutboxClaim},

@@ -144,9 +144,16 @@ var (
 	errNotObject = errors.New("message is not a JSON object, content dropped")
 )
 
+// processMessage reads the message as the ingest API reads a request
+// (event.CheckJSON, then event.AppendMembers and event.Unquote for the
+// members on the paths), protects each identifier as the ingest API does
+// (identity.ReadClear, ProtectNormalized, CounterpartyFingerprint) and
+// rewrites only the objects it changed (objectEdit); every other byte is
+// passed on as it came.
 func (p *counterpartyFingerprint) processMessage(msg *service.Message) error {
-	v, err := msg.AsStructuredMut()
-	if err != nil {
+	raw, err := msg.AsBytes()
+	var fault *event.JSONFault
+	if err != nil || errors.As(event.CheckJSON(raw), &fault) && fault.Syntax {
 		// Not JSON: there is no field to protect, and the bytes cannot be
 		// scrubbed field by field. Drop them rather than pass on a payload
 		// that may hold clear identifiers.
@@ -154,7 +161,7 @@ func (p *counterpartyFingerprint) processMessage(msg *service.Message) error {
 		msg.SetBytes(nil)
 		return errNotJSON
 	}
-	root, ok := v.(map[string]any)
+	root, ok := event.AppendMembers(nil, raw)
 	if !ok {
 		msg.SetBytes(nil)
 		return errNotObject
@@ -162,7 +169,7 @@ func (p *counterpartyFingerprint) processMessage(msg *service.Message) error {
 	// Ciphertexts and fingerprints are bound to the message's workspace;
 	// without one, clear values are still removed below.
 	var firstErr error
-	wsText, _ := root["workspace_id"].(string)
+	wsText, _ := memberString(root, "workspace_id")
 	ws, wsErr := event.ParseUUID(wsText)
 	if wsErr == nil && ws.IsZero() {
 		wsErr = errors.New("the nil UUID")
@@ -172,107 +179,72 @@ func (p *counterpartyFingerprint) processMessage(msg *service.Message) error {
 	}
 	// Every path is handled even after a failure, so that no clear value of a
 	// failed message leaves the processor; the first error is reported.
+	out := raw
 	for _, ip := range p.paths {
-		if err := p.protectField(root, ip, ws, wsErr != nil); err != nil && firstErr == nil {
-			firstErr = err
-		}
+		out = editObject(out, ip.parent, func(obj *objectEdit) {
+			if err := p.protectField(obj, ip, ws, wsErr != nil); err != nil && firstErr == nil {
+				firstErr = err
+			}
+		})
 	}
 	if firstErr == nil && p.counterparty != nil {
-		if cp, ok := lookupObject(root, p.counterparty); ok {
-			idFP, _ := cp["identifier"+suffixFP].(string)
-			name, _ := cp["name"].(string)
-			if fp := p.protector.CounterpartyFingerprint(ws, idFP, name); fp != "" {
-				cp["fingerprint"] = fp
-			} else {
-				delete(cp, "fingerprint")
-			}
-		}
+		out = editObject(out, p.counterparty, func(cp *objectEdit) {
+			idFP, _ := memberString(cp.members, "identifier"+suffixFP)
+			name, _ := memberString(cp.members, "name")
+			cp.setString("fingerprint", p.protector.CounterpartyFingerprint(ws, idFP, name))
+		})
 	}
-	msg.SetStructuredMut(root)
+	if &out[0] != &raw[0] || len(out) != len(raw) {
+		msg.SetBytes(out)
+	}
 	return firstErr
 }
 
-// protectField replaces the clear identifier at ip, if any, protected for
-// workspace ws (noWorkspace: only remove it). On failure the clear value is
-// removed all the same.
-func (p *counterpartyFingerprint) protectField(root map[string]any, ip identifierPath, ws event.UUID, noWorkspace bool) error {
-	obj, ok := lookupObject(root, ip.parent)
+// protectField replaces the clear identifier field of obj, if any,
+// protected for workspace ws (noWorkspace: only remove it). On failure the
+// clear value is removed all the same.
+func (p *counterpartyFingerprint) protectField(obj *objectEdit, ip identifierPath, ws event.UUID, noWorkspace bool) error {
+	value, present := obj.remove(ip.field)
+	if !present || noWorkspace || value[0] == 'n' {
+		return nil
+	}
+	clear, ok := event.Unquote(value)
 	if !ok {
-		return nil
-	}
-	raw, present := obj[ip.field]
-	if !present {
-		return nil
-	}
-	delete(obj, ip.field)
-	if noWorkspace {
-		return nil
-	}
-	var clear string
-	switch x := raw.(type) {
-	case nil:
-		return nil
-	case string:
-		clear = x
-	default:
-		return fmt.Errorf("%s: want a string, got a JSON %s (value removed)", ip.display, jsonType(x))
+		return fmt.Errorf("%s: want a string, got a JSON %s (value removed)", ip.display, jsonType(value))
 	}
 	if strings.TrimSpace(clear) == "" {
 		return nil
 	}
 	kindField := ip.field + suffixKind
 	var kind identity.Kind
-	switch k := obj[kindField].(type) {
-	case nil:
-		kind = identity.InferKind(clear)
-	case string:
-		if k == "" {
-			kind = identity.InferKind(clear)
-			break
+	if k, present := obj.get(kindField); present && k[0] != 'n' {
+		text, ok := event.Unquote(k)
+		if !ok {
+			return fmt.Errorf("%s%s: want a string, got a JSON %s (identifier removed)", ip.display, suffixKind, jsonType(k))
 		}
-		var err error
-		if kind, err = identity.ParseKind(k); err != nil {
-			return fmt.Errorf("%s%s: %w (identifier removed)", ip.display, suffixKind, err)
+		if text != "" {
+			var err error
+			if kind, err = identity.ParseKind(text); err != nil {
+				return fmt.Errorf("%s%s: %w (identifier removed)", ip.display, suffixKind, err)
+			}
 		}
-	default:
-		return fmt.Errorf("%s%s: want a string, got a JSON %s (identifier removed)", ip.display, suffixKind, jsonType(k))
 	}
-	prot, err := p.protector.Protect(ws, ip.display, kind, clear)
+	kind, norm, err := identity.ReadClear(kind, clear)
 	if err != nil {
 		return fmt.Errorf("%s: %w (identifier removed)", ip.display, err)
 	}
-	obj[kindField] = string(prot.Kind)
-	obj[ip.field+suffixEnc] = prot.Enc
-	obj[ip.field+suffixMasked] = prot.Masked
-	obj[ip.field+suffixFP] = prot.FP
+	prot, err := p.protector.ProtectNormalized(ws, ip.display, kind, norm, nil)
+	if err != nil {
+		return fmt.Errorf("%s: %w (identifier removed)", ip.display, err)
+	}
+	for _, f := range []string{suffixKind, suffixEnc, suffixMasked, suffixFP} {
+		obj.remove(ip.field + f)
+	}
+	obj.add(kindField, string(prot.Kind))
+	obj.add(ip.field+suffixEnc, prot.Enc)
+	obj.add(ip.field+suffixMasked, prot.Masked)
+	obj.add(ip.field+suffixFP, prot.FP)
 	return nil
-}
-
-func lookupObject(root map[string]any, path []string) (map[string]any, bool) {
-	obj := root
-	for _, seg := range path {
-		next, ok := obj[seg].(map[string]any)
-		if !ok {
-			return nil, false
-		}
-		obj = next
-	}
-	return obj, true
-}
-
-func jsonType(v any) string {
-	switch v.(type) {
-	case map[string]any:
-		return "object"
-	case []any:
-		return "array"
-	case bool:
-		return "boolean"
-	case string:
-		return "string"
-	default:
-		return "number"
-	}
 }
 
 func (p *counterpartyFingerprint) Close(context.Context) error { return nil }
