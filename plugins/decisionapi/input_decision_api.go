@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sync/semaphore"
 	"golang.org/x/time/rate"
 
+	"github.com/speculapro/speculapro/internal/apikey"
 	"github.com/speculapro/speculapro/internal/apirequest"
 	"github.com/speculapro/speculapro/internal/config"
 	"github.com/speculapro/speculapro/internal/event"
@@ -179,7 +180,7 @@ type decisionAPI struct {
 func newDecisionAPIMetered(mgr *service.Resources) *decisionAPI {
 	a := &decisionAPI{
 		Front: apirequest.Front{
-			Component: "decision_api", Log: mgr.Logger(), Keys: apirequest.NewKeyCache(), ReadTimeout: 30 * time.Second,
+			Component: "decision_api", Scope: apikey.ScopeDecide, Log: mgr.Logger(), Keys: apirequest.NewKeyCache(), ReadTimeout: 30 * time.Second,
 			Throttled:   mgr.Metrics().NewCounter(metricDecisionThrottled, "share"),
 			ThrottleLog: rate.Sometimes{Interval: apirequest.LogEvery},
 		},
