@@ -20,3 +20,8 @@ AS $fn$
      WHERE k.key_hash = hash AND k.revoked_at IS NULL AND w.status = 'active'
 $fn$;
 GRANT EXECUTE ON FUNCTION speculapro.api_key_grant(bytea) TO speculapro_app, speculapro_system;
+
+-- The case API lists a workspace's cases newest first, paged by (opened_at, id); 00014's index
+-- serves a list filtered by status, this one a list of every status (filtered by priority,
+-- assignee or customer, or not at all), which would otherwise sort all the workspace's cases.
+CREATE INDEX cases_opened_idx ON speculapro.cases (workspace_id, opened_at DESC, id DESC);
