@@ -23,7 +23,7 @@ func (a *caseAPI) caseRoutes() []apirequest.Route {
 		{Method: http.MethodPost, Pattern: "/v1/cases/{id}/status", Authed: true, Handle: a.handleChange(changeStatusChanged)},
 		{Method: http.MethodPost, Pattern: "/v1/cases/{id}/close", Authed: true, Handle: a.handleChange(changeClosed)},
 		{Method: http.MethodPost, Pattern: "/v1/cases/{id}/reopen", Authed: true, Handle: a.handleChange(changeReopened)},
-		{Method: http.MethodGet, Pattern: "/v1/cases/openapi.json", Authed: false, Handle: handleCaseOpenAPI},
+		{Method: http.MethodGet, Pattern: "/v1/cases/openapi.json", Authed: false, Handle: apirequest.DocumentHandler(caseOpenAPIDocument)},
 		{Method: http.MethodGet, Pattern: "/healthz", Authed: false, Handle: apirequest.HandleHealth},
 		{Method: http.MethodGet, Pattern: "/readyz", Authed: false, Handle: a.handleReady},
 	}

@@ -1,19 +1,10 @@
 package caseapi
 
-import (
-	_ "embed"
-	"net/http"
+import _ "embed"
 
-	"github.com/speculapro/speculapro/internal/apirequest"
-	"github.com/speculapro/speculapro/internal/event"
-)
-
-// caseOpenAPIDocument is the case API's contract, tested against the
-// handlers (case_openapi_test.go).
+// caseOpenAPIDocument is the case API's contract, served at
+// /v1/cases/openapi.json and tested against the handlers
+// (case_openapi_test.go).
 //
 //go:embed case_openapi.json
 var caseOpenAPIDocument []byte
-
-func handleCaseOpenAPI(w http.ResponseWriter, _ *http.Request, _ event.UUID) int {
-	return apirequest.WriteDocument(w, caseOpenAPIDocument)
-}

@@ -121,24 +121,15 @@ func newCaseAPI(conf *service.ParsedConfig, mgr *service.Resources) (*caseAPI, e
 		a.requests.Incr(1, endpoint, strconv.Itoa(code))
 		a.latency.Timing(time.Since(arrived).Nanoseconds(), endpoint)
 	}
-	var err error
-	if a.addr, err = conf.FieldString(caFieldAddress); err != nil {
+	addr, errAddr := conf.FieldString(caFieldAddress)
+	dbURL, errURL := conf.FieldString(caFieldDBURL)
+	maxConns, errConns := conf.FieldInt(caFieldMaxConns)
+	timeout, errTimeout := conf.FieldDuration(caFieldTimeout)
+	maxBody, errBody := conf.FieldInt(caFieldMaxBodyBytes)
+	if err := errors.Join(errAddr, errURL, errConns, errTimeout, errBody); err != nil {
 		return nil, err
 	}
-	if a.dbURL, err = conf.FieldString(caFieldDBURL); err != nil {
-		return nil, err
-	}
-	if a.maxConns, err = conf.FieldInt(caFieldMaxConns); err != nil {
-		return nil, err
-	}
-	if a.queryTimeout, err = conf.FieldDuration(caFieldTimeout); err != nil {
-		return nil, err
-	}
-	maxBody, err := conf.FieldInt(caFieldMaxBodyBytes)
-	if err != nil {
-		return nil, err
-	}
-	a.MaxBody = int64(maxBody)
+	a.addr, a.dbURL, a.maxConns, a.queryTimeout, a.MaxBody = addr, dbURL, maxConns, timeout, int64(maxBody)
 	if a.maxConns < 1 || a.queryTimeout <= 0 || a.MaxBody < 1024 {
 		return nil, fmt.Errorf("case_api: %s must be at least 1, %s positive and %s at least 1 KiB",
 			caFieldMaxConns, caFieldTimeout, caFieldMaxBodyBytes)
@@ -151,21 +142,18 @@ func newCaseAPI(conf *service.ParsedConfig, mgr *service.Resources) (*caseAPI, e
 
 // Connect opens the pool and the listener. PostgreSQL need not answer yet:
 // until it does, requests are answered 503 and /readyz says why.
-func (a *caseAPI) Connect(ctx context.Context) error {
+func (a *caseAPI) Connect(context.Context) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.Server != nil {
-		return nil
+	if a.Server == nil {
+		return a.serve()
 	}
-	pcfg, err := pgxpool.ParseConfig(a.dbURL)
-	if err != nil {
-		return fmt.Errorf("case_api: %s: invalid PostgreSQL URL", caFieldDBURL)
-	}
-	pcfg.MaxConns = int32(a.maxConns)
-	if pcfg.ConnConfig.ConnectTimeout == 0 || pcfg.ConnConfig.ConnectTimeout > 5*time.Second {
-		pcfg.ConnConfig.ConnectTimeout = 5 * time.Second
-	}
-	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
+	return nil
+}
+
+// serve opens the pool and starts the server (a.mu held).
+func (a *caseAPI) serve() error {
+	pool, err := apirequest.OpenPool(a.dbURL, int32(a.maxConns))
 	if err != nil {
 		return fmt.Errorf("case_api: %s: %w", caFieldDBURL, err)
 	}
@@ -182,25 +170,14 @@ func (a *caseAPI) Connect(ctx context.Context) error {
 // (at least one). Their answers are given already, and the outbox holds
 // each: the ack has nothing to tell anyone.
 func (a *caseAPI) ReadBatch(ctx context.Context) (service.MessageBatch, service.AckFunc, error) {
-	var batch service.MessageBatch
 	select {
 	case m := <-a.out:
-		batch = append(batch, m)
+		return apirequest.TakeQueued(m, a.out, 100), func(context.Context, error) error { return nil }, nil
 	case <-ctx.Done():
 		return nil, nil, ctx.Err()
 	case <-a.closing:
 		return nil, nil, service.ErrEndOfInput
 	}
-	for len(batch) < 100 {
-		select {
-		case m := <-a.out:
-			batch = append(batch, m)
-			continue
-		default:
-		}
-		break
-	}
-	return batch, func(context.Context, error) error { return nil }, nil
 }
 
 // Close stops taking requests, waits (bounded) for those in flight, and
