@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -289,4 +290,42 @@ func TestCaseAPIEndpoints(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// Analysts changing one case at the same moment from the same version: one
+// change is made, every other is refused 412, and the case holds exactly
+// the one change and its one event.
+func TestCaseAPIConcurrentChangesOneWins(t *testing.T) {
+	t.Parallel()
+	s := newCaseStack(t)
+	id := s.cases(t, s.wsA)[2]
+	url := "http://" + s.base + "/v1/cases/" + id.String() + "/assign"
+	const analysts = 8
+	codes := make(chan int, analysts)
+	var wg sync.WaitGroup
+	for i := range analysts {
+		wg.Add(1)
+		// Each request's goroutine ends with its answer (the client's timeout bounds it).
+		go func() {
+			defer wg.Done()
+			who := fmt.Sprintf("analyst-%d", i)
+			a, err := caseTry(http.MethodPost, url, s.casesA, `"1"`, who, map[string]any{"assignee": who})
+			if err != nil {
+				t.Error(err)
+			}
+			codes <- a.code
+		}()
+	}
+	wg.Wait()
+	close(codes)
+	counts := map[int]int{}
+	for c := range codes {
+		counts[c]++
+	}
+	if counts[http.StatusOK] != 1 || counts[http.StatusPreconditionFailed] != analysts-1 {
+		t.Errorf("answers %v, want one 200 and %d 412", counts, analysts-1)
+	}
+	if row := s.caseRow(t, id); !strings.HasPrefix(row, "open v2 assignee=analyst-") || !strings.HasSuffix(row, " events=1") {
+		t.Errorf("the case after the race: %q, want version 2, one assignee, one event", row)
+	}
 }

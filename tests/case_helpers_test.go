@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"testing"
@@ -72,20 +73,29 @@ type caseAnswer struct {
 }
 
 // caseCall sends one request to the case API; ifMatch and actor ("": not
-// sent) go in If-Match and X-SpeculaPro-Actor.
+// sent) go in If-Match and X-SpeculaPro-Actor. It fails t when no answer
+// comes; caseTry says so instead, for goroutines other than the test's.
 func caseCall(t testing.TB, method, url, key, ifMatch, actor string, body any) caseAnswer {
 	t.Helper()
+	a, err := caseTry(method, url, key, ifMatch, actor, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func caseTry(method, url, key, ifMatch, actor string, body any) (caseAnswer, error) {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
-			t.Fatal(err)
+			return caseAnswer{}, err
 		}
 		rd = bytes.NewReader(b)
 	}
 	req, err := http.NewRequest(method, url, rd)
 	if err != nil {
-		t.Fatal(err)
+		return caseAnswer{}, err
 	}
 	if key != "" {
 		req.Header.Set("Authorization", "Bearer "+key)
@@ -101,13 +111,13 @@ func caseCall(t testing.TB, method, url, key, ifMatch, actor string, body any) c
 	}
 	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
 	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
+		return caseAnswer{}, fmt.Errorf("%s %s: %w", method, url, err)
 	}
 	defer resp.Body.Close()
 	a := caseAnswer{code: resp.StatusCode, etag: resp.Header.Get("ETag")}
 	if a.raw, err = io.ReadAll(resp.Body); err != nil {
-		t.Fatalf("%s %s: reading the answer: %v", method, url, err)
+		return caseAnswer{}, fmt.Errorf("%s %s: reading the answer: %w", method, url, err)
 	}
 	_ = json.Unmarshal(a.raw, &a.body)
-	return a
+	return a, nil
 }
