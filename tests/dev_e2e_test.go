@@ -33,6 +33,7 @@ func TestDevRunsWholePipelineWithEmbeddedBroker(t *testing.T) {
 		"SP_PERSIST_GROUP":    "dev-e2e",
 		"SP_INGEST_ADDR":      testenv.FreeAddr(t),
 		"SP_DECISION_ADDR":    testenv.FreeAddr(t),
+		"SP_CASE_ADDR":        testenv.FreeAddr(t),
 	}
 	kafkaAddr := testenv.FreeAddr(t)
 	dev := newBinProcess(t).start(t, env, "dev", "--kafka-addr", kafkaAddr)

@@ -48,6 +48,7 @@ func TestDocsReadmeQuickStart(t *testing.T) {
 		"SP_DATA_DIR":              t.TempDir(),
 		"SP_INGEST_ADDR":           ingestAddr,
 		"SP_DECISION_ADDR":         testenv.FreeAddr(t),
+		"SP_CASE_ADDR":             testenv.FreeAddr(t),
 		"SP_REDIS_KEY_PREFIX":      uniqueName(t, "qs") + ":",
 		"SP_DECISION_SPOOL_PREFIX": uniqueName(t, "qs") + ":",
 	}
@@ -105,6 +106,7 @@ func TestDocsGettingStartedByHand(t *testing.T) {
 		"SP_DECISION_SPOOL_PREFIX": prefix,
 		"SP_INGEST_ADDR":           testenv.FreeAddr(t),
 		"SP_DECISION_ADDR":         testenv.FreeAddr(t),
+		"SP_CASE_ADDR":             testenv.FreeAddr(t),
 		"METRICS_PORT":             strconv.Itoa(freePortRun(t, 5)),
 	})
 	docsRequire(t, out, "created database "+dbName, "created "+prefix+"txn.ingested", "created large_amount_to_new_counterparty v1")

@@ -75,6 +75,7 @@ func TestObservabilityDashboardsAndAlertsOnLivePrometheus(t *testing.T) {
 		"SP_DATA_DIR":              t.TempDir(),
 		"SP_INGEST_ADDR":           ingestAddr,
 		"SP_DECISION_ADDR":         decisionAddr,
+		"SP_CASE_ADDR":             testenv.FreeAddr(t),
 		"SP_REDIS_URL":             redisURL,
 		"SP_REDIS_KEY_PREFIX":      keyPrefix,
 		"SP_DECISION_SPOOL_PREFIX": keyPrefix,

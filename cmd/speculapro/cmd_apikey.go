@@ -36,17 +36,25 @@ func apikeyCommand() *cli.Command {
 		Subcommands: []*cli.Command{{
 			Name:  "create",
 			Usage: "Create an API key for a workspace; the key is printed once",
-			Description: "Connects as SP_DB_URL and prints api_key=… and key_prefix=…. Only a hash of the key is\n" +
-				"stored: copy it now.",
-			Flags: []cli.Flag{wsFlag, &cli.StringFlag{Name: "name", Usage: "what the key is for, to tell keys apart", Value: "api key"}},
+			Description: "Connects as SP_DB_URL and prints api_key=…, key_prefix=… and scopes=…. Only a hash of the\n" +
+				"key is stored: copy it now. --scopes names what the key may do: ingest (the ingest API),\n" +
+				"decide (the decision API), cases (the case API); a key without an API's scope gets 403 there.",
+			Flags: []cli.Flag{wsFlag,
+				&cli.StringFlag{Name: "name", Usage: "what the key is for, to tell keys apart", Value: "api key"},
+				&cli.StringFlag{Name: "scopes", Usage: "comma-separated: ingest, decide, cases", Value: apikey.DefaultScopes},
+			},
 			Action: func(c *cli.Context) error {
+				scopes, err := apikey.ParseScopes(c.String("scopes"))
+				if err != nil {
+					return fmt.Errorf("apikey create: --scopes: %w", err)
+				}
 				return workspaceAction(c, "apikey create", func(ctx context.Context, ws event.UUID) error {
-					return runAPIKeyCreate(ctx, c.App.Writer, config.DBURL.Value(), ws, c.String("name"))
+					return runAPIKeyCreate(ctx, c.App.Writer, config.DBURL.Value(), ws, c.String("name"), scopes)
 				})
 			},
 		}, {
 			Name:        "list",
-			Usage:       "List a workspace's API keys (prefix, name, created, last used, revoked); never the keys",
+			Usage:       "List a workspace's API keys (prefix, name, scopes, created, last used, revoked); never the keys",
 			Description: "Connects as SP_DB_URL. Only the non-secret key_prefix of each key is shown.",
 			Flags:       []cli.Flag{wsFlag},
 			Action: func(c *cli.Context) error {
@@ -72,7 +80,7 @@ func apikeyCommand() *cli.Command {
 	}
 }
 
-func runAPIKeyCreate(ctx context.Context, stdout io.Writer, dbURL string, ws event.UUID, name string) error {
+func runAPIKeyCreate(ctx context.Context, stdout io.Writer, dbURL string, ws event.UUID, name string, scopes apikey.Scopes) error {
 	key, err := apikey.New()
 	if err != nil {
 		return fmt.Errorf("apikey create: %w", err)
@@ -88,12 +96,12 @@ func runAPIKeyCreate(ctx context.Context, stdout io.Writer, dbURL string, ws eve
 		if n == 0 {
 			return fmt.Errorf("workspace %s: %w", ws, errNoWorkspace)
 		}
-		return insertKey(ctx, tx, ws, name, key)
+		return insertKey(ctx, tx, ws, name, key, scopes)
 	})
 	if err != nil {
 		return fmt.Errorf("apikey create: %w", err)
 	}
-	fmt.Fprintf(stdout, "api_key=%s\nkey_prefix=%s\n", key.Secret, key.Display)
+	fmt.Fprintf(stdout, "api_key=%s\nkey_prefix=%s\nscopes=%s\n", key.Secret, key.Display, strings.Join(scopes.Names(), ","))
 	return nil
 }
 
@@ -101,12 +109,13 @@ func runAPIKeyList(ctx context.Context, stdout io.Writer, dbURL string, ws event
 	type row struct {
 		id                event.UUID
 		prefix, name      string
+		scopes            []string
 		created           time.Time
 		lastUsed, revoked *time.Time
 	}
 	var rows []row
 	err := inWorkspace(ctx, dbURL, ws, func(tx pgx.Tx) error {
-		rs, err := tx.Query(ctx, `SELECT id, key_prefix, name, created_at, last_used_at, revoked_at
+		rs, err := tx.Query(ctx, `SELECT id, key_prefix, name, scopes, created_at, last_used_at, revoked_at
 			FROM speculapro.api_keys WHERE workspace_id = $1 ORDER BY created_at, id`, ws)
 		if err != nil {
 			return fmt.Errorf("listing the keys of workspace %s: %w", ws, err)
@@ -114,7 +123,7 @@ func runAPIKeyList(ctx context.Context, stdout io.Writer, dbURL string, ws event
 		defer rs.Close()
 		for rs.Next() {
 			var r row
-			if err := rs.Scan(&r.id, &r.prefix, &r.name, &r.created, &r.lastUsed, &r.revoked); err != nil {
+			if err := rs.Scan(&r.id, &r.prefix, &r.name, &r.scopes, &r.created, &r.lastUsed, &r.revoked); err != nil {
 				return fmt.Errorf("reading an API key row: %w", err)
 			}
 			rows = append(rows, r)
@@ -131,9 +140,9 @@ func runAPIKeyList(ctx context.Context, stdout io.Writer, dbURL string, ws event
 		return t.UTC().Format(time.RFC3339)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEY_PREFIX\tID\tNAME\tCREATED\tLAST_USED\tREVOKED")
+	fmt.Fprintln(tw, "KEY_PREFIX\tID\tNAME\tSCOPES\tCREATED\tLAST_USED\tREVOKED")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.prefix, r.id, r.name, when(&r.created), when(r.lastUsed), when(r.revoked))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.prefix, r.id, r.name, strings.Join(r.scopes, ","), when(&r.created), when(r.lastUsed), when(r.revoked))
 	}
 	return tw.Flush()
 }

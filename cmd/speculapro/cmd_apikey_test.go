@@ -30,8 +30,11 @@ func TestAPIKeyListAndRevoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	out.Reset()
-	if err := runAPIKeyCreate(ctx, &out, db.AppURL, ws, "second"); err != nil {
+	if err := runAPIKeyCreate(ctx, &out, db.AppURL, ws, "second", apikey.Scopes(apikey.ScopeCases)); err != nil {
 		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "scopes=cases\n") {
+		t.Errorf("apikey create --scopes cases printed:\n%s", out.String())
 	}
 	out.Reset()
 	if err := runAPIKeyList(ctx, &out, db.AppURL, ws); err != nil {
@@ -39,6 +42,14 @@ func TestAPIKeyListAndRevoke(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), prefix) || !strings.Contains(out.String(), "second") || strings.Contains(out.String(), secret[len(prefix):]) {
 		t.Fatalf("apikey list:\n%s", out.String())
+	}
+	// The workspace's first key keeps what every key could do before
+	// scopes; the second holds only what it was created with.
+	for _, l := range strings.Split(out.String(), "\n") {
+		if strings.HasPrefix(l, prefix) && !strings.Contains(l, " ingest,decide ") ||
+			strings.Contains(l, " second ") && !strings.Contains(l, " cases ") {
+			t.Errorf("apikey list shows the wrong scopes: %q", l)
+		}
 	}
 	if n := strings.Count(out.String(), "\n"); n != 3 {
 		t.Errorf("apikey list printed %d lines, want a header and 2 keys:\n%s", n, out.String())

@@ -103,6 +103,7 @@ func runDev(c *cli.Context) error {
 	fmt.Printf("dev: HTTP on http://%s (metrics at /metrics, readiness at /ready)\n", config.HTTPAddr.Value())
 	fmt.Printf("dev: ingest API on http://%s/v1 (OpenAPI at /v1/openapi.json; a key: speculapro workspace create, then speculapro apikey create)\n", config.IngestAddr.Value())
 	fmt.Printf("dev: decision API on http://%s/v1/decisions (OpenAPI at /v1/decisions/openapi.json; the same API keys)\n", config.DecisionAddr.Value())
+	fmt.Printf("dev: case API on http://%s/v1/cases (OpenAPI at /v1/cases/openapi.json; a key with the cases scope: speculapro apikey create --scopes cases)\n", config.CaseAddr.Value())
 	fmt.Printf("dev: running %d pipeline(s) from %s; Ctrl-C stops\n", len(pipelines), c.String("pipelines"))
 	args := append([]string{"streams", "-o", c.String("observability")}, pipelines...)
 	err = runChild(ctx, self, args...)

@@ -77,7 +77,7 @@ func runWorkspaceCreate(ctx context.Context, stdout io.Writer, dbURL, name strin
 		if _, err := tx.Exec(ctx, `INSERT INTO speculapro.workspaces (id, name) VALUES ($1, $2)`, ws, name); err != nil {
 			return fmt.Errorf("inserting workspace: %w", err)
 		}
-		return insertKey(ctx, tx, ws, "first key", key)
+		return insertKey(ctx, tx, ws, "first key", key, apikey.Scopes(apikey.ScopeIngest|apikey.ScopeDecide))
 	})
 	if err != nil {
 		return fmt.Errorf("workspace create: %w", err)
@@ -102,10 +102,10 @@ func inWorkspace(ctx context.Context, dbURL string, ws event.UUID, fn func(pgx.T
 	})
 }
 
-func insertKey(ctx context.Context, tx pgx.Tx, ws event.UUID, name string, key apikey.Key) error {
+func insertKey(ctx context.Context, tx pgx.Tx, ws event.UUID, name string, key apikey.Key, scopes apikey.Scopes) error {
 	if _, err := tx.Exec(ctx,
-		`INSERT INTO speculapro.api_keys (workspace_id, name, key_prefix, key_hash) VALUES ($1, $2, $3, $4)`,
-		ws, name, key.Display, key.Hash); err != nil {
+		`INSERT INTO speculapro.api_keys (workspace_id, name, key_prefix, key_hash, scopes) VALUES ($1, $2, $3, $4, $5)`,
+		ws, name, key.Display, key.Hash, scopes.Names()); err != nil {
 		return fmt.Errorf("inserting API key %s: %w", key.Display, err)
 	}
 	return nil

@@ -13,10 +13,10 @@ import (
 func BenchmarkKeyCacheHit(b *testing.B) {
 	c := NewKeyCache()
 	hashes := make([][]byte, 1000)
-	ws := event.UUID{1}
+	ws := keyGrant{ws: event.UUID{1}}
 	for i := range hashes {
 		hashes[i] = fmt.Appendf(nil, "key-hash-%04d", i)
-		if _, err := c.resolve(context.Background(), hashes[i], func(context.Context, []byte) (*event.UUID, error) { return &ws, nil }); err != nil {
+		if _, err := c.resolve(context.Background(), hashes[i], func(context.Context, []byte) (*keyGrant, error) { return &ws, nil }); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 
+	"github.com/speculapro/speculapro/internal/apikey"
 	"github.com/speculapro/speculapro/internal/event"
 )
 
@@ -81,13 +82,20 @@ func (c *lru[V]) remove(key string) { c.c.Remove(key) }
 
 func (c *lru[V]) len() int { return c.c.Len() }
 
-// keyCache remembers which workspace a key hash belongs to (an LRU of
+// keyGrant is what a valid key names: its workspace and what it may do.
+type keyGrant struct {
+	ws     event.UUID
+	scopes apikey.Scopes
+}
+
+// keyCache remembers which workspace a key hash belongs to (and the key's
+// scopes) (an LRU of
 // keyCacheMax with keyTTL) and which hashes no active workspace holds (an
 // LRU of unknownKeyCacheMax with unknownKeyTTL), and runs the lookups of
 // the rest in two bounded lanes. Safe for concurrent use.
 type keyCache struct {
 	mu      sync.Mutex
-	known   *lru[event.UUID]
+	known   *lru[keyGrant]
 	unknown *lru[struct{}]
 	flights map[string]*keyFlight // lookups running, by hash: one per key
 
@@ -99,23 +107,23 @@ type keyCache struct {
 // keyFlight is one running lookup; its waiters read ws and err after done.
 type keyFlight struct {
 	done chan struct{}
-	ws   *event.UUID
+	ws   *keyGrant
 	err  error
 }
 
 func NewKeyCache() *keyCache {
 	return &keyCache{
-		known: newLRU[event.UUID](keyCacheMax), unknown: newLRU[struct{}](unknownKeyCacheMax),
+		known: newLRU[keyGrant](keyCacheMax), unknown: newLRU[struct{}](unknownKeyCacheMax),
 		flights:   map[string]*keyFlight{},
 		knownLane: make(chan struct{}, knownLookups), unknownLane: make(chan struct{}, unknownLookups),
 		ttl: keyTTL, unknownTTL: unknownKeyTTL,
 	}
 }
 
-// resolve returns the workspace of a key hash: nil for a key no active
-// workspace holds. lookup asks the database; it runs at most once at a time
+// resolve returns the workspace and scopes of a key hash: nil for a key no
+// active workspace holds. lookup asks the database; it runs at most once at a time
 // per hash, in the lane the hash's history picks.
-func (c *keyCache) resolve(ctx context.Context, hash []byte, lookup func(context.Context, []byte) (*event.UUID, error)) (*event.UUID, error) {
+func (c *keyCache) resolve(ctx context.Context, hash []byte, lookup func(context.Context, []byte) (*keyGrant, error)) (*keyGrant, error) {
 	k := string(hash)
 	now := time.Now()
 	c.mu.Lock()

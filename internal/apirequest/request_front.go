@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redpanda-data/benthos/v4/public/service"
 	"golang.org/x/sync/semaphore"
@@ -26,6 +27,9 @@ var (
 	ErrUnauthenticated = errors.New("missing, unknown or revoked API key")
 	// errAuthUnavailable: the key could not be checked (PostgreSQL down).
 	errAuthUnavailable = errors.New("cannot check the API key now")
+	// ErrScopeMissing: a valid key without the API's scope; answered 403
+	// with the scope it lacks.
+	ErrScopeMissing = errors.New("this API key lacks the scope this API needs")
 )
 
 // Route is one served endpoint; each API's OpenAPI test compares its list
@@ -43,7 +47,9 @@ type Route struct {
 // Each API embeds one and keeps its own endpoints, metrics and pools; the
 // API's own lock guards Server.
 type Front struct {
-	Component   string // "ingest_api", "decision_api": prefixes its logs and errors
+	Component string // "ingest_api", "decision_api": prefixes its logs and errors
+	// Scope is what a key must hold to be served here (403 without it).
+	Scope       apikey.Scope
 	Log         *service.Logger
 	Keys        *keyCache
 	Pool        *pgxpool.Pool // the app role: API keys (and whatever else the API reads)
@@ -102,6 +108,8 @@ func (f *Front) Handler(routes []Route) http.Handler {
 				case errors.Is(err, ErrUnauthenticated):
 					w.Header().Set("WWW-Authenticate", `Bearer realm="speculapro"`)
 					code = WriteError(w, http.StatusUnauthorized, err)
+				case errors.Is(err, ErrScopeMissing):
+					code = WriteError(w, http.StatusForbidden, err)
 				case err != nil:
 					// A client that hung up cancelled the lookup itself:
 					// that is no fault of PostgreSQL's. A full lookup lane
@@ -126,7 +134,8 @@ func (f *Front) Handler(routes []Route) http.Handler {
 }
 
 // authenticate returns the workspace of the request's bearer key, and the
-// key's hash, which names the key in the key's share.
+// key's hash, which names the key in the key's share; a key without the
+// API's scope is ErrScopeMissing, naming the scope.
 func (f *Front) authenticate(r *http.Request) (event.UUID, string, error) {
 	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
@@ -136,26 +145,37 @@ func (f *Front) authenticate(r *http.Request) (event.UUID, string, error) {
 	if err != nil {
 		return event.UUID{}, "", ErrUnauthenticated
 	}
-	ws, err := f.Keys.resolve(r.Context(), hash, f.lookupKey)
+	g, err := f.Keys.resolve(r.Context(), hash, f.lookupKey)
 	if err != nil {
 		return event.UUID{}, "", err
 	}
-	if ws == nil {
+	if g == nil {
 		return event.UUID{}, "", ErrUnauthenticated
 	}
-	return *ws, string(hash), nil
+	if !g.scopes.Has(f.Scope) {
+		return event.UUID{}, "", fmt.Errorf("%w: %q (speculapro apikey create --scopes %s)", ErrScopeMissing, f.Scope.String(), f.Scope.String())
+	}
+	return g.ws, string(hash), nil
 }
 
-// lookupKey asks PostgreSQL which active workspace holds a key hash (nil:
-// none).
-func (f *Front) lookupKey(ctx context.Context, hash []byte) (*event.UUID, error) {
+// lookupKey asks PostgreSQL which active workspace holds a key hash, and
+// what the key may do (nil: no active workspace holds it).
+func (f *Front) lookupKey(ctx context.Context, hash []byte) (*keyGrant, error) {
 	ctx, cancel := context.WithTimeout(ctx, ProbeTimeout)
 	defer cancel()
-	var ws *event.UUID
-	if err := f.Pool.QueryRow(ctx, `SELECT speculapro.workspace_for_api_key($1)`, hash).Scan(&ws); err != nil {
+	var g keyGrant
+	var names []string
+	err := f.Pool.QueryRow(ctx, `SELECT workspace_id, scopes FROM speculapro.api_key_grant($1)`, hash).Scan(&g.ws, &names)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
 		return nil, err
 	}
-	return ws, nil
+	if g.scopes, err = apikey.ScopesOf(names); err != nil {
+		return nil, err
+	}
+	return &g, nil
 }
 
 // admitted runs handle within the API's budgets, each refusing without

@@ -88,6 +88,9 @@ var (
 	HTTPAddr            = Setting{"SP_HTTP_ADDR", "127.0.0.1:4195", "Address of the engine's HTTP server (/metrics, /ping, /ready)"}
 	DataDir             = Setting{"SP_DATA_DIR", "./.speculapro", "Where `speculapro dev` keeps its embedded broker's data"}
 	LogLevel            = Setting{"SP_LOG_LEVEL", "INFO", "Log level: ERROR, WARN, INFO, DEBUG, TRACE or NONE; DEBUG when chasing a problem"}
+	CaseAddr            = Setting{"SP_CASE_ADDR", "127.0.0.1:8084", "Address the case API (pipelines/cases.yaml) listens on"}
+	CaseMaxConns        = Setting{"SP_CASE_MAX_CONNECTIONS", "8", "PostgreSQL connections the case API holds at most; raise it when requests wait for one (its latency grows while PostgreSQL is idle)"}
+	CaseQueryTimeout    = Setting{"SP_CASE_QUERY_TIMEOUT", "5s", "Longest one case API request may wait for PostgreSQL; beyond it 503 with Retry-After"}
 	DecisionAddr        = Setting{"SP_DECISION_ADDR", "127.0.0.1:8082", "Address the decision API (pipelines/decision.yaml) listens on"}
 	DecisionTimeout     = Setting{"SP_DECISION_TIMEOUT", "250ms", "Every decision is answered within this of the request's arrival; when the rules or Redis cannot finish in time the answer is SP_DECISION_FALLBACK, marked degraded"}
 	DecisionFallback    = Setting{"SP_DECISION_FALLBACK", "review", "Outcome answered (degraded: true) when a decision cannot finish in time: approve, review or decline"}
@@ -119,7 +122,7 @@ func All() []Setting {
 		WorkerPartitionsAhead, WorkerSenders, WorkerLease, WebhookTimeout, WebhookMaxAttempts,
 		WebhookBackoffInitial, WebhookBackoffMax, WebhookSuspendAfter, WebhookSuspendFailing, WebhookEndpointLimit, WebhookTenantLimit, WebhookSecretGrace,
 		WebhookAllowInsecure, WebhookAllowPrivate, WebhookLegacyHeaders, SMTPURL,
-		DecisionAddr, DecisionTimeout, DecisionFallback, DecisionRemember, DecisionBufferCount, DecisionBufferBytes, DecisionSpoolPrefix,
+		CaseAddr, CaseMaxConns, CaseQueryTimeout, DecisionAddr, DecisionTimeout, DecisionFallback, DecisionRemember, DecisionBufferCount, DecisionBufferBytes, DecisionSpoolPrefix,
 		DecisionMaxActive, DecisionWSShare, IngestWSShare, IngestKeyShare, IngestMinBodyRate, IngestMinRateWindow,
 		MemoryLimit, StreamMemoryLimit, IngestGOGC,
 	}

@@ -6,6 +6,7 @@ import (
 	_ "github.com/redpanda-data/benthos/v4/public/components/io"
 	_ "github.com/redpanda-data/benthos/v4/public/components/pure"
 
+	_ "github.com/speculapro/speculapro/plugins/caseapi"
 	_ "github.com/speculapro/speculapro/plugins/counterpartyfingerprint"
 	_ "github.com/speculapro/speculapro/plugins/decisionapi"
 	_ "github.com/speculapro/speculapro/plugins/eventdecode"

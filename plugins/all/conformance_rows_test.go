@@ -55,6 +55,7 @@ var conformanceRows = []conformanceRow{
 	{name: "redis_spool", lost: lostTaken, connectChecks: true, prepare: prepareRedisSpool},
 	{name: "kafka_franz output", lost: lostWriteFails, prepare: prepareKafkaOutput},
 	{name: "kafka_franz input", isInput: true, lost: lostRiddenOut, prepare: prepareKafkaInput},
+	{name: "case_api", isInput: true, lost: lostRiddenOut, prepare: prepareCaseAPI},
 }
 
 // TestConformance runs every component through the engine's contract:

@@ -2,7 +2,6 @@ package decisionapi
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -14,6 +13,7 @@ import (
 	"golang.org/x/sync/semaphore"
 	"golang.org/x/time/rate"
 
+	"github.com/speculapro/speculapro/internal/apikey"
 	"github.com/speculapro/speculapro/internal/apirequest"
 	"github.com/speculapro/speculapro/internal/config"
 	"github.com/speculapro/speculapro/internal/event"
@@ -179,7 +179,7 @@ type decisionAPI struct {
 func newDecisionAPIMetered(mgr *service.Resources) *decisionAPI {
 	a := &decisionAPI{
 		Front: apirequest.Front{
-			Component: "decision_api", Log: mgr.Logger(), Keys: apirequest.NewKeyCache(), ReadTimeout: 30 * time.Second,
+			Component: "decision_api", Scope: apikey.ScopeDecide, Log: mgr.Logger(), Keys: apirequest.NewKeyCache(), ReadTimeout: 30 * time.Second,
 			Throttled:   mgr.Metrics().NewCounter(metricDecisionThrottled, "share"),
 			ThrottleLog: rate.Sometimes{Interval: apirequest.LogEvery},
 		},
@@ -281,22 +281,11 @@ func (a *decisionAPI) Connect(ctx context.Context) error {
 	if a.Server != nil {
 		return nil
 	}
-	newPool := func(url string, maxConns int32) (*pgxpool.Pool, error) {
-		pcfg, err := pgxpool.ParseConfig(url)
-		if err != nil {
-			return nil, errors.New("invalid PostgreSQL URL")
-		}
-		pcfg.MaxConns = maxConns
-		if pcfg.ConnConfig.ConnectTimeout == 0 || pcfg.ConnConfig.ConnectTimeout > 5*time.Second {
-			pcfg.ConnConfig.ConnectTimeout = 5 * time.Second
-		}
-		return pgxpool.NewWithConfig(context.Background(), pcfg)
-	}
-	pool, err := newPool(a.dbURL, 8)
+	pool, err := apirequest.OpenPool(a.dbURL, 8)
 	if err != nil {
 		return fmt.Errorf("decision_api: %s: %w", daFieldDBURL, err)
 	}
-	rpool, err := newPool(a.rulesURL, 2)
+	rpool, err := apirequest.OpenPool(a.rulesURL, 2)
 	if err != nil {
 		pool.Close()
 		return fmt.Errorf("decision_api: %s: %w", daFieldRulesURL, err)

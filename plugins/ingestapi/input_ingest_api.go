@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sync/semaphore"
 	"golang.org/x/time/rate"
 
+	"github.com/speculapro/speculapro/internal/apikey"
 	"github.com/speculapro/speculapro/internal/apirequest"
 	"github.com/speculapro/speculapro/internal/config"
 	"github.com/speculapro/speculapro/internal/identity"
@@ -219,6 +220,7 @@ func newIngestAPIMetered(mgr *service.Resources) *ingestAPI {
 	a := &ingestAPI{
 		Front: apirequest.Front{
 			Component:   "ingest_api",
+			Scope:       apikey.ScopeIngest,
 			Log:         mgr.Logger(),
 			Keys:        apirequest.NewKeyCache(),
 			ReadTimeout: bodyReadTimeout,

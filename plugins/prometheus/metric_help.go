@@ -75,6 +75,13 @@ var metricHelp = map[string]string{
 	"speculapro_ingest_overloaded_total": "Requests the ingest API refused with 503 because its in-flight body budget was full.",
 	"speculapro_ingest_throttled_total":  "Requests the ingest API refused with 429 because their workspace's or API key's share of the in-flight body budget was full, by share.",
 
+	// Case API.
+	"speculapro_cases_closed_total":        "Cases closed through the case API, by disposition (true_positive, false_positive, inconclusive).",
+	"speculapro_case_changes_total":        "Changes made through the case API (each one case event), by kind: assigned, commented, status_changed, closed, reopened.",
+	"speculapro_case_api_requests_total":   "Case API requests answered, by route and HTTP status code.",
+	"speculapro_case_api_latency_ns":       "Time to answer a case API request, from its arrival, by route.",
+	"speculapro_case_events_dropped_total": "Case events the cases pipeline did not take in time, so not handed to its output (each is in the outbox regardless).",
+
 	// Decision API.
 	"speculapro_decision_latency_ns":             "Time to answer a decision, by outcome.",
 	"speculapro_decision_outcomes_total":         "Decisions answered, by workspace and outcome.",

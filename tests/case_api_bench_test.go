@@ -1,0 +1,199 @@
+package tests
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/speculapro/speculapro/devtools/testenv"
+	"github.com/speculapro/speculapro/internal/dbmigrate/dbtest"
+	"github.com/speculapro/speculapro/internal/event"
+	"github.com/speculapro/speculapro/plugins/caseapi"
+)
+
+// caseBenchRate is the request rate each read is measured at.
+const caseBenchRate = 200
+
+// BenchmarkCaseAPIReads: p99 of the two reads analysts make most, each at
+// 200 requests/s through real HTTP with a real key, in a workspace of
+// 200,000 cases holding 1,000,000 alerts (SP_TEST_SCALE=full; 40,000 cases
+// and 200,000 alerts otherwise): a page of 50 open cases (half the first
+// page, half a page deep in the list, from a cursor), and one case with its
+// alerts, their rule hits and its timeline. The baseline, in the same run
+// at the same rate, is /readyz: one HTTP round trip and one PostgreSQL
+// ping. The plans of the queries (EXPLAIN ANALYZE, BUFFERS) are logged.
+func BenchmarkCaseAPIReads(b *testing.B) {
+	cases, seconds := 40000, 10
+	if fullScale() {
+		cases, seconds = 200000, 30
+	}
+	const alertsPerCase = 5
+	db := dbtest.New(b)
+	sys := db.Connect(b, db.SystemURL)
+	created := ingestCLI(b, db.AppURL, "workspace", "create", "--name", "case bench")
+	ws, err := event.ParseUUID(created["workspace_id"])
+	if err != nil {
+		b.Fatalf("workspace create printed %v", created)
+	}
+	key := ingestCLI(b, db.AppURL, "apikey", "create", "--workspace", ws.String(), "--scopes", "cases")["api_key"]
+	start := time.Now()
+	seedCases(b, sys, ws, cases, alertsPerCase)
+	// As the owner: ANALYZE skips, with a warning only, a table its role
+	// does not own.
+	owner := db.Connect(b, db.OwnerURL)
+	if _, err := owner.Exec(context.Background(), `ANALYZE speculapro.cases; ANALYZE speculapro.alerts; ANALYZE speculapro.rule_hits; ANALYZE speculapro.case_events`); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("seeded %d cases, %d alerts in %v", cases, cases*alertsPerCase, time.Since(start).Round(time.Second))
+
+	// Cases to read and cursors to page from, drawn from the whole list.
+	rows, err := sys.Query(context.Background(), `SELECT id, opened_at FROM speculapro.cases WHERE workspace_id = $1 AND status = 'open' ORDER BY random() LIMIT 1000`, ws)
+	if err != nil {
+		b.Fatal(err)
+	}
+	type sampled struct {
+		id     event.UUID
+		opened time.Time
+	}
+	sample, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (sampled, error) {
+		var s sampled
+		return s, r.Scan(&s.id, &s.opened)
+	})
+	if err != nil || len(sample) == 0 {
+		b.Fatalf("sampling cases: %d, %v", len(sample), err)
+	}
+	explainCaseReads(b, db, ws, sample[0].id)
+	// A cursor as the API gives it: the case the previous page ended with.
+	cursors := make([]string, len(sample))
+	addr := testenv.FreeAddr(b)
+	api := newBinProcess(b).named("cases")
+	api.start(b, map[string]string{"SP_DB_URL": db.AppURL, "SP_CASE_ADDR": addr}, api.runArgs("pipelines/cases.yaml")...)
+	base := "http://" + addr
+	waitUntil(b, waitBound, "the case API", func() error {
+		resp, err := http.Get(base + "/readyz")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("/readyz: %d", resp.StatusCode)
+		}
+		return nil
+	})
+	for i, s := range sample {
+		a := caseCall(b, http.MethodGet, fmt.Sprintf("%s/v1/cases?status=open&limit=1&opened_to=%s", base, s.opened.Add(time.Microsecond).UTC().Format(time.RFC3339Nano)), key, "", "", nil)
+		cursors[i], _ = a.body["next_cursor"].(string)
+	}
+
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}, Timeout: 10 * time.Second}
+	get := func(url string) error {
+		req, _ := http.NewRequest(http.MethodGet, url, nil)
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		_, _ = io.Copy(io.Discard, resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("GET %s: %d", url, resp.StatusCode)
+		}
+		return nil
+	}
+	dur := time.Duration(seconds) * time.Second
+	b.ResetTimer()
+	ready := atRate(b, dur, func(int) error { return get(base + "/readyz") })
+	list := atRate(b, dur, func(i int) error {
+		if i%2 == 0 {
+			return get(base + "/v1/cases?status=open&limit=50")
+		}
+		return get(base + "/v1/cases?status=open&limit=50&cursor=" + cursors[rand.IntN(len(cursors))])
+	})
+	one := atRate(b, dur, func(int) error { return get(base + "/v1/cases/" + sample[rand.IntN(len(sample))].id.String()) })
+	b.StopTimer()
+	scale := fmt.Sprintf("%dk cases, %dk alerts, %d req/s", cases/1000, cases*alertsPerCase/1000, caseBenchRate)
+	base99 := quantileOf(ready, 0.99)
+	for _, r := range []struct {
+		what, unit string
+		ls         []time.Duration
+	}{{"case API list page of 50 open cases p99", "list-p99-ms", list}, {"case API one case with alerts and hits p99", "case-p99-ms", one}} {
+		p99 := quantileOf(r.ls, 0.99)
+		b.ReportMetric(float64(p99.Microseconds())/1000, r.unit)
+		benchSummary(b, fmt.Sprintf("%s (%s)", r.what, scale), fmt.Sprintf("%.1f ms", float64(p99.Microseconds())/1000),
+			fmt.Sprintf("/readyz p99 %.1f ms", float64(base99.Microseconds())/1000),
+			ratioOf(float64(p99), float64(base99)), "≤ 50 ms")
+		b.Logf("%s: p50 %v p99 %v max %v over %d requests", r.what, quantileOf(r.ls, 0.5), p99, quantileOf(r.ls, 1), len(r.ls))
+	}
+}
+
+// atRate sends requests at caseBenchRate a second for dur, each on its
+// schedule whatever the previous did (an open loop: a slow answer does not
+// slow the load), and returns each one's latency from when it was due.
+func atRate(b *testing.B, dur time.Duration, do func(i int) error) []time.Duration {
+	b.Helper()
+	n := int(dur.Seconds() * caseBenchRate)
+	every := time.Second / caseBenchRate
+	lat := make([]time.Duration, n)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var failures []error
+	begin := time.Now()
+	for i := range n {
+		due := begin.Add(time.Duration(i) * every)
+		time.Sleep(time.Until(due))
+		wg.Add(1)
+		// Each request's goroutine ends with its answer (the client's
+		// timeout bounds it); wg waits for all before returning.
+		go func() {
+			defer wg.Done()
+			err := do(i)
+			lat[i] = time.Since(due)
+			if err != nil {
+				mu.Lock()
+				failures = append(failures, err)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if len(failures) > 0 {
+		b.Fatalf("%d of %d requests failed, the first: %v", len(failures), n, failures[0])
+	}
+	return lat
+}
+
+// explainCaseReads logs the plans of the reads as the API runs them, in a
+// session of the app role bound to ws.
+func explainCaseReads(b *testing.B, db *dbtest.DB, ws, id event.UUID) {
+	b.Helper()
+	conn := db.Connect(b, db.AppURL)
+	ctx := context.Background()
+	for _, q := range caseapi.ReadQueries(ws, id, 50) {
+		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `SELECT set_config('speculapro.workspace_id', $1, true)`, ws.String()); err != nil {
+				return err
+			}
+			rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS) "+q.SQL, q.Args...)
+			if err != nil {
+				return err
+			}
+			lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				return err
+			}
+			b.Logf("plan of %s:\n%s", q.Name, strings.Join(lines, "\n"))
+			return nil
+		})
+		if err != nil {
+			b.Fatalf("explaining %s: %v", q.Name, err)
+		}
+	}
+}
