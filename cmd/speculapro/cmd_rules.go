@@ -40,7 +40,8 @@ func rulesCommand() *cli.Command {
 			Description: "Connects as SP_DB_URL (the speculapro_app role, bound to --workspace by row-level security).\n" +
 				"Every file is parsed and every expression compiled first; any problem is printed with its\n" +
 				"file:line:column and nothing is written. Then prints one line per rule: `created <name> v1`,\n" +
-				"`updated <name> v3` (the version goes up only when something changed) or `unchanged <name> v2`.\n" +
+				"`updated <name> v3` (the version goes up only when something changed, a switch of `mode` between\n" +
+				"live and shadow included) or `unchanged <name> v2`.\n" +
 				"--prune also removes the workspace's rules no file defines: `deleted <name>`, or `disabled <name>`\n" +
 				"for a rule with hits or alerts (they refer to it, so it is kept, disabled). --dry-run prints the\n" +
 				"same lines and writes nothing. The stream picks the change up within seconds.",
@@ -193,9 +194,9 @@ func runRulesList(ctx context.Context, stdout io.Writer, dbURL string, ws event.
 		return fmt.Errorf("rules list: %w", err)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tVERSION\tAPPLIES_TO\tACTION\tSEVERITY\tSCORE\tENABLED")
+	fmt.Fprintln(tw, "NAME\tVERSION\tMODE\tAPPLIES_TO\tACTION\tSEVERITY\tSCORE\tENABLED")
 	for _, r := range rs {
-		fmt.Fprintf(tw, "%s\tv%d\t%s\t%s\t%s\t%s\t%t\n", r.Name, r.Version, r.AppliesTo, r.Action, r.Severity, r.Score, r.Enabled)
+		fmt.Fprintf(tw, "%s\tv%d\t%s\t%s\t%s\t%s\t%s\t%t\n", r.Name, r.Version, r.Mode, r.AppliesTo, r.Action, r.Severity, r.Score, r.Enabled)
 	}
 	return tw.Flush()
 }
