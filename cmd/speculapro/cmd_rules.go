@@ -32,7 +32,7 @@ func rulesCommand() *cli.Command {
 	workspace := &cli.StringFlag{Name: "workspace", Usage: "the workspace's ID (required)"}
 	return &cli.Command{
 		Name:  "rules",
-		Usage: "Manage detection rules: apply rule files to a workspace, list them, run their tests",
+		Usage: "Manage detection rules: apply rule files to a workspace, list them, run their tests, report how they perform",
 		Subcommands: []*cli.Command{{
 			Name:      "apply",
 			Usage:     "Create or update a workspace's rules from rule files (by name)",
@@ -81,7 +81,7 @@ func rulesCommand() *cli.Command {
 			Action: func(c *cli.Context) error {
 				return runRulesTest(c.App.Writer, c.Args().Slice())
 			},
-		}},
+		}, rulesStatsCommand(workspace)},
 	}
 }
 
