@@ -83,15 +83,34 @@ SELECT i.ws, i.rule, i.version, date_trunc('hour', now(), 'UTC'), i.shadow, i.ev
  ORDER BY i.n
     ON CONFLICT (workspace_id, rule_id, rule_version, hour) DO UPDATE SET events = e.events + excluded.events`
 
-// writeEvaluations records, with the batch's hits, how many events each
-// rule version was evaluated on: a hit rate's denominator, exact because it
-// commits or rolls back with the hits.
-func writeEvaluations(ctx context.Context, tx pgx.Tx, r evaluationRows) error {
+// writeEvaluationsAndProgress records, with the batch's hits, how many
+// events each rule version was evaluated on (a hit rate's denominator,
+// exact because it commits or rolls back with the hits) and how far each
+// partition is stored: the two statements go in one round trip.
+func writeEvaluationsAndProgress(ctx context.Context, tx pgx.Tx, r evaluationRows, p partitionProgress) error {
 	if len(r.ws) == 0 {
+		return writeProgress(ctx, tx, p)
+	}
+	if len(p.topics) == 0 {
+		if _, err := tx.Exec(ctx, upsertEvaluations, r.ws, r.rules, r.versions, r.shadow, r.events); err != nil {
+			return fmt.Errorf("counting the events evaluated by %d rule versions: %w", len(r.ws), err)
+		}
 		return nil
 	}
-	if _, err := tx.Exec(ctx, upsertEvaluations, r.ws, r.rules, r.versions, r.shadow, r.events); err != nil {
+	var b pgx.Batch
+	b.Queue(upsertEvaluations, r.ws, r.rules, r.versions, r.shadow, r.events)
+	b.Queue(upsertProgress, p.topics, p.partitions, p.offsets)
+	res := tx.SendBatch(ctx, &b)
+	if _, err := res.Exec(); err != nil {
+		_ = res.Close()
 		return fmt.Errorf("counting the events evaluated by %d rule versions: %w", len(r.ws), err)
+	}
+	if _, err := res.Exec(); err != nil {
+		_ = res.Close()
+		return fmt.Errorf("recording the progress of %d partitions: %w", len(p.topics), err)
+	}
+	if err := res.Close(); err != nil {
+		return fmt.Errorf("recording the progress of %d partitions: %w", len(p.topics), err)
 	}
 	return nil
 }

@@ -46,10 +46,7 @@ func (o *pgRuleHits) store(ctx context.Context, rows []hitRow, progress partitio
 		if res.stats, err = writeHits(actx, tx, rows); err != nil {
 			return err
 		}
-		if err := writeEvaluations(actx, tx, evals); err != nil {
-			return err
-		}
-		return writeProgress(actx, tx, progress)
+		return writeEvaluationsAndProgress(actx, tx, evals, progress)
 	})
 	if err == nil || !pgclass.IsRowFault(err) {
 		return res, err
@@ -61,10 +58,7 @@ func (o *pgRuleHits) store(ctx context.Context, rows []hitRow, progress partitio
 		if err := isolateHits(ictx, tx, rows, &res); err != nil {
 			return err
 		}
-		if err := writeEvaluations(ictx, tx, evals); err != nil {
-			return err
-		}
-		return writeProgress(ictx, tx, progress)
+		return writeEvaluationsAndProgress(ictx, tx, evals, progress)
 	})
 	if err != nil {
 		return hitsResult{}, err

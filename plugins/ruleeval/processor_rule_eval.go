@@ -274,7 +274,7 @@ func (r *ruleEval) ProcessBatch(ctx context.Context, batch service.MessageBatch)
 	stored := r.storedReplays(ctx, batch)
 	evaluated, skipped := 0, 0
 	var sc rules.Scratch // this call's: pipeline threads run batches at once
-	counted := map[*rules.Evaluated]*evaluatedCount{}
+	counted := batchCounts{by: map[*rules.Evaluated]*evaluatedCount{}}
 	for i, msg := range batch {
 		if msg.GetError() != nil {
 			continue
@@ -291,7 +291,7 @@ func (r *ruleEval) ProcessBatch(ctx context.Context, batch service.MessageBatch)
 			batch[i].MetaSetMut(metaRuleEval, map[string]any{"hits": []any{}, "replayed": true})
 			continue
 		}
-		batch[i].MetaSetMut(metaRuleEval, r.evaluate(msg, env, set.Program(env.WorkspaceID), &sc, counted))
+		batch[i].MetaSetMut(metaRuleEval, r.evaluate(msg, env, set.Program(env.WorkspaceID), &sc, &counted))
 		evaluated++
 		if !r.keepFeatures {
 			batch[i].MetaDelete(metaFeatures)
@@ -303,7 +303,7 @@ func (r *ruleEval) ProcessBatch(ctx context.Context, batch service.MessageBatch)
 		}
 	}
 	r.m.evaluated.Incr(int64(evaluated), string(r.kind))
-	for ev, c := range counted {
+	for ev, c := range counted.by {
 		for _, rule := range ev.Rules {
 			r.m.ruleEvaluations.Incr(c.events, rule.Name, rule.ModeOrLive())
 		}
@@ -319,8 +319,37 @@ func (r *ruleEval) ProcessBatch(ctx context.Context, batch service.MessageBatch)
 // events were evaluated against it, and the metadata of those nothing fired
 // on (shared by them).
 type evaluatedCount struct {
+	ev     *rules.Evaluated
 	events int64
 	noHits map[string]any
+}
+
+// batchCounts is evaluatedCount per set of rules in force, over one batch;
+// the last program's is kept at hand, as a batch's events mostly come in
+// runs of one workspace.
+type batchCounts struct {
+	by       map[*rules.Evaluated]*evaluatedCount
+	lastProg *rules.Program
+	last     *evaluatedCount // nil: lastProg has no rules of the kind
+}
+
+// of is prog's count (nil when prog has no rules of kind).
+func (b *batchCounts) of(prog *rules.Program, kind event.Kind) *evaluatedCount {
+	if prog == b.lastProg {
+		return b.last
+	}
+	b.lastProg, b.last = prog, nil
+	ev := prog.Evaluated(kind)
+	if ev == nil {
+		return nil
+	}
+	c := b.by[ev]
+	if c == nil {
+		c = &evaluatedCount{ev: ev, noHits: map[string]any{"hits": []any{}, "evaluated": ev}}
+		b.by[ev] = c
+	}
+	b.last = c
+	return c
 }
 
 // evaluate runs prog (nil: the workspace has no rules) on one event and
@@ -328,7 +357,7 @@ type evaluatedCount struct {
 // it was evaluated against (one shared value per set of rules in force),
 // which pg_rule_hits counts per rule version.
 func (r *ruleEval) evaluate(msg *service.Message, env *event.Envelope, prog *rules.Program, sc *rules.Scratch,
-	counted map[*rules.Evaluated]*evaluatedCount) map[string]any {
+	counted *batchCounts) map[string]any {
 	if prog == nil {
 		return noHits
 	}
@@ -345,14 +374,9 @@ func (r *ruleEval) evaluate(msg *service.Message, env *event.Envelope, prog *rul
 	for _, e := range errs {
 		r.ruleFailed(e.Rule, e.Err)
 	}
-	ev := prog.Evaluated(r.kind)
-	if ev == nil {
-		return noHits
-	}
-	c := counted[ev]
+	c := counted.of(prog, r.kind)
 	if c == nil {
-		c = &evaluatedCount{noHits: map[string]any{"hits": []any{}, "evaluated": ev}}
-		counted[ev] = c
+		return noHits
 	}
 	c.events++
 	if len(found) == 0 {
@@ -363,7 +387,7 @@ func (r *ruleEval) evaluate(msg *service.Message, env *event.Envelope, prog *rul
 		hits = append(hits, hitMeta(h))
 		r.m.hits.Incr(1, h.Rule.Name, h.Rule.ModeOrLive())
 	}
-	return map[string]any{"hits": hits, "evaluated": ev}
+	return map[string]any{"hits": hits, "evaluated": c.ev}
 }
 
 // noHits is the metadata of every event nothing fired on, shared: nearly
