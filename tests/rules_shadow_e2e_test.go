@@ -283,4 +283,3 @@ func checkShadowStats(t *testing.T, out string, total, hits, huge int) {
 		t.Errorf("hit rate %v, want %v", rep.Rules[0].Rate, float64(hits)*1000/float64(total))
 	}
 }
-
