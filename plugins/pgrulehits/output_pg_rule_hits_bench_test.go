@@ -11,7 +11,6 @@ import (
 	"github.com/speculapro/speculapro/devtools/pgwritetest"
 	"github.com/speculapro/speculapro/internal/dbmigrate/dbtest"
 	"github.com/speculapro/speculapro/internal/event"
-	"github.com/speculapro/speculapro/internal/eventmsg"
 )
 
 // BenchmarkWriteBatch: one stream batch as the stream writes it, 5,000
@@ -110,30 +109,14 @@ VALUES ($1, $2, 'true', 'high', 'alert', true, 40) RETURNING id`, ws, fmt.Sprint
 	if err := out.Connect(ctx); err != nil {
 		b.Fatal(err)
 	}
-	hit := map[string]any{"rule": "rule_0", "rule_id": ids[0].String(), "version": int64(1), "score": "40",
-		"severity": "high", "action": "alert", "alert": true, "reads": map[string]any{}}
-	noHits := map[string]any{"hits": []any{}}
+	hitter := testRule{id: ids[0], name: "rule_0", severity: "high", alert: true}
 	// One batch's messages, as rule_eval leaves them; each round's events
 	// are new (offsets and ids move on).
 	next := func(round int, counted bool) service.MessageBatch {
 		first := round * batch
-		var vals [][]byte
-		for n := first; n < first+batch; n++ {
-			vals = append(vals, pgwritetest.Encode(b, pgwritetest.Txn(ws, n, nil)))
-		}
-		msgs := pgwritetest.BatchOf(b, first, vals...)
-		for i, m := range msgs {
-			env, err := eventmsg.Decode(m, event.KindTransaction)
-			if err != nil {
-				b.Fatal(err)
-			}
-			m = eventmsg.With(m, env)
-			meta := noHits
-			if i%hitEvery == 0 {
-				meta = map[string]any{"hits": []any{hit}}
-			}
-			m.MetaSetMut(metaRuleEval, meta)
-			msgs[i] = m
+		msgs := evaluated(b, ws, first, first+batch)
+		for i := 0; i < len(msgs); i += hitEvery {
+			msgs[i].MetaSetMut(metaRuleEval, map[string]any{"hits": []any{hitter.hit()}})
 		}
 		if counted {
 			msgs = markEvaluated(msgs, ws, ids)

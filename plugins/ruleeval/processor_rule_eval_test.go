@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -496,43 +495,14 @@ const maxEvalAllocsPerEvent = 0
 // rule_eval's allocations stay a batch's few, none an event (what a hit
 // costs is not bounded here: hits are rare and each is a row to store).
 func TestRuleEvalAllocationsPerEvent(t *testing.T) {
-	paths, err := filepath.Glob("../../config/rules/*.yaml")
-	if err != nil || len(paths) == 0 {
-		t.Fatalf("no starter pack files (%v)", err)
-	}
-	defs, err := rules.ParseFiles(paths...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var pack []rules.Rule
-	for _, d := range defs {
-		pack = append(pack, d.Rule)
-	}
-	prog, err := rules.Compile(pack)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// No I/O: the rules are put in force by hand, as a load would.
-	r, err := newRuleEval("postgres://nobody:x@127.0.0.1:1/none?sslmode=disable", event.KindTransaction, time.Minute, false, service.MockResources())
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, ws, prog := starterPackEval(t)
 	m := &testenv.Metrics{}
 	r.m = ruleEvalMetrics{evaluated: m.Metric("evaluated"), skipped: m.Metric("skipped"), hits: m.Metric("hits"), ruleEvaluations: m.Metric("evaluations"), errors: m.Metric("errors"), loaded: m.Metric("loaded"), stage: m.Metric("stage")}
-	ws := event.UUID{7}
-	loader := rules.NewLoader(nil, rules.LoaderOptions{})
-	loader.Publish(rules.NewSet(map[event.UUID]*rules.Program{ws: prog}))
-	r.loader.Store(loader)
 
 	// perRuleAllocs: each batch adds its events to every rule's evaluations
 	// counter once (this test's counters build their key each time).
 	const n, batchAllocs, perRuleAllocs = 500, 12, 4
-	in := make(service.MessageBatch, n)
-	for i := range in {
-		in[i] = message(t, ws, i, "12.50", nil)
-	}
-	feats := rules.MapFeatures(quietFeatures())
-	work := make(service.MessageBatch, n)
+	in, work, feats := quietBatch(t, ws, n)
 	ctx := context.Background()
 	// What setting the features costs (feature_update's work) is measured
 	// alone and taken off.
