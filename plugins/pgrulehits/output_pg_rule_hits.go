@@ -273,8 +273,7 @@ func (o *pgRuleHits) WriteBatch(ctx context.Context, batch service.MessageBatch)
 	)
 	type hitKey struct{ ws, rule, ev event.UUID }
 	seen := map[hitKey]struct{}{}
-	progress := progressOf(batch)
-	evals := evaluations{}
+	progress, evals := progressOf(batch), evaluations{}
 	for _, msg := range batch {
 		if msg.GetError() != nil {
 			undecodable++
