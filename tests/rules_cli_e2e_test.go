@@ -89,9 +89,9 @@ func TestRulesCLI(t *testing.T) {
 		t.Fatalf("applying the same pack again:\n%s", out)
 	}
 	list := run(0, "rules", "list", "--workspace", ws)
-	if !regexp.MustCompile(`(?m)^NAME\s+VERSION\s+APPLIES_TO\s+ACTION\s+SEVERITY\s+SCORE\s+ENABLED$`).MatchString(list) ||
-		!regexp.MustCompile(`(?m)^large_amount_to_new_counterparty\s+v1\s+transaction\s+review\s+high\s+40\s+true$`).MatchString(list) ||
-		!regexp.MustCompile(`(?m)^repeated_failed_otp\s+v1\s+account_event\s+alert\s+medium\s+20\s+true$`).MatchString(list) {
+	if !regexp.MustCompile(`(?m)^NAME\s+VERSION\s+MODE\s+APPLIES_TO\s+ACTION\s+SEVERITY\s+SCORE\s+ENABLED$`).MatchString(list) ||
+		!regexp.MustCompile(`(?m)^large_amount_to_new_counterparty\s+v1\s+live\s+transaction\s+review\s+high\s+40\s+true$`).MatchString(list) ||
+		!regexp.MustCompile(`(?m)^repeated_failed_otp\s+v1\s+live\s+account_event\s+alert\s+medium\s+20\s+true$`).MatchString(list) {
 		t.Fatalf("rules list:\n%s", list)
 	}
 
@@ -123,7 +123,7 @@ SELECT workspace_id, id, version, gen_random_uuid(), now() FROM speculapro.rules
 		}
 	}
 	list = run(0, "rules", "list", "--workspace", ws)
-	if !regexp.MustCompile(`(?m)^with_hits\s+v2\s+transaction\s+alert\s+medium\s+0\s+false$`).MatchString(list) || strings.Contains(list, "without_hits") {
+	if !regexp.MustCompile(`(?m)^with_hits\s+v2\s+live\s+transaction\s+alert\s+medium\s+0\s+false$`).MatchString(list) || strings.Contains(list, "without_hits") {
 		t.Fatalf("rules list after prune:\n%s", list)
 	}
 

@@ -32,7 +32,7 @@ func rulesCommand() *cli.Command {
 	workspace := &cli.StringFlag{Name: "workspace", Usage: "the workspace's ID (required)"}
 	return &cli.Command{
 		Name:  "rules",
-		Usage: "Manage detection rules: apply rule files to a workspace, list them, run their tests",
+		Usage: "Manage detection rules: apply rule files to a workspace, list them, run their tests, report how they perform",
 		Subcommands: []*cli.Command{{
 			Name:      "apply",
 			Usage:     "Create or update a workspace's rules from rule files (by name)",
@@ -40,7 +40,8 @@ func rulesCommand() *cli.Command {
 			Description: "Connects as SP_DB_URL (the speculapro_app role, bound to --workspace by row-level security).\n" +
 				"Every file is parsed and every expression compiled first; any problem is printed with its\n" +
 				"file:line:column and nothing is written. Then prints one line per rule: `created <name> v1`,\n" +
-				"`updated <name> v3` (the version goes up only when something changed) or `unchanged <name> v2`.\n" +
+				"`updated <name> v3` (the version goes up only when something changed, a switch of `mode` between\n" +
+				"live and shadow included) or `unchanged <name> v2`.\n" +
 				"--prune also removes the workspace's rules no file defines: `deleted <name>`, or `disabled <name>`\n" +
 				"for a rule with hits or alerts (they refer to it, so it is kept, disabled). --dry-run prints the\n" +
 				"same lines and writes nothing. The stream picks the change up within seconds.",
@@ -80,7 +81,7 @@ func rulesCommand() *cli.Command {
 			Action: func(c *cli.Context) error {
 				return runRulesTest(c.App.Writer, c.Args().Slice())
 			},
-		}},
+		}, rulesStatsCommand(workspace)},
 	}
 }
 
@@ -193,9 +194,9 @@ func runRulesList(ctx context.Context, stdout io.Writer, dbURL string, ws event.
 		return fmt.Errorf("rules list: %w", err)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tVERSION\tAPPLIES_TO\tACTION\tSEVERITY\tSCORE\tENABLED")
+	fmt.Fprintln(tw, "NAME\tVERSION\tMODE\tAPPLIES_TO\tACTION\tSEVERITY\tSCORE\tENABLED")
 	for _, r := range rs {
-		fmt.Fprintf(tw, "%s\tv%d\t%s\t%s\t%s\t%s\t%t\n", r.Name, r.Version, r.AppliesTo, r.Action, r.Severity, r.Score, r.Enabled)
+		fmt.Fprintf(tw, "%s\tv%d\t%s\t%s\t%s\t%s\t%s\t%t\n", r.Name, r.Version, r.Mode, r.AppliesTo, r.Action, r.Severity, r.Score, r.Enabled)
 	}
 	return tw.Flush()
 }

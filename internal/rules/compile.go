@@ -69,6 +69,25 @@ type kindProgram struct {
 	needs       map[string][]string
 	allFeatures bool
 	exprs       []string
+	evaluated   *Evaluated
+}
+
+// Evaluated is the rules a program evaluates every event of one kind
+// against, live and shadow alike: what an event is counted against in a
+// rule's hit rate. One value per program and kind, shared by every event
+// it evaluates, so a step can carry it on each event for free and count
+// events per value.
+type Evaluated struct {
+	Rules []*Rule
+}
+
+// Evaluated returns the rules every event of kind is evaluated against,
+// nil when the program has none of that kind.
+func (p *Program) Evaluated(kind event.Kind) *Evaluated {
+	if kp := p.kinds[kind]; kp != nil {
+		return kp.evaluated
+	}
+	return nil
 }
 
 // readPath is one features.* path an expression names.
@@ -144,6 +163,7 @@ func compile(rules []Rule, native bool) (*Program, error) {
 		fmt.Fprintf(texts[r.AppliesTo], "(\n%s\n).catch(null),\n", r.Expression)
 	}
 	for kind, kp := range p.kinds {
+		kp.evaluated = &Evaluated{Rules: kp.rules}
 		kp.slots = len(slots[kind].index)
 		kp.fields = eventFields(kp.exprs)
 		kp.needs, kp.allFeatures = featureNeeds(kp.exprs)

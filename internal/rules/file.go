@@ -80,6 +80,7 @@ type ruleDoc struct {
 	Severity    string     `yaml:"severity"`
 	Action      string     `yaml:"action"`
 	Alert       *bool      `yaml:"alert"`
+	Mode        string     `yaml:"mode"`
 	Score       scalarText `yaml:"score"`
 	Enabled     *bool      `yaml:"enabled"`
 	Expression  yaml.Node  `yaml:"expression"`
@@ -193,6 +194,7 @@ func definition(file string, line int, lines []string, rd ruleDoc, testNodes []*
 	r.Severity = orDefault(rd.Severity, "medium")
 	r.Action = orDefault(rd.Action, "alert")
 	r.Alert = rd.Alert == nil || *rd.Alert
+	r.Mode = orDefault(rd.Mode, ModeLive)
 	r.Enabled = rd.Enabled == nil || *rd.Enabled
 	r.Score = "0"
 	if rd.Score.set {

@@ -28,6 +28,7 @@ const goodFile = `rules:
     action: review
     alert: false
     enabled: false
+    mode: shadow
     expression: '(features.customer.events_1h.failed_otp | 0) >= 3'
     tests:
       - name: three failures
@@ -49,7 +50,8 @@ func TestParseGoodFile(t *testing.T) {
 		a.Rule.AppliesTo != "transaction" || !strings.HasSuffix(a.Rule.Expression, "new_counterparty") {
 		t.Errorf("first rule %+v", a)
 	}
-	if b.Rule.AppliesTo != "account_event" || b.Rule.Alert || b.Rule.Enabled || b.Rule.Severity != "medium" || b.Rule.Score != "0" {
+	if b.Rule.AppliesTo != "account_event" || b.Rule.Alert || b.Rule.Enabled || b.Rule.Severity != "medium" || b.Rule.Score != "0" ||
+		b.Rule.Mode != ModeShadow || !b.Rule.Shadow() || a.Rule.Mode != ModeLive || a.Rule.Shadow() {
 		t.Errorf("second rule %+v", b.Rule)
 	}
 	tc := a.Tests[0]
@@ -67,8 +69,8 @@ func TestParseGoodFile(t *testing.T) {
 	if l, c := a.Position(2, 3); l != 8 || c != 9 {
 		t.Errorf("block position 2:3 -> %d:%d, want 8:9", l, c)
 	}
-	if l, c := b.Position(1, 2); l != 23 || c != 19 {
-		t.Errorf("quoted position 1:2 -> %d:%d, want 23:19", l, c)
+	if l, c := b.Position(1, 2); l != 24 || c != 19 {
+		t.Errorf("quoted position 1:2 -> %d:%d, want 24:19", l, c)
 	}
 
 	results, err := RunTests(defs)
@@ -90,6 +92,7 @@ func TestParseRefusesWithPosition(t *testing.T) {
 		{"unknown test field", "rules:\n  - name: a\n    expression: 'true'\n    tests:\n      - name: x\n        expected: hit\n", "f.yaml:6: field expected not found in a test"},
 		{"bad name", "rules:\n  - name: Big-One\n    expression: 'true'\n", `f.yaml:2: rule "Big-One": name must match`},
 		{"bad enum", "rules:\n  - name: a\n    severity: urgent\n    action: block\n    expression: 'true'\n", "severity must be low"},
+		{"bad mode", "rules:\n  - name: a\n    mode: dark\n    expression: 'true'\n", `f.yaml:2: rule "a": mode must be live or shadow`},
 		{"bad score", "rules:\n  - name: a\n    score: 1e3\n    expression: 'true'\n", "score must be a decimal"},
 		{"compile error in a block", "rules:\n  - name: a\n    expression: |\n      event.amount >= 5000 &&\n        features.x >== 3\n", `f.yaml:5:22: rule "a": expected query`},
 		{"compile error in a plain scalar", "rules:\n  - name: a\n    expression: nope(3)\n", `f.yaml:3:24: rule "a": unrecognised function 'nope'`},

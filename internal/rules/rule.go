@@ -14,6 +14,16 @@ import (
 var (
 	Severities = []string{"low", "medium", "high", "critical"}
 	Actions    = []string{"alert", "review", "decline"}
+	Modes      = []string{ModeLive, ModeShadow}
+)
+
+// A rule's mode. A live rule acts on what it fires on (alerts, the
+// decision); a shadow rule is evaluated the same way and its hits stored,
+// marked shadow, but it raises no alert and changes no decision: how a new
+// rule is watched on real traffic before anyone relies on it.
+const (
+	ModeLive   = "live"
+	ModeShadow = "shadow"
 )
 
 // Validation errors, wrapped with the offending rule's name.
@@ -22,6 +32,7 @@ var (
 	ErrInvalidAppliesTo  = errors.New("applies_to must be transaction or account_event")
 	ErrInvalidSeverity   = errors.New("severity must be low, medium, high or critical")
 	ErrInvalidAction     = errors.New("action must be alert, review or decline")
+	ErrInvalidMode       = errors.New("mode must be live or shadow")
 	ErrInvalidScore      = errors.New("score must be a decimal with at most 5 digits before the point and 4 after")
 	ErrEmptyExpression   = errors.New("expression is empty")
 	ErrDuplicateRuleName = errors.New("rule name used twice")
@@ -39,6 +50,7 @@ type Rule struct {
 	Severity        string
 	Action          string
 	Alert           bool   // whether a hit raises an alert (hits are recorded either way)
+	Mode            string // ModeLive or ModeShadow
 	Score           string // decimal, numeric(9,4)
 	Enabled         bool
 	Version         int
@@ -65,6 +77,9 @@ func (r *Rule) Validate() error {
 	if !oneOf(r.Action, Actions) {
 		errs = append(errs, ErrInvalidAction)
 	}
+	if !oneOf(r.Mode, Modes) {
+		errs = append(errs, ErrInvalidMode)
+	}
 	if !scorePattern.MatchString(r.Score) {
 		errs = append(errs, ErrInvalidScore)
 	}
@@ -76,6 +91,23 @@ func (r *Rule) Validate() error {
 	}
 	return nil
 }
+
+// ModeOrLive is the rule's mode, live when unset (a Rule built in code
+// rather than read from a file or the database).
+func (r *Rule) ModeOrLive() string {
+	if r.Mode == "" {
+		return ModeLive
+	}
+	return r.Mode
+}
+
+// Shadow reports whether the rule is in shadow mode: evaluated and its hits
+// stored, nothing acted on.
+func (r *Rule) Shadow() bool { return r.Mode == ModeShadow }
+
+// Acts reports whether a hit of the rule raises an alert: a live rule whose
+// alert is on.
+func (r *Rule) Acts() bool { return r.Alert && !r.Shadow() }
 
 // CanonicalScore writes a valid score the way PostgreSQL's numeric would
 // compare it: no trailing fractional zeros, no leading zeros, no "-0". Two

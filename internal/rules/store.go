@@ -47,14 +47,15 @@ func (c Change) String() string {
 }
 
 const ruleColumns = `id::text, workspace_id::text, name, coalesce(description, ''), applies_to, expression,
-       severity, action, alert, score::text, enabled, version`
+       severity, action, alert, mode, score::text, enabled, version`
 
 // Apply makes workspace's rules in the database match rules, by name, inside
 // tx (which it binds to workspace for row-level security, so it runs as the
 // app role): a new name is created at version 1; an existing one is updated,
 // and its version bumped, only if something a hit depends on changed
-// (expression, description, severity, action, alert, score, enabled,
-// applies_to). With prune, the workspace's rules not in rules are deleted —
+// (expression, description, severity, action, alert, mode, score, enabled,
+// applies_to): switching a rule between shadow and live is a new version, so
+// each hit says which mode fired it. With prune, the workspace's rules not in rules are deleted —
 // or, when a hit or an alert refers to them and so they cannot be, disabled.
 // Rules are expected valid (ParseFiles has checked them).
 func Apply(ctx context.Context, tx pgx.Tx, workspace event.UUID, rules []Rule, prune bool) ([]Change, error) {
@@ -91,9 +92,9 @@ func Apply(ctx context.Context, tx pgx.Tx, workspace event.UUID, rules []Rule, p
 		old, ok := byName[r.Name]
 		if !ok {
 			if _, err := tx.Exec(ctx, `INSERT INTO speculapro.rules
-  (workspace_id, name, description, applies_to, expression, severity, action, alert, score, enabled, version)
-VALUES ($1, $2, NULLIF($3, ''), $4, $5, $6, $7, $8, $9::numeric, $10, 1)`,
-				workspace, r.Name, r.Description, string(r.AppliesTo), r.Expression, r.Severity, r.Action, r.Alert, r.Score, r.Enabled); err != nil {
+  (workspace_id, name, description, applies_to, expression, severity, action, alert, mode, score, enabled, version)
+VALUES ($1, $2, NULLIF($3, ''), $4, $5, $6, $7, $8, $9, $10::numeric, $11, 1)`,
+				workspace, r.Name, r.Description, string(r.AppliesTo), r.Expression, r.Severity, r.Action, r.Alert, r.ModeOrLive(), r.Score, r.Enabled); err != nil {
 				return nil, fmt.Errorf("creating rule %q: %w", r.Name, err)
 			}
 			changes = append(changes, Change{Name: r.Name, Op: OpCreated, Version: 1})
@@ -106,9 +107,9 @@ VALUES ($1, $2, NULLIF($3, ''), $4, $5, $6, $7, $8, $9::numeric, $10, 1)`,
 		var v int
 		if err := tx.QueryRow(ctx, `UPDATE speculapro.rules
    SET description = NULLIF($2, ''), applies_to = $3, expression = $4, severity = $5, action = $6,
-       alert = $7, score = $8::numeric, enabled = $9, version = version + 1, updated_at = now()
+       alert = $7, mode = $8, score = $9::numeric, enabled = $10, version = version + 1, updated_at = now()
  WHERE id = $1 RETURNING version`,
-			old.ID, r.Description, string(r.AppliesTo), r.Expression, r.Severity, r.Action, r.Alert, r.Score, r.Enabled).Scan(&v); err != nil {
+			old.ID, r.Description, string(r.AppliesTo), r.Expression, r.Severity, r.Action, r.Alert, r.ModeOrLive(), r.Score, r.Enabled).Scan(&v); err != nil {
 			return nil, fmt.Errorf("updating rule %q: %w", r.Name, err)
 		}
 		changes = append(changes, Change{Name: r.Name, Op: OpUpdated, Version: v})
@@ -160,7 +161,7 @@ func pruneRule(ctx context.Context, tx pgx.Tx, old *Rule) (Change, error) {
 // hit depends on.
 func sameContent(old, r *Rule) bool {
 	return old.Expression == r.Expression && old.Description == r.Description &&
-		old.Severity == r.Severity && old.Action == r.Action && old.Alert == r.Alert &&
+		old.Severity == r.Severity && old.Action == r.Action && old.Alert == r.Alert && old.Mode == r.ModeOrLive() &&
 		CanonicalScore(old.Score) == CanonicalScore(r.Score) && old.Enabled == r.Enabled &&
 		old.AppliesTo == r.AppliesTo
 }
@@ -217,7 +218,7 @@ func scanRule(row pgx.CollectableRow) (Rule, error) {
 	var r Rule
 	var id, ws, appliesTo string
 	if err := row.Scan(&id, &ws, &r.Name, &r.Description, &appliesTo, &r.Expression,
-		&r.Severity, &r.Action, &r.Alert, &r.Score, &r.Enabled, &r.Version); err != nil {
+		&r.Severity, &r.Action, &r.Alert, &r.Mode, &r.Score, &r.Enabled, &r.Version); err != nil {
 		return r, err
 	}
 	var err error

@@ -2,6 +2,7 @@ package rules_test
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -105,10 +106,11 @@ func TestApplyVersionsAndPrune(t *testing.T) {
 		func(r *rules.Rule) { r.Score = "41.5" },
 		func(r *rules.Rule) { r.Enabled = false },
 		func(r *rules.Rule) { r.AppliesTo = event.KindAccountEvent },
+		func(r *rules.Rule) { r.Mode = rules.ModeShadow },
 	}
 	for i, edit := range edits {
 		edit(&a)
-		want := "updated a v" + string(rune('2'+i)) + "; unchanged b v1; unchanged c v1"
+		want := "updated a v" + strconv.Itoa(2+i) + "; unchanged b v1; unchanged c v1"
 		if got := apply(t, app, wsA, []rules.Rule{a, b, c}, false); got != want {
 			t.Fatalf("edit %d: %s, want %s", i, got, want)
 		}
@@ -127,10 +129,10 @@ func TestApplyVersionsAndPrune(t *testing.T) {
 VALUES ($1, $2::uuid, 1, gen_random_uuid(), now())`, wsA, bID); err != nil {
 		t.Fatal(err)
 	}
-	if got := apply(t, app, wsA, []rules.Rule{a}, true); got != "unchanged a v9; disabled b; deleted c" {
+	if got := apply(t, app, wsA, []rules.Rule{a}, true); got != "unchanged a v10; disabled b; deleted c" {
 		t.Fatalf("prune: %s", got)
 	}
-	if got := apply(t, app, wsA, []rules.Rule{a}, true); got != "unchanged a v9; unchanged b v2" {
+	if got := apply(t, app, wsA, []rules.Rule{a}, true); got != "unchanged a v10; unchanged b v2" {
 		t.Fatalf("second prune: %s", got)
 	}
 
@@ -140,7 +142,8 @@ VALUES ($1, $2::uuid, 1, gen_random_uuid(), now())`, wsA, bID); err != nil {
 		t.Fatal(err)
 	}
 	if len(loaded[wsA]) != 0 || len(loaded[wsB]) != 1 || loaded[wsB][0].Name != "a" || loaded[wsB][0].Version != 1 ||
-		loaded[wsB][0].Score != "40" || loaded[wsB][0].WorkspaceID != wsB || loaded[wsB][0].ID.IsZero() {
+		loaded[wsB][0].Score != "40" || loaded[wsB][0].WorkspaceID != wsB || loaded[wsB][0].ID.IsZero() ||
+		loaded[wsB][0].Mode != rules.ModeLive {
 		t.Fatalf("LoadEnabled = %+v", loaded)
 	}
 	if _, err := rules.Compile(loaded[wsB]); err != nil {
@@ -155,7 +158,7 @@ VALUES ($1, $2::uuid, 1, gen_random_uuid(), now())`, wsA, bID); err != nil {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if len(listed) != 2 || listed[0].Name != "a" || listed[0].Enabled || listed[1].Name != "b" || listed[1].Enabled {
+	if len(listed) != 2 || listed[0].Name != "a" || listed[0].Enabled || listed[0].Mode != rules.ModeShadow || listed[1].Name != "b" || listed[1].Enabled {
 		t.Fatalf("List = %+v", listed)
 	}
 }

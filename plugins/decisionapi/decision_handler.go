@@ -220,12 +220,17 @@ func (a *decisionAPI) decide(ctx context.Context, env *event.Envelope, arrived t
 }
 
 // outcomeOf: decline if a decline rule fired, else review if a review rule
-// fired, else approve; the score is the sum of the fired rules' scores.
+// fired, else approve; the score is the sum of the fired rules' scores. A
+// shadow rule's hit counts for none of it and is not answered: the stream
+// stores it when it evaluates the decided transaction.
 func outcomeOf(hits []rules.Hit) (event.Outcome, float64, []decisionRule) {
 	out := event.OutcomeApprove
 	var score float64
 	fired := make([]decisionRule, 0, len(hits))
 	for _, h := range hits {
+		if h.Rule.Shadow() {
+			continue
+		}
 		s, _ := strconv.ParseFloat(h.Rule.Score, 64)
 		score += s
 		fired = append(fired, decisionRule{Rule: h.Rule.Name, RuleID: h.Rule.ID.String(), Version: h.Rule.Version, Action: h.Rule.Action, Score: s})

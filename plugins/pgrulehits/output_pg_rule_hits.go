@@ -16,6 +16,7 @@ import (
 	"github.com/speculapro/speculapro/internal/pgclass"
 	"github.com/speculapro/speculapro/internal/pgretry"
 	"github.com/speculapro/speculapro/internal/pgsystem"
+	"github.com/speculapro/speculapro/internal/rules"
 )
 
 // The output's files: this one is the component (spec, construction,
@@ -62,8 +63,9 @@ Reads each message's event envelope (from `+"`event_decode`"+`) and the hits `+"
 one statement per hit):
 
 1. a `+"`rule_hits`"+` row per rule and event (`+"`UNIQUE (workspace_id, rule_id, event_id)`"+`, `+"`ON CONFLICT DO NOTHING`"+`),
-   recording the rule's version, score and the feature values the rule read (`+"`details.reads`"+`);
-2. for each hit whose rule has `+"`alert: true`"+`, an alert with `+"`dedupe_key`"+` `+"`<rule_id>:<event_id>`"+`
+   recording the rule's version, score and the feature values the rule read (`+"`details.reads`"+`), and `+"`shadow`"+`
+   true for a shadow rule's hit (`+"`mode: shadow`"+`): that hit is stored and goes no further;
+2. for each hit of a live rule with `+"`alert: true`"+`, an alert with `+"`dedupe_key`"+` `+"`<rule_id>:<event_id>`"+`
    (`+"`ON CONFLICT DO NOTHING`"+`), its severity and title (the rule's description, else its name) from the rule;
 3. for each alert this transaction created, and only those: a `+"`webhook_deliveries`"+` row (`+"`event_type`"+`
    `+"`alert.created`"+`, `+"`event_id`"+` the alert's id) for every enabled webhook endpoint of the workspace whose
@@ -71,7 +73,10 @@ one statement per hit):
    `+"`alert.created:<alert_id>:<subscription_id>`"+`) for every enabled notification subscription whose
    `+"`event_types`"+` allow it and whose `+"`min_severity`"+` the alert meets. The worker sends them.
 
-4. for each topic partition of the batch, its highest offset in `+"`stream_progress`"+`: from then on every record up to
+4. for each rule version the batch's events were evaluated against (`+"`@rule_eval.evaluated`"+`), the number of them
+   added to the hour's row of `+"`rule_evaluations`"+`: the denominator of a rule's hit rate in `+"`speculapro rules stats`"+`,
+   counted once because it commits with the hits (a replay `+"`rule_eval`"+` left alone carries none);
+5. for each topic partition of the batch, its highest offset in `+"`stream_progress`"+`: from then on every record up to
    it is known to be evaluated and stored, so `+"`rule_eval`"+` leaves such a record alone when it is read again inside the
    replay window (its running totals would be today's, not its own).
 
@@ -104,7 +109,7 @@ otherwise.
 
 ### Metrics
 
-`+"`speculapro_stream_batches_total`, `_rule_hits_stored_total` (hits new to the table), `_alerts_created_total`, `_outbox_queued_total{outbox}` (webhook_deliveries, notifications), `_records_skipped_total{reason}` (undecodable, rejected), `_retries_total` (one per backoff that followed a failed attempt), `_faults_total` (batches that failed at least once; a cancellation at shutdown is none)"+`,
+`+"`speculapro_stream_batches_total`, `_rule_hits_stored_total{mode}` (hits new to the table; mode live or shadow), `_alerts_created_total`, `_outbox_queued_total{outbox}` (webhook_deliveries, notifications), `_records_skipped_total{reason}` (undecodable, rejected), `_retries_total` (one per backoff that followed a failed attempt), `_faults_total` (batches that failed at least once; a cancellation at shutdown is none)"+`,
 all with the label `+"`kind`"+`, and `+"`speculapro_stream_stage_duration_seconds{stage=\"write\"}`"+`.`).
 		Fields(pgsystem.URLFields()...).
 		Fields(
@@ -268,12 +273,13 @@ func (o *pgRuleHits) WriteBatch(ctx context.Context, batch service.MessageBatch)
 	)
 	type hitKey struct{ ws, rule, ev event.UUID }
 	seen := map[hitKey]struct{}{}
-	progress := progressOf(batch)
+	progress, evals := progressOf(batch), evaluations{}
 	for _, msg := range batch {
 		if msg.GetError() != nil {
 			undecodable++
 			continue
 		}
+		evals.add(msg)
 		env, err := eventmsg.Of(msg, o.kind)
 		if err != nil {
 			undecodable++
@@ -300,9 +306,10 @@ func (o *pgRuleHits) WriteBatch(ctx context.Context, batch service.MessageBatch)
 	})
 
 	var res hitsResult
-	if len(rows) > 0 || len(progress.topics) > 0 {
+	evalRows := evals.rows()
+	if len(rows) > 0 || len(progress.topics) > 0 || len(evalRows.ws) > 0 {
 		err := o.policy.Batch().Do(ctx, len(rows), func(ctx context.Context) error {
-			r, err := o.store(ctx, rows, progress)
+			r, err := o.store(ctx, rows, progress, evalRows)
 			if err != nil {
 				return err
 			}
@@ -331,7 +338,8 @@ func (o *pgRuleHits) WriteBatch(ctx context.Context, batch service.MessageBatch)
 		applog.With(o.log, "count", rejected, "codes", strings.Join(codes, ",")).Warn(logStreamRejected)
 	}
 	o.m.batches.Incr(1, string(o.kind))
-	o.m.hitsStored.Incr(res.stats.hits, string(o.kind))
+	o.m.hitsStored.Incr(res.stats.hits, string(o.kind), rules.ModeLive)
+	o.m.hitsStored.Incr(res.stats.shadowHits, string(o.kind), rules.ModeShadow)
 	o.m.alerts.Incr(res.stats.alerts, string(o.kind))
 	o.m.outbox.Incr(res.stats.deliveries, string(o.kind), "webhook_deliveries")
 	o.m.outbox.Incr(res.stats.notifications, string(o.kind), "notifications")

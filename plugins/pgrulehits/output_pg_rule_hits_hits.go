@@ -26,6 +26,7 @@ type hitRow struct {
 	score      string // decimal text, "" for none
 	details    string // JSON object
 	alert      bool
+	shadow     bool // a shadow rule's hit: stored, marked, never alerted
 }
 
 // hitsOf reads the rows of msg's rule_eval hits; bad counts the hits that
@@ -105,6 +106,7 @@ func hitRowOf(v any, env *event.Envelope) (hitRow, error) {
 		return hitRow{}, errMalformedHit
 	}
 	row.alert, _ = h["alert"].(bool)
+	row.shadow, _ = h["shadow"].(bool)
 	details := map[string]any{"rule": h["rule"], "action": h["action"], "severity": h["severity"], "reads": h["reads"]}
 	b, err := json.Marshal(withoutNUL(details))
 	if err != nil {

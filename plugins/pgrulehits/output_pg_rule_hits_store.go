@@ -18,11 +18,12 @@ import (
 
 // hitsStats counts what one write created.
 type hitsStats struct {
-	hits, alerts, deliveries, notifications int64
+	hits, shadowHits, alerts, deliveries, notifications int64
 }
 
 func (s *hitsStats) add(o hitsStats) {
 	s.hits += o.hits
+	s.shadowHits += o.shadowHits
 	s.alerts += o.alerts
 	s.deliveries += o.deliveries
 	s.notifications += o.notifications
@@ -36,7 +37,7 @@ type hitsResult struct {
 // store makes one attempt at rows in one transaction and, when a row's data
 // made it fail, once more in one transaction that isolates the bad rows by
 // bisecting under savepoints and stores the rest.
-func (o *pgRuleHits) store(ctx context.Context, rows []hitRow, progress partitionProgress) (hitsResult, error) {
+func (o *pgRuleHits) store(ctx context.Context, rows []hitRow, progress partitionProgress, evals evaluationRows) (hitsResult, error) {
 	actx, cancel := context.WithTimeout(ctx, o.attemptTimeout)
 	defer cancel()
 	var res hitsResult
@@ -45,7 +46,7 @@ func (o *pgRuleHits) store(ctx context.Context, rows []hitRow, progress partitio
 		if res.stats, err = writeHits(actx, tx, rows); err != nil {
 			return err
 		}
-		return writeProgress(actx, tx, progress)
+		return writeEvaluationsAndProgress(actx, tx, evals, progress)
 	})
 	if err == nil || !pgclass.IsRowFault(err) {
 		return res, err
@@ -57,7 +58,7 @@ func (o *pgRuleHits) store(ctx context.Context, rows []hitRow, progress partitio
 		if err := isolateHits(ictx, tx, rows, &res); err != nil {
 			return err
 		}
-		return writeProgress(ictx, tx, progress)
+		return writeEvaluationsAndProgress(ictx, tx, evals, progress)
 	})
 	if err != nil {
 		return hitsResult{}, err
@@ -104,15 +105,19 @@ func isolateHits(ctx context.Context, tx pgx.Tx, rows []hitRow, res *hitsResult)
 // the rule, so the CHECK constraints hold by construction.
 const (
 	insertRuleHits = `
+WITH new_hits AS (
 INSERT INTO speculapro.rule_hits
-       (workspace_id, rule_id, rule_version, event_id, event_occurred_at, customer_id, account_id, score, details)
+       (workspace_id, rule_id, rule_version, event_id, event_occurred_at, customer_id, account_id, score, details, shadow)
 SELECT i.ws, i.rule, i.version, i.ev, i.occurred_at, NULLIF(i.cust, '')::uuid, NULLIF(i.acc, '')::uuid,
-       NULLIF(i.score, '')::numeric, i.details::jsonb
-  FROM unnest($1::uuid[], $2::uuid[], $3::int[], $4::uuid[], $5::timestamptz[], $6::text[], $7::text[], $8::text[], $9::text[])
-       WITH ORDINALITY AS i(ws, rule, version, ev, occurred_at, cust, acc, score, details, n)
+       NULLIF(i.score, '')::numeric, i.details::jsonb, i.shadow
+  FROM unnest($1::uuid[], $2::uuid[], $3::int[], $4::uuid[], $5::timestamptz[], $6::text[], $7::text[], $8::text[], $9::text[], $10::bool[])
+       WITH ORDINALITY AS i(ws, rule, version, ev, occurred_at, cust, acc, score, details, shadow, n)
   JOIN speculapro.rules r ON r.id = i.rule AND r.workspace_id = i.ws
  ORDER BY i.n
-    ON CONFLICT (workspace_id, rule_id, event_id) DO NOTHING`
+    ON CONFLICT (workspace_id, rule_id, event_id) DO NOTHING
+RETURNING shadow
+)
+SELECT count(*) FILTER (WHERE NOT shadow), count(*) FILTER (WHERE shadow) FROM new_hits`
 
 	// One statement for the alerts and their outbox rows: the outbox CTEs
 	// read only new_alerts, the alerts this statement inserted, so an alert
@@ -170,7 +175,7 @@ SELECT (SELECT count(*) FROM new_alerts), (SELECT count(*) FROM deliveries), (SE
 )
 
 // writeHits writes rows, their alerts and the alerts' outbox rows with two
-// statements.
+// statements. A shadow hit is stored, marked, and goes no further.
 func writeHits(ctx context.Context, tx pgx.Tx, rows []hitRow) (hitsStats, error) {
 	var s hitsStats
 	n := len(rows)
@@ -183,20 +188,19 @@ func writeHits(ctx context.Context, tx pgx.Tx, rows []hitRow) (hitsStats, error)
 		occurred           = make([]time.Time, n)
 		custs, accs, score = make([]string, n), make([]string, n), make([]string, n)
 		details            = make([]string, n)
+		shadow             = make([]bool, n)
 		aWS, aRules, aEvs  []event.UUID
 	)
 	for i, r := range rows {
 		ws[i], rules[i], evs[i], versions[i], occurred[i] = r.workspace, r.rule, r.eventID, r.version, r.occurredAt
-		custs[i], accs[i], score[i], details[i] = r.customer, r.account, r.score, r.details
-		if r.alert {
+		custs[i], accs[i], score[i], details[i], shadow[i] = r.customer, r.account, r.score, r.details, r.shadow
+		if r.alert && !r.shadow {
 			aWS, aRules, aEvs = append(aWS, r.workspace), append(aRules, r.rule), append(aEvs, r.eventID)
 		}
 	}
-	tag, err := tx.Exec(ctx, insertRuleHits, ws, rules, versions, evs, occurred, custs, accs, score, details)
-	if err != nil {
+	if err := tx.QueryRow(ctx, insertRuleHits, ws, rules, versions, evs, occurred, custs, accs, score, details, shadow).Scan(&s.hits, &s.shadowHits); err != nil {
 		return s, fmt.Errorf("inserting %d rule hits: %w", n, err)
 	}
-	s.hits = tag.RowsAffected()
 	if len(aWS) == 0 {
 		return s, nil
 	}

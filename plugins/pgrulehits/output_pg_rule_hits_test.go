@@ -228,7 +228,7 @@ SELECT h.rule_version, h.score::text, h.customer_id = $3 AND h.account_id = $4 A
 		t.Errorf("hit/alert = version %d score %s parties %v reads %v details %v severity %s title %q dedupe %s",
 			version, score, custOK, readsOK, details, severity, title, dedupe)
 	}
-	if got := h.m.Get("hits{transaction}"); got != 40 {
+	if got := h.m.Get("hits{transaction,live}"); got != 40 {
 		t.Errorf("hits stored counted %d, want 40", got)
 	}
 	if got := h.m.Get("alerts{transaction}"); got != 20 {

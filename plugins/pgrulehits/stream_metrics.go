@@ -31,7 +31,7 @@ type (
 
 type streamMetrics struct {
 	batches    counter
-	hitsStored counter // hits new to rule_hits (a replay stores none)
+	hitsStored counter // hits new to rule_hits (a replay stores none); label mode: live, shadow
 	alerts     counter // alerts new to alerts
 	outbox     counter // label outbox: webhook_deliveries, notifications
 	skipped    counter // label reason: undecodable, rejected
@@ -43,7 +43,7 @@ type streamMetrics struct {
 func newStreamMetrics(m *service.Metrics) *streamMetrics {
 	return &streamMetrics{
 		batches:    m.NewCounter(metricStreamBatches, "kind"),
-		hitsStored: m.NewCounter(metricStreamHitsStored, "kind"),
+		hitsStored: m.NewCounter(metricStreamHitsStored, "kind", "mode"),
 		alerts:     m.NewCounter(metricStreamAlertsCreated, "kind"),
 		outbox:     m.NewCounter(metricStreamOutboxQueued, "kind", "outbox"),
 		skipped:    m.NewCounter(metricStreamSkipped, "kind", "reason"),

@@ -51,7 +51,7 @@ var metricHelp = map[string]string{
 	// Stream evaluator.
 	"speculapro_stream_stage_duration_seconds":     "Seconds of work per batch in each stage of the stream evaluator (decode, features, evaluate, write). Stages of different batches overlap.",
 	"speculapro_stream_batches_total":              "Batches of rule hits the stream evaluator committed.",
-	"speculapro_stream_rule_hits_stored_total":     "Rule hits the stream evaluator stored.",
+	"speculapro_stream_rule_hits_stored_total":     "Rule hits the stream evaluator stored, by mode (live, or shadow: stored, never alerted).",
 	"speculapro_stream_alerts_created_total":       "Alerts the stream evaluator created.",
 	"speculapro_stream_outbox_queued_total":        "Webhook deliveries and notifications the stream evaluator queued, by outbox.",
 	"speculapro_stream_records_skipped_total":      "Records the stream evaluator skipped, by reason: undecodable records, rejected hits.",
@@ -62,7 +62,8 @@ var metricHelp = map[string]string{
 	"speculapro_stream_feature_cache_misses_total": "Entities a batch of the stream read from Redis because the process's cache did not hold them; hits over hits plus misses says whether cache_bytes holds what the stream keeps coming back to.",
 	"speculapro_stream_feature_conflicts_total":    "Entity writes of the running totals lost to another writer (the compare-and-set on the generation failed) and redone after reading the entity again.",
 	"speculapro_stream_replays_skipped_total":      "Events skipped because the running totals already counted them (a replay inside SP_STREAM_REPLAY_TTL).",
-	"speculapro_stream_rule_hits_total":            "Times a rule fired, by rule.",
+	"speculapro_stream_rule_hits_total":            "Times a rule fired, by rule and mode (live or shadow).",
+	"speculapro_stream_rule_evaluations_total":     "Events a rule was evaluated on, by rule and mode: the denominator of its hit rate.",
 	"speculapro_stream_rule_errors_total":          "Times a rule could not be decided on an event (a missing field, a type error), by rule.",
 	"speculapro_stream_rules_loaded":               "Rules loaded and evaluated, by kind.",
 	"speculapro_stream_feature_update_seconds":     "Seconds one batch's running-totals update in Redis took.",

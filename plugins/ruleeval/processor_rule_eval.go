@@ -2,7 +2,6 @@ package ruleeval
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -42,7 +41,8 @@ const (
 // Metric names.
 const (
 	metricEventsEvaluated = "speculapro_stream_events_evaluated_total" // label kind
-	metricRuleHits        = "speculapro_stream_rule_hits_total"        // label rule
+	metricRuleHits        = "speculapro_stream_rule_hits_total"        // labels rule, mode
+	metricRuleEvaluations = "speculapro_stream_rule_evaluations_total" // labels rule, mode
 	metricRuleErrors      = "speculapro_stream_rule_errors_total"      // label rule
 	metricRulesLoaded     = "speculapro_stream_rules_loaded"           // label kind; gauge
 	metricReplaysSkipped  = "speculapro_stream_replays_skipped_total"  // label kind
@@ -84,11 +84,15 @@ sets the metadata `+"`rule_eval`"+` to
 
 `+"```json"+`
 {"hits": [{"rule": "large_amount_to_new_counterparty", "rule_id": "…", "version": 3, "score": 40,
-           "severity": "high", "action": "alert", "alert": true,
-           "reads": {"features.account.new_counterparty": true}}]}
+           "severity": "high", "action": "alert", "alert": true, "shadow": false,
+           "reads": {"features.account.new_counterparty": true}}],
+ "evaluated": …}
 `+"```"+`
 
-(`+"`hits`"+` empty when nothing fired), which `+"`pg_rule_hits`"+` stores. `+"`reads`"+` holds every `+"`features.*`"+` path the
+(`+"`hits`"+` empty when nothing fired), which `+"`pg_rule_hits`"+` stores. `+"`evaluated`"+` is the workspace's rules in force
+(one shared value, not a copy per event), which `+"`pg_rule_hits`"+` counts events against per rule version. A shadow rule
+(`+"`mode: shadow`"+`) is evaluated with the live ones, on the same features; its hits say `+"`shadow: true`"+` and
+`+"`alert: false`"+`. `+"`reads`"+` holds every `+"`features.*`"+` path the
 rule's expression names with the value it had: why the rule fired.
 
 The rules are loaded from `+"`speculapro.rules`"+` by the first batch (so the constructor does no I/O; the batch waits,
@@ -112,7 +116,7 @@ is not an envelope of `+"`kind`"+` is flagged.
 
 ### Metrics
 
-`+"`speculapro_stream_events_evaluated_total{kind}`, `speculapro_stream_rule_hits_total{rule}`, `speculapro_stream_rule_errors_total{rule}`, `speculapro_stream_replays_skipped_total{kind}`, `speculapro_stream_rules_loaded{kind}`"+` (a gauge), and
+`+"`speculapro_stream_events_evaluated_total{kind}`, `speculapro_stream_rule_hits_total{rule,mode}`, `speculapro_stream_rule_evaluations_total{rule,mode}` (events evaluated against each rule), `speculapro_stream_rule_errors_total{rule}`, `speculapro_stream_replays_skipped_total{kind}`, `speculapro_stream_rules_loaded{kind}`"+` (a gauge), and
 `+"`speculapro_stream_stage_duration_seconds{stage=\"evaluate\"}`"+`.`).
 		Fields(pgsystem.URLFields()...).
 		Fields(
@@ -167,10 +171,13 @@ type timer interface {
 type ruleEvalMetrics struct {
 	evaluated counter
 	skipped   counter // replays of events whose results are stored
-	hits      counter
-	errors    counter
-	loaded    gauge
-	stage     timer
+	hits      counter // labels rule, mode
+	// ruleEvaluations counts events per rule they were evaluated against
+	// (a hit rate's denominator); labels rule, mode.
+	ruleEvaluations counter
+	errors          counter
+	loaded          gauge
+	stage           timer
 }
 
 // ruleEval is the rule_eval processor.
@@ -242,12 +249,13 @@ func newRuleEval(url string, kind event.Kind, reloadInterval time.Duration, real
 		table: kind.Table(),
 		log:   mgr.Logger(),
 		m: ruleEvalMetrics{
-			evaluated: m.NewCounter(metricEventsEvaluated, "kind"),
-			skipped:   m.NewCounter(metricReplaysSkipped, "kind"),
-			hits:      m.NewCounter(metricRuleHits, "rule"),
-			errors:    m.NewCounter(metricRuleErrors, "rule"),
-			loaded:    m.NewGauge(metricRulesLoaded, "kind"),
-			stage:     m.NewTimer(metricStageDuration, "table", "stage"),
+			evaluated:       m.NewCounter(metricEventsEvaluated, "kind"),
+			skipped:         m.NewCounter(metricReplaysSkipped, "kind"),
+			hits:            m.NewCounter(metricRuleHits, "rule", "mode"),
+			ruleEvaluations: m.NewCounter(metricRuleEvaluations, "rule", "mode"),
+			errors:          m.NewCounter(metricRuleErrors, "rule"),
+			loaded:          m.NewGauge(metricRulesLoaded, "kind"),
+			stage:           m.NewTimer(metricStageDuration, "table", "stage"),
 		},
 		lastWarns: map[string]time.Time{},
 	}, nil
@@ -265,6 +273,7 @@ func (r *ruleEval) ProcessBatch(ctx context.Context, batch service.MessageBatch)
 	stored := r.storedReplays(ctx, batch)
 	evaluated, skipped := 0, 0
 	var sc rules.Scratch // this call's: pipeline threads run batches at once
+	counted := batchCounts{by: map[*rules.Evaluated]*evaluatedCount{}}
 	for i, msg := range batch {
 		if msg.GetError() != nil {
 			continue
@@ -281,33 +290,8 @@ func (r *ruleEval) ProcessBatch(ctx context.Context, batch service.MessageBatch)
 			batch[i].MetaSetMut(metaRuleEval, map[string]any{"hits": []any{}, "replayed": true})
 			continue
 		}
-		var hits []any
-		if prog := set.Program(env.WorkspaceID); prog != nil {
-			var found []rules.Hit
-			var errs []rules.RuleError
-			v, _ := msg.MetaGetMut(metaFeatures)
-			if vals, ok := v.(rules.Features); ok {
-				// feature_update's: only the features the rules name are
-				// built.
-				found, errs = prog.EvaluateFeatures(env, vals, &sc)
-			} else {
-				features, _ := v.(map[string]any)
-				found, errs = prog.Evaluate(env, features)
-			}
-			for _, h := range found {
-				hits = append(hits, hitMeta(h))
-				r.m.hits.Incr(1, h.Rule.Name)
-			}
-			for _, e := range errs {
-				r.ruleFailed(e.Rule, e.Err)
-			}
-		}
+		batch[i].MetaSetMut(metaRuleEval, r.evaluate(msg, env, set.Program(env.WorkspaceID), &sc, &counted))
 		evaluated++
-		if len(hits) == 0 {
-			batch[i].MetaSetMut(metaRuleEval, noHits)
-		} else {
-			batch[i].MetaSetMut(metaRuleEval, map[string]any{"hits": hits})
-		}
 		if !r.keepFeatures {
 			batch[i].MetaDelete(metaFeatures)
 		} else if v, ok := batch[i].MetaGetMut(metaFeatures); ok {
@@ -318,6 +302,11 @@ func (r *ruleEval) ProcessBatch(ctx context.Context, batch service.MessageBatch)
 		}
 	}
 	r.m.evaluated.Incr(int64(evaluated), string(r.kind))
+	for ev, c := range counted.by {
+		for _, rule := range ev.Rules {
+			r.m.ruleEvaluations.Incr(c.events, rule.Name, rule.ModeOrLive())
+		}
+	}
 	if skipped > 0 {
 		r.m.skipped.Incr(int64(skipped), string(r.kind))
 	}
@@ -390,28 +379,6 @@ func (r *ruleEval) storedReplays(ctx context.Context, batch service.MessageBatch
 		}
 	}
 	return stored
-}
-
-// hitMeta is one hit as pg_rule_hits reads it.
-func hitMeta(h rules.Hit) map[string]any {
-	var score any
-	if h.Rule.Score != "" {
-		score = json.Number(h.Rule.Score)
-	}
-	reads := h.Reads
-	if reads == nil {
-		reads = map[string]any{}
-	}
-	return map[string]any{
-		"rule":     h.Rule.Name,
-		"rule_id":  h.Rule.ID.String(),
-		"version":  int64(h.Rule.Version),
-		"score":    score,
-		"severity": h.Rule.Severity,
-		"action":   h.Rule.Action,
-		"alert":    h.Rule.Alert,
-		"reads":    reads,
-	}
 }
 
 // inForce returns the rules in force, connecting and loading them first if

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -46,7 +45,8 @@ func (h *evalHarness) step(kind event.Kind, reload time.Duration, realtime bool)
 		h.t.Fatalf("newRuleEval: %v", err)
 	}
 	m := h.m.Metric
-	r.m = ruleEvalMetrics{evaluated: m("evaluated"), skipped: m("skipped"), hits: m("hits"), errors: m("errors"), loaded: m("loaded"), stage: m("stage")}
+	r.m = ruleEvalMetrics{evaluated: m("evaluated"), skipped: m("skipped"), hits: m("hits"), ruleEvaluations: m("evaluations"),
+		errors: m("errors"), loaded: m("loaded"), stage: m("stage")}
 	h.t.Cleanup(func() { _ = r.Close(context.Background()) })
 	return r
 }
@@ -199,15 +199,68 @@ func TestEvaluatesEachWorkspacesRules(t *testing.T) {
 	hit := v.(map[string]any)["hits"].([]any)[0].(map[string]any)
 	want := map[string]any{
 		"rule": "large_to_new", "rule_id": largeID.String(), "version": int64(1), "score": json.Number("12.5"),
-		"severity": "high", "action": "alert", "alert": true,
+		"severity": "high", "action": "alert", "alert": true, "shadow": false,
 		"reads": map[string]any{"features.account.new_counterparty": true},
 	}
 	if fmt.Sprint(hit) != fmt.Sprint(want) {
 		t.Errorf("hit\n%v\nwant\n%v", hit, want)
 	}
 	for key, want := range map[string]int64{
-		"evaluated{transaction}": 5, "hits{large_to_new}": 1, "hits{velocity}": 2, "hits{everything}": 1,
-		"loaded{transaction}": 3,
+		"evaluated{transaction}": 5, "hits{large_to_new,live}": 1, "hits{velocity,live}": 2, "hits{everything,live}": 1,
+		"loaded{transaction}": 3, "evaluations{large_to_new,live}": 3, "evaluations{velocity,live}": 3, "evaluations{everything,live}": 1,
+	} {
+		if got := h.m.Get(key); got != want {
+			t.Errorf("%s = %d, want %d", key, got, want)
+		}
+	}
+}
+
+// A shadow rule is evaluated with the live ones, on the same features, and
+// fires on the same events as the live rule with its expression; its hits
+// are marked shadow and ask for no alert, whatever the rule's alert says.
+// Every evaluated event carries the rules it was evaluated against, one
+// shared value per set in force.
+func TestShadowRuleFiresLikeItsLiveTwinAndAsksForNoAlert(t *testing.T) {
+	h := newEvalHarness(t)
+	ws := h.workspace("acme")
+	const expr = `event.amount >= 5000 && features.account.new_counterparty`
+	h.rule(ws, ruleSpec{name: "large_live", expression: expr, alert: true, enabled: true})
+	shadowID := h.rule(ws, ruleSpec{name: "large_shadow", expression: expr, alert: true, enabled: true})
+	h.exec(`UPDATE speculapro.rules SET mode = 'shadow' WHERE id = $1`, shadowID)
+	r := h.step(event.KindTransaction, time.Hour, false)
+
+	out := h.process(r,
+		message(t, ws, 1, "6000.00", features(1, true)),
+		message(t, ws, 2, "6000.00", features(1, false)),
+		message(t, ws, 3, "9000", features(1, true)),
+	)
+	var shared any
+	for i, want := range [][]string{{"large_live", "large_shadow"}, nil, {"large_live", "large_shadow"}} {
+		if got := hitNames(t, out[i]); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("message %d: hits %v, want %v", i, got, want)
+		}
+		v, _ := out[i].MetaGetMut(metaRuleEval)
+		ev, ok := v.(map[string]any)["evaluated"].(*rules.Evaluated)
+		if !ok || len(ev.Rules) != 2 {
+			t.Fatalf("message %d: evaluated = %v, want the two rules", i, v.(map[string]any)["evaluated"])
+		}
+		if shared == nil {
+			shared = ev
+		} else if shared != any(ev) {
+			t.Errorf("message %d carries its own copy of the rules evaluated", i)
+		}
+	}
+	v, _ := out[0].MetaGetMut(metaRuleEval)
+	for _, x := range v.(map[string]any)["hits"].([]any) {
+		hit := x.(map[string]any)
+		shadow := hit["rule"] == "large_shadow"
+		if hit["shadow"] != shadow || hit["alert"] != !shadow {
+			t.Errorf("hit of %s: shadow %v alert %v", hit["rule"], hit["shadow"], hit["alert"])
+		}
+	}
+	for key, want := range map[string]int64{
+		"hits{large_live,live}": 2, "hits{large_shadow,shadow}": 2,
+		"evaluations{large_live,live}": 3, "evaluations{large_shadow,shadow}": 3,
 	} {
 		if got := h.m.Get(key); got != want {
 			t.Errorf("%s = %d, want %d", key, got, want)
@@ -442,41 +495,14 @@ const maxEvalAllocsPerEvent = 0
 // rule_eval's allocations stay a batch's few, none an event (what a hit
 // costs is not bounded here: hits are rare and each is a row to store).
 func TestRuleEvalAllocationsPerEvent(t *testing.T) {
-	paths, err := filepath.Glob("../../config/rules/*.yaml")
-	if err != nil || len(paths) == 0 {
-		t.Fatalf("no starter pack files (%v)", err)
-	}
-	defs, err := rules.ParseFiles(paths...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var pack []rules.Rule
-	for _, d := range defs {
-		pack = append(pack, d.Rule)
-	}
-	prog, err := rules.Compile(pack)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// No I/O: the rules are put in force by hand, as a load would.
-	r, err := newRuleEval("postgres://nobody:x@127.0.0.1:1/none?sslmode=disable", event.KindTransaction, time.Minute, false, service.MockResources())
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, ws, prog := starterPackEval(t)
 	m := &testenv.Metrics{}
-	r.m = ruleEvalMetrics{evaluated: m.Metric("evaluated"), skipped: m.Metric("skipped"), hits: m.Metric("hits"), errors: m.Metric("errors"), loaded: m.Metric("loaded"), stage: m.Metric("stage")}
-	ws := event.UUID{7}
-	loader := rules.NewLoader(nil, rules.LoaderOptions{})
-	loader.Publish(rules.NewSet(map[event.UUID]*rules.Program{ws: prog}))
-	r.loader.Store(loader)
+	r.m = ruleEvalMetrics{evaluated: m.Metric("evaluated"), skipped: m.Metric("skipped"), hits: m.Metric("hits"), ruleEvaluations: m.Metric("evaluations"), errors: m.Metric("errors"), loaded: m.Metric("loaded"), stage: m.Metric("stage")}
 
-	const n, batchAllocs = 500, 12
-	in := make(service.MessageBatch, n)
-	for i := range in {
-		in[i] = message(t, ws, i, "12.50", nil)
-	}
-	feats := rules.MapFeatures(quietFeatures())
-	work := make(service.MessageBatch, n)
+	// perRuleAllocs: each batch adds its events to every rule's evaluations
+	// counter once (this test's counters build their key each time).
+	const n, batchAllocs, perRuleAllocs = 500, 12, 4
+	in, work, feats := quietBatch(t, ws, n)
 	ctx := context.Background()
 	// What setting the features costs (feature_update's work) is measured
 	// alone and taken off.
@@ -502,7 +528,7 @@ func TestRuleEvalAllocationsPerEvent(t *testing.T) {
 		t.Fatalf("nothing was evaluated: %s", m)
 	}
 	t.Logf("rule_eval: %.2f allocations per event", allocs/n)
-	if limit := float64(maxEvalAllocsPerEvent*n + batchAllocs); allocs > limit {
+	if limit := float64(maxEvalAllocsPerEvent*n + batchAllocs + perRuleAllocs*prog.Len()); allocs > limit {
 		t.Errorf("rule_eval allocates %.0f times for %d events nothing fires on, more than %.0f", allocs, n, limit)
 	}
 }
