@@ -18,11 +18,17 @@ import (
 // Redis, its own key prefix, both loops running.
 func batchAPI(t *testing.T) *decisionAPI {
 	t.Helper()
+	return batchAPIOn(t, fmt.Sprintf("t-batch-%d:", time.Now().UnixNano()))
+}
+
+// batchAPIOn is batchAPI on the running totals under prefix: two of them
+// on one prefix are two decision processes.
+func batchAPIOn(t *testing.T, prefix string) *decisionAPI {
+	t.Helper()
 	rc, err := redisconn.Open(testenv.RedisURL(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	prefix := fmt.Sprintf("t-batch-%d:", time.Now().UnixNano())
 	a := &decisionAPI{
 		timeout: 2 * time.Second, remember: time.Minute,
 		applyCh: make(chan applyReq, 100), rememberCh: make(chan rememberReq, 100),
@@ -81,7 +87,7 @@ func TestDecisionBatchesApplyAndRemember(t *testing.T) {
 		if errs[i] != nil || res[i].prev != nil || res[i].features == nil {
 			t.Fatalf("decision %d: %+v, %v", i, res[i], errs[i])
 		}
-		acct, _ := res[i].features["account"].(map[string]any)
+		acct, _ := res[i].features.Map()["account"].(map[string]any)
 		counts[fmt.Sprint(acct["out_count_1h"])] = true
 	}
 	if len(counts) != n {

@@ -4,11 +4,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"sort"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
@@ -126,34 +126,20 @@ func (a *decisionAPI) handleDecision(w http.ResponseWriter, r *http.Request, ws 
 	a.outcomes.Incr(1, ws.String(), string(d.resp.Decision))
 	d.resp.TookMS = float64(time.Since(arrived).Microseconds()) / 1000
 	a.latency.Timing(time.Since(arrived).Nanoseconds(), string(d.resp.Decision))
-	return apirequest.WriteJSON(w, http.StatusOK, d.resp)
+	return writeDecision(w, &d.resp)
 }
 
 // decideInTime decides env, or answers the fallback when that cannot
 // finish by deadline. deliver is false for a repeat (the first decision
-// was delivered already).
+// was delivered already). The decision runs on the request's own
+// goroutine: every wait in it (its turn in a Redis batch, the batch's
+// answer) ends with the deadline's context, and what is left after the
+// last one (the rules, the answer's encoding) takes microseconds, so a
+// goroutine, a channel and a timer per request would buy nothing.
 func (a *decisionAPI) decideInTime(env *event.Envelope, arrived, deadline time.Time) (decided, bool) {
-	type result struct {
-		d       decided
-		deliver bool
-	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
-	done := make(chan result, 1)
-	go func() {
-		defer cancel()
-		d, deliver := a.decide(ctx, env, arrived)
-		done <- result{d, deliver}
-	}()
-	timer := time.NewTimer(time.Until(deadline))
-	defer timer.Stop()
-	select {
-	case r := <-done:
-		return r.d, r.deliver
-	case <-timer.C:
-		// The evaluation goes on in the background only to end; what it
-		// finds is dropped: the answer given is the decision delivered.
-		return a.fallbackFor(env, degradedTimeout), true
-	}
+	defer cancel()
+	return a.decide(ctx, env, arrived)
 }
 
 func (a *decisionAPI) fallbackFor(env *event.Envelope, reason string) decided {
@@ -204,12 +190,18 @@ func (a *decisionAPI) decide(ctx context.Context, env *event.Envelope, arrived t
 	}
 	resp := decisionResponse{ID: env.ID.String(), ExternalID: env.ExternalID, Decision: event.OutcomeApprove, Rules: []decisionRule{}}
 	if prog != nil {
-		hits, _ := prog.Evaluate(env, res.features)
+		sc := ruleScratch.Get().(*rules.Scratch)
+		var f rules.Features = rules.MapFeatures(nil)
+		if res.features != nil {
+			f = res.features
+		}
+		hits, _ := prog.EvaluateFeatures(env, f, sc)
 		resp.Decision, resp.Score, resp.Rules = outcomeOf(hits)
+		ruleScratch.Put(sc)
 	}
 	resp.DecidedAt = time.Now().UTC()
 	resp.TookMS = float64(time.Since(arrived).Microseconds()) / 1000
-	b, _ := json.Marshal(resp)
+	b := appendDecision(make([]byte, 0, 256+96*len(resp.Rules)), &resp)
 	// The first answer for the external_id stands: a concurrent twin that
 	// lost the race answers the winner's decision and delivers nothing.
 	if prev := a.rememberBatched(ctx, key, b); prev != nil {
@@ -218,6 +210,10 @@ func (a *decisionAPI) decide(ctx context.Context, env *event.Envelope, arrived t
 	}
 	return decided{resp: resp}, true
 }
+
+// ruleScratch holds what the rules are evaluated in, one per evaluation
+// at a time (rules.Scratch), reused across requests.
+var ruleScratch = sync.Pool{New: func() any { return new(rules.Scratch) }}
 
 // outcomeOf: decline if a decline rule fired, else review if a review rule
 // fired, else approve; the score is the sum of the fired rules' scores.
@@ -261,6 +257,7 @@ func (a *decisionAPI) parseTransaction(body []byte, ws event.UUID, now time.Time
 		return nil, nil, nil, fmt.Errorf("%w: want one transaction as a JSON object", apirequest.ErrMalformed)
 	}
 	fr.Checked = fault == nil
+	fr.NoRecord = true // encoded once decided, with its decision
 	// The field reader protects the counterparty as it parses it (the
 	// ingest API's own path), so nothing is read back or protected twice.
 	p := fr.Transaction(ws, now, a.protector)
