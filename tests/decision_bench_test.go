@@ -98,10 +98,11 @@ VALUES ($1, $2, 'decision benchmark', 'transaction', $3, 'high', $4, false, 10)`
 		}
 	}
 	// SP_TEST_BENCH_CPUPROFILE=<file> saves a CPU profile of the decision
-	// process over the measured run.
-	profile := os.Getenv("SP_TEST_BENCH_CPUPROFILE")
+	// process over the measured run, SP_TEST_BENCH_ALLOCPROFILE=<file> what
+	// it allocated meanwhile.
+	profile, allocProfile := os.Getenv("SP_TEST_BENCH_CPUPROFILE"), os.Getenv("SP_TEST_BENCH_ALLOCPROFILE")
 	var args []string
-	if profile != "" {
+	if profile != "" || allocProfile != "" {
 		args = append(args, "--set", "http.debug_endpoints=true")
 	}
 	// One workspace measures the node's capacity, so its share is the whole
@@ -133,14 +134,11 @@ VALUES ($1, $2, 'decision benchmark', 'transaction', $3, 'high', $4, false, 10)`
 
 	n := int(rate * seconds)
 	b.ResetTimer()
-	profiled := make(chan struct{})
-	if profile != "" {
-		go func() {
-			defer close(profiled)
-			saveCPUProfile(b, p, "the decision process at the measured rate", profile, int(seconds)-1)
-		}()
-	} else {
-		close(profiled)
+	var profiled sync.WaitGroup
+	for kind, path := range map[string]string{"profile": profile, "allocs": allocProfile} {
+		if path != "" {
+			profiled.Go(func() { saveProfile(b, p, kind, "the decision process at the measured rate", path, int(seconds)-1) })
+		}
 	}
 	// The shared Redis: its counters include whatever else ran meanwhile.
 	rs := &proofStack{redis: s.redis}
@@ -149,7 +147,7 @@ VALUES ($1, $2, 'decision benchmark', 'transaction', $3, 'high', $4, false, 10)`
 	b.StopTimer()
 	cpuPer := (processCPU(b, p) - cpuBefore) / float64(n) * 1e6
 	redisDelta := redisStats(b, rs).minus(redisBefore)
-	<-profiled
+	profiled.Wait()
 	// The same, the payees spread over 1,000: what the 13 busy payees'
 	// running totals cost the answers.
 	spread, _, spreadDegraded := fixedRate("http://"+s.addr, s.key, n, rate, bodyOver("spread", 1000))

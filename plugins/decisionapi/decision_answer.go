@@ -3,6 +3,7 @@ package decisionapi
 import (
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/speculapro/speculapro/internal/event"
@@ -58,12 +59,20 @@ func appendDecision(dst []byte, r *decisionResponse) []byte {
 	return append(dst, '}')
 }
 
+// answerBufs are the buffers answers are written in, reused: the
+// response writer copies what it is given.
+var answerBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
 // writeDecision answers r with 200, as apirequest.WriteJSON would.
 func writeDecision(w http.ResponseWriter, r *decisionResponse) int {
-	var buf [1024]byte
-	b := append(appendDecision(buf[:0], r), '\n')
+	buf := answerBufs.Get().(*[]byte)
+	b := append(appendDecision((*buf)[:0], r), '\n')
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(b)
+	if cap(b) <= 64<<10 {
+		*buf = b[:0]
+		answerBufs.Put(buf)
+	}
 	return http.StatusOK
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -92,6 +93,7 @@ func (a *decisionAPI) handleDecision(w http.ResponseWriter, r *http.Request, ws 
 	}
 
 	d, deliver := a.decideInTime(env, arrived, deadline)
+	wsText := ws.String()
 	if deliver {
 		env.Decision = &event.Decision{
 			Outcome: d.resp.Decision, Score: d.resp.Score, DecidedAt: d.resp.DecidedAt,
@@ -113,7 +115,7 @@ func (a *decisionAPI) handleDecision(w http.ResponseWriter, r *http.Request, ws 
 			a.Log.Errorf("decision_api: encoding a decided transaction: %v", err)
 		} else {
 			m := service.NewMessage(b)
-			m.MetaSetMut("ingest_key", ws.String()+":"+env.AccountExternalID)
+			m.MetaSetMut("ingest_key", wsText+":"+env.AccountExternalID)
 			m.MetaSetMut("ingest_topic", "txn.ingested")
 			// Queued before the answer is written: an answered decision is
 			// in the pipeline's hands (or this process's queue) by then.
@@ -121,9 +123,9 @@ func (a *decisionAPI) handleDecision(w http.ResponseWriter, r *http.Request, ws 
 		}
 	}
 	if d.reason != "" {
-		a.degraded.Incr(1, ws.String(), d.reason)
+		a.degraded.Incr(1, wsText, d.reason)
 	}
-	a.outcomes.Incr(1, ws.String(), string(d.resp.Decision))
+	a.outcomes.Incr(1, wsText, string(d.resp.Decision))
 	d.resp.TookMS = float64(time.Since(arrived).Microseconds()) / 1000
 	a.latency.Timing(time.Since(arrived).Nanoseconds(), string(d.resp.Decision))
 	return writeDecision(w, &d.resp)
@@ -150,12 +152,21 @@ func (a *decisionAPI) fallbackFor(env *event.Envelope, reason string) decided {
 }
 
 // rememberKey is the Redis key of a decision remembered for its
-// external_id (hashed: keys carry no client text).
+// external_id (hashed: keys carry no client text):
+// <prefix>decision:<workspace>:<first 16 bytes of sha256(workspace, external_id), hex>.
 func (a *decisionAPI) rememberKey(env *event.Envelope) string {
-	h := sha256.New()
-	h.Write(env.WorkspaceID[:])
-	h.Write([]byte(env.ExternalID))
-	return a.fopts.KeyPrefix + "decision:" + env.WorkspaceID.String() + ":" + hex.EncodeToString(h.Sum(nil)[:16])
+	var in [160]byte // on the stack for an external_id of up to 144 bytes
+	sum := sha256.Sum256(append(append(in[:0], env.WorkspaceID[:]...), env.ExternalID...))
+	var hx [32]byte
+	hex.Encode(hx[:], sum[:16])
+	var k strings.Builder
+	k.Grow(len(a.fopts.KeyPrefix) + len("decision:") + 36 + 1 + len(hx))
+	k.WriteString(a.fopts.KeyPrefix)
+	k.WriteString("decision:")
+	k.WriteString(env.WorkspaceID.String())
+	k.WriteByte(':')
+	k.Write(hx[:])
+	return k.String()
 }
 
 // redisDegraded is the answer after a Redis call failed: degraded
