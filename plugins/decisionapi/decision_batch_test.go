@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redpanda-data/benthos/v4/public/service"
+
 	"github.com/speculapro/speculapro/devtools/testenv"
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/features"
@@ -23,18 +25,17 @@ func batchAPI(t *testing.T) *decisionAPI {
 
 // batchAPIOn is batchAPI on the running totals under prefix: two of them
 // on one prefix are two decision processes.
-func batchAPIOn(t *testing.T, prefix string) *decisionAPI {
+func batchAPIOn(t testing.TB, prefix string) *decisionAPI {
 	t.Helper()
 	rc, err := redisconn.Open(testenv.RedisURL(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &decisionAPI{
-		timeout: 2 * time.Second, remember: time.Minute,
-		applyCh: make(chan applyReq, 100), rememberCh: make(chan rememberReq, 100),
-		redis: rc, store: features.New(rc, features.Options{KeyPrefix: prefix}),
-		breaker: newRedisBreaker(time.Second, time.Second),
-	}
+	a := newDecisionAPIMetered(service.MockResources())
+	a.timeout, a.remember = 2*time.Second, time.Minute
+	a.rememberCh = make(chan rememberReq, daQueue)
+	a.redis, a.store = rc, features.New(rc, features.Options{KeyPrefix: prefix, CacheBytes: decisionCacheBytes})
+	a.breaker = newRedisBreaker(time.Second, time.Second)
 	a.fopts.KeyPrefix = prefix
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
