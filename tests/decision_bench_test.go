@@ -87,7 +87,8 @@ func fiftyRules() []struct{ name, expr, action string } {
 // (the floor: what the client, the loopback and Go's HTTP stack cost), and
 // the same rate with the payees spread over 1,000 instead of 13 (what busy
 // payees' running totals cost). Then the rate is raised step by step to find
-// the highest at which p99 stays under SP_DECISION_TIMEOUT.
+// the highest at which p99 stays under SP_DECISION_TIMEOUT, and again with a
+// second decision process, the requests spread over both addresses.
 func BenchmarkDecisionLatency(b *testing.B) {
 	rate := 2000.0
 	if v, err := strconv.ParseFloat(os.Getenv("SP_TEST_BENCH_RATE"), 64); err == nil && v > 0 {
