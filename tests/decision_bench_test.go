@@ -20,6 +20,12 @@ import (
 // slow answer cannot delay the next send (no coordinated omission), and
 // returns every latency measured from its scheduled time and the failures.
 func fixedRate(base, key string, n int, rate float64, body func(i int) []byte) (lat []time.Duration, failures int, degraded int) {
+	return fixedRateOver([]string{base}, key, n, rate, body)
+}
+
+// fixedRateOver is fixedRate with request i sent to bases[i%len(bases)],
+// as a round-robin load balancer spreads them.
+func fixedRateOver(bases []string, key string, n int, rate float64, body func(i int) []byte) (lat []time.Duration, failures int, degraded int) {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	start := time.Now()
@@ -32,7 +38,7 @@ func fixedRate(base, key string, n int, rate float64, body func(i int) []byte) (
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			code, a, err := postDecision(base, key, b)
+			code, a, err := postDecision(bases[i%len(bases)], key, b)
 			l := time.Since(at)
 			mu.Lock()
 			defer mu.Unlock()
@@ -81,7 +87,8 @@ func fiftyRules() []struct{ name, expr, action string } {
 // (the floor: what the client, the loopback and Go's HTTP stack cost), and
 // the same rate with the payees spread over 1,000 instead of 13 (what busy
 // payees' running totals cost). Then the rate is raised step by step to find
-// the highest at which p99 stays under SP_DECISION_TIMEOUT.
+// the highest at which p99 stays under SP_DECISION_TIMEOUT, and again with a
+// second decision process, the requests spread over both addresses.
 func BenchmarkDecisionLatency(b *testing.B) {
 	rate := 2000.0
 	if v, err := strconv.ParseFloat(os.Getenv("SP_TEST_BENCH_RATE"), 64); err == nil && v > 0 {
@@ -98,10 +105,11 @@ VALUES ($1, $2, 'decision benchmark', 'transaction', $3, 'high', $4, false, 10)`
 		}
 	}
 	// SP_TEST_BENCH_CPUPROFILE=<file> saves a CPU profile of the decision
-	// process over the measured run.
-	profile := os.Getenv("SP_TEST_BENCH_CPUPROFILE")
+	// process over the measured run, SP_TEST_BENCH_ALLOCPROFILE=<file> what
+	// it allocated meanwhile.
+	profile, allocProfile := os.Getenv("SP_TEST_BENCH_CPUPROFILE"), os.Getenv("SP_TEST_BENCH_ALLOCPROFILE")
 	var args []string
-	if profile != "" {
+	if profile != "" || allocProfile != "" {
 		args = append(args, "--set", "http.debug_endpoints=true")
 	}
 	// One workspace measures the node's capacity, so its share is the whole
@@ -133,14 +141,11 @@ VALUES ($1, $2, 'decision benchmark', 'transaction', $3, 'high', $4, false, 10)`
 
 	n := int(rate * seconds)
 	b.ResetTimer()
-	profiled := make(chan struct{})
-	if profile != "" {
-		go func() {
-			defer close(profiled)
-			saveCPUProfile(b, p, "the decision process at the measured rate", profile, int(seconds)-1)
-		}()
-	} else {
-		close(profiled)
+	var profiled sync.WaitGroup
+	for kind, path := range map[string]string{"profile": profile, "allocs": allocProfile} {
+		if path != "" {
+			profiled.Go(func() { saveProfile(b, p, kind, "the decision process at the measured rate", path, int(seconds)-1) })
+		}
 	}
 	// The shared Redis: its counters include whatever else ran meanwhile.
 	rs := &proofStack{redis: s.redis}
@@ -149,7 +154,7 @@ VALUES ($1, $2, 'decision benchmark', 'transaction', $3, 'high', $4, false, 10)`
 	b.StopTimer()
 	cpuPer := (processCPU(b, p) - cpuBefore) / float64(n) * 1e6
 	redisDelta := redisStats(b, rs).minus(redisBefore)
-	<-profiled
+	profiled.Wait()
 	// The same, the payees spread over 1,000: what the 13 busy payees'
 	// running totals cost the answers.
 	spread, _, spreadDegraded := fixedRate("http://"+s.addr, s.key, n, rate, bodyOver("spread", 1000))
@@ -176,16 +181,7 @@ VALUES ($1, $2, 'decision benchmark', 'transaction', $3, 'high', $4, false, 10)`
 	benchSummary(b, "decision process CPU per decision", fmt.Sprintf("%.0f µs", cpuPer), "", "", "")
 
 	// The highest rate whose p99 stays under the timeout (5 s per step).
-	best := 0.0
-	for _, r := range []float64{2000, 3000, 4000, 5000, 6000, 8000} {
-		l, f, d := fixedRate("http://"+s.addr, s.key, int(r*5), r, body(fmt.Sprintf("step%.0f", r)))
-		p99 := quantileOf(l, 0.99)
-		b.Logf("step %.0f/s: p50 %.2f ms, p99 %.2f ms, %d failed, %d degraded", r, q(l, 0.5), float64(p99.Microseconds())/1000, f, d)
-		if p99 >= decisionTimeout || f > 0 {
-			break
-		}
-		best = r
-	}
+	best := highestRate(b, []string{"http://" + s.addr}, s.key, body, []float64{2000, 3000, 4000, 5000, 6000, 8000, 10000, 12000})
 	b.ReportMetric(best, "max_rate_p99_under_timeout")
 	benchSummary(b, "decision highest rate with p99 under 250 ms (5 s steps)", fmt.Sprintf("%.0f/s", best), "", "", "")
 	rss := p.peakRSS(b)
@@ -193,4 +189,40 @@ VALUES ($1, $2, 'decision benchmark', 'transaction', $3, 'high', $4, false, 10)`
 	// The memory aim (peak RSS ≤ 200 MB) is for every role; the steps above
 	// are its full speed.
 	benchSummary(b, "decision peak RSS (up to the highest rate above)", fmt.Sprintf("%.0f MB", float64(rss)/(1<<20)), "", "", "≤ 200 MB")
+
+	// Two decision processes on one Redis, the requests spread over their
+	// two addresses: what a second node adds on the cores left (on this
+	// machine both share the client's, Redis' and Kafka's two cores).
+	first := s.addr
+	s.addr = testenv.FreeAddr(b)
+	p2 := s.startDecision(b, "decision-2", withBenchGOGC(map[string]string{"SP_DECISION_WORKSPACE_SHARE": "1"}))
+	second := s.addr
+	s.addr = first
+	both := []string{"http://" + first, "http://" + second}
+	fixedRateOver(both, s.key, 2000, 1000, body("warm2"))
+	cpu2Before := processCPU(b, p) + processCPU(b, p2)
+	two, _, twoDegraded := fixedRateOver(both, s.key, n, rate, body("two"))
+	cpu2 := (processCPU(b, p) + processCPU(b, p2) - cpu2Before) / float64(n) * 1e6
+	b.Logf("two decision processes at %.0f/s: p50 %.2f ms, p99 %.2f ms, p99.9 %.2f ms; %d degraded; CPU %.0f µs per decision (both)",
+		rate, q(two, 0.5), q(two, 0.99), q(two, 0.999), twoDegraded, cpu2)
+	best2 := highestRate(b, both, s.key, body, []float64{4000, 6000, 8000, 10000, 12000, 16000})
+	benchSummary(b, "decision highest rate with p99 under 250 ms, two processes", fmt.Sprintf("%.0f/s", best2), fmt.Sprintf("one process %.0f/s", best), ratioOf(best2, best), "")
+}
+
+// highestRate raises the rate over rates, 5 s a step, and returns the
+// highest at which p99 stayed under the decision timeout with no failure
+// (0 when the first step did not).
+func highestRate(b *testing.B, bases []string, key string, body func(run string) func(i int) []byte, rates []float64) float64 {
+	best := 0.0
+	for _, r := range rates {
+		l, f, d := fixedRateOver(bases, key, int(r*5), r, body(fmt.Sprintf("step%.0f-%d", r, len(bases))))
+		p99 := quantileOf(l, 0.99)
+		b.Logf("step %.0f/s over %d processes: p50 %.2f ms, p99 %.2f ms, %d failed, %d degraded", r, len(bases),
+			float64(quantileOf(l, 0.5).Microseconds())/1000, float64(p99.Microseconds())/1000, f, d)
+		if p99 >= decisionTimeout || f > 0 {
+			break
+		}
+		best = r
+	}
+	return best
 }

@@ -403,11 +403,13 @@ func (r *FieldReader) keyOf(ws event.UUID, id string) string {
 	return unsafe.String(unsafe.SliceData(k), len(k))
 }
 
-// finish encodes the envelope, once. The reader's checks are stricter than
+// finish encodes the envelope, once (unless NoRecord). The reader's checks are stricter than
 // event.Encode's (TestRecordIsEncodes), so what it encodes is a record the
 // persister reads.
 func (r *FieldReader) finish(e event.Envelope, cp *WireCounterparty, key string) ParsedItem {
 	it := Item{ExternalID: e.ExternalID, ID: e.ID, occurredAt: e.OccurredAt, Key: key, Envelope: e, Counterparty: cp}
-	it.encode(r.records)
+	if !r.NoRecord {
+		it.encode(r.records)
+	}
 	return ParsedItem{Item: it}
 }

@@ -42,6 +42,10 @@ type FieldReader struct {
 	// Checked: the bytes read passed CheckBody, so an object value needs
 	// no second look for what jsonb refuses.
 	Checked bool
+	// NoRecord: the caller encodes the envelope itself (the decision API
+	// adds its decision first), so an item leaves Value empty rather than
+	// encoding a record nobody reads.
+	NoRecord bool
 }
 
 // objectPath is the path of the reader's object.

@@ -38,7 +38,7 @@ type applyReq struct {
 
 type applyRes struct {
 	prev     *decisionResponse // remembered: a repeat, nothing applied
-	features map[string]any
+	features *features.Values
 	err      error
 }
 
@@ -106,7 +106,8 @@ func (a *decisionAPI) applyBatch(ctx context.Context, batch []applyReq) {
 		envs[i] = r.env
 	}
 	a.breaker.asking()
-	feats, err := a.store.Apply(ctx, envs)
+	// Values, not maps: the rules build only the features they name.
+	feats, _, err := a.store.ApplyValues(ctx, envs)
 	var corrupt *features.CorruptError
 	if errors.As(err, &corrupt) {
 		err = nil // counted from empty, as the stream does

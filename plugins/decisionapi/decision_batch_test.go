@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redpanda-data/benthos/v4/public/service"
+
 	"github.com/speculapro/speculapro/devtools/testenv"
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/features"
@@ -18,17 +20,22 @@ import (
 // Redis, its own key prefix, both loops running.
 func batchAPI(t *testing.T) *decisionAPI {
 	t.Helper()
+	return batchAPIOn(t, fmt.Sprintf("t-batch-%d:", time.Now().UnixNano()))
+}
+
+// batchAPIOn is batchAPI on the running totals under prefix: two of them
+// on one prefix are two decision processes.
+func batchAPIOn(t testing.TB, prefix string) *decisionAPI {
+	t.Helper()
 	rc, err := redisconn.Open(testenv.RedisURL(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	prefix := fmt.Sprintf("t-batch-%d:", time.Now().UnixNano())
-	a := &decisionAPI{
-		timeout: 2 * time.Second, remember: time.Minute,
-		applyCh: make(chan applyReq, 100), rememberCh: make(chan rememberReq, 100),
-		redis: rc, store: features.New(rc, features.Options{KeyPrefix: prefix}),
-		breaker: newRedisBreaker(time.Second, time.Second),
-	}
+	a := newDecisionAPIMetered(service.MockResources())
+	a.timeout, a.remember = 2*time.Second, time.Minute
+	a.rememberCh = make(chan rememberReq, daQueue)
+	a.redis, a.store = rc, features.New(rc, features.Options{KeyPrefix: prefix, CacheBytes: decisionCacheBytes})
+	a.breaker = newRedisBreaker(time.Second, time.Second)
 	a.fopts.KeyPrefix = prefix
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -81,7 +88,7 @@ func TestDecisionBatchesApplyAndRemember(t *testing.T) {
 		if errs[i] != nil || res[i].prev != nil || res[i].features == nil {
 			t.Fatalf("decision %d: %+v, %v", i, res[i], errs[i])
 		}
-		acct, _ := res[i].features["account"].(map[string]any)
+		acct, _ := res[i].features.Map()["account"].(map[string]any)
 		counts[fmt.Sprint(acct["out_count_1h"])] = true
 	}
 	if len(counts) != n {

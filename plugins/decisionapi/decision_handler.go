@@ -4,11 +4,12 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"sort"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
@@ -92,6 +93,7 @@ func (a *decisionAPI) handleDecision(w http.ResponseWriter, r *http.Request, ws 
 	}
 
 	d, deliver := a.decideInTime(env, arrived, deadline)
+	wsText := ws.String()
 	if deliver {
 		env.Decision = &event.Decision{
 			Outcome: d.resp.Decision, Score: d.resp.Score, DecidedAt: d.resp.DecidedAt,
@@ -113,7 +115,7 @@ func (a *decisionAPI) handleDecision(w http.ResponseWriter, r *http.Request, ws 
 			a.Log.Errorf("decision_api: encoding a decided transaction: %v", err)
 		} else {
 			m := service.NewMessage(b)
-			m.MetaSetMut("ingest_key", ws.String()+":"+env.AccountExternalID)
+			m.MetaSetMut("ingest_key", wsText+":"+env.AccountExternalID)
 			m.MetaSetMut("ingest_topic", "txn.ingested")
 			// Queued before the answer is written: an answered decision is
 			// in the pipeline's hands (or this process's queue) by then.
@@ -121,39 +123,25 @@ func (a *decisionAPI) handleDecision(w http.ResponseWriter, r *http.Request, ws 
 		}
 	}
 	if d.reason != "" {
-		a.degraded.Incr(1, ws.String(), d.reason)
+		a.degraded.Incr(1, wsText, d.reason)
 	}
-	a.outcomes.Incr(1, ws.String(), string(d.resp.Decision))
+	a.outcomes.Incr(1, wsText, string(d.resp.Decision))
 	d.resp.TookMS = float64(time.Since(arrived).Microseconds()) / 1000
 	a.latency.Timing(time.Since(arrived).Nanoseconds(), string(d.resp.Decision))
-	return apirequest.WriteJSON(w, http.StatusOK, d.resp)
+	return writeDecision(w, &d.resp)
 }
 
 // decideInTime decides env, or answers the fallback when that cannot
 // finish by deadline. deliver is false for a repeat (the first decision
-// was delivered already).
+// was delivered already). The decision runs on the request's own
+// goroutine: every wait in it (its turn in a Redis batch, the batch's
+// answer) ends with the deadline's context, and what is left after the
+// last one (the rules, the answer's encoding) takes microseconds, so a
+// goroutine, a channel and a timer per request would buy nothing.
 func (a *decisionAPI) decideInTime(env *event.Envelope, arrived, deadline time.Time) (decided, bool) {
-	type result struct {
-		d       decided
-		deliver bool
-	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
-	done := make(chan result, 1)
-	go func() {
-		defer cancel()
-		d, deliver := a.decide(ctx, env, arrived)
-		done <- result{d, deliver}
-	}()
-	timer := time.NewTimer(time.Until(deadline))
-	defer timer.Stop()
-	select {
-	case r := <-done:
-		return r.d, r.deliver
-	case <-timer.C:
-		// The evaluation goes on in the background only to end; what it
-		// finds is dropped: the answer given is the decision delivered.
-		return a.fallbackFor(env, degradedTimeout), true
-	}
+	defer cancel()
+	return a.decide(ctx, env, arrived)
 }
 
 func (a *decisionAPI) fallbackFor(env *event.Envelope, reason string) decided {
@@ -164,12 +152,21 @@ func (a *decisionAPI) fallbackFor(env *event.Envelope, reason string) decided {
 }
 
 // rememberKey is the Redis key of a decision remembered for its
-// external_id (hashed: keys carry no client text).
+// external_id (hashed: keys carry no client text):
+// <prefix>decision:<workspace>:<first 16 bytes of sha256(workspace, external_id), hex>.
 func (a *decisionAPI) rememberKey(env *event.Envelope) string {
-	h := sha256.New()
-	h.Write(env.WorkspaceID[:])
-	h.Write([]byte(env.ExternalID))
-	return a.fopts.KeyPrefix + "decision:" + env.WorkspaceID.String() + ":" + hex.EncodeToString(h.Sum(nil)[:16])
+	var in [160]byte // on the stack for an external_id of up to 144 bytes
+	sum := sha256.Sum256(append(append(in[:0], env.WorkspaceID[:]...), env.ExternalID...))
+	var hx [32]byte
+	hex.Encode(hx[:], sum[:16])
+	var k strings.Builder
+	k.Grow(len(a.fopts.KeyPrefix) + len("decision:") + 36 + 1 + len(hx))
+	k.WriteString(a.fopts.KeyPrefix)
+	k.WriteString("decision:")
+	k.WriteString(env.WorkspaceID.String())
+	k.WriteByte(':')
+	k.Write(hx[:])
+	return k.String()
 }
 
 // redisDegraded is the answer after a Redis call failed: degraded
@@ -204,12 +201,18 @@ func (a *decisionAPI) decide(ctx context.Context, env *event.Envelope, arrived t
 	}
 	resp := decisionResponse{ID: env.ID.String(), ExternalID: env.ExternalID, Decision: event.OutcomeApprove, Rules: []decisionRule{}}
 	if prog != nil {
-		hits, _ := prog.Evaluate(env, res.features)
+		sc := ruleScratch.Get().(*rules.Scratch)
+		var f rules.Features = rules.MapFeatures(nil)
+		if res.features != nil {
+			f = res.features
+		}
+		hits, _ := prog.EvaluateFeatures(env, f, sc)
 		resp.Decision, resp.Score, resp.Rules = outcomeOf(hits)
+		ruleScratch.Put(sc)
 	}
 	resp.DecidedAt = time.Now().UTC()
 	resp.TookMS = float64(time.Since(arrived).Microseconds()) / 1000
-	b, _ := json.Marshal(resp)
+	b := appendDecision(make([]byte, 0, 256+96*len(resp.Rules)), &resp)
 	// The first answer for the external_id stands: a concurrent twin that
 	// lost the race answers the winner's decision and delivers nothing.
 	if prev := a.rememberBatched(ctx, key, b); prev != nil {
@@ -218,6 +221,10 @@ func (a *decisionAPI) decide(ctx context.Context, env *event.Envelope, arrived t
 	}
 	return decided{resp: resp}, true
 }
+
+// ruleScratch holds what the rules are evaluated in, one per evaluation
+// at a time (rules.Scratch), reused across requests.
+var ruleScratch = sync.Pool{New: func() any { return new(rules.Scratch) }}
 
 // outcomeOf: decline if a decline rule fired, else review if a review rule
 // fired, else approve; the score is the sum of the fired rules' scores. A
@@ -266,6 +273,7 @@ func (a *decisionAPI) parseTransaction(body []byte, ws event.UUID, now time.Time
 		return nil, nil, nil, fmt.Errorf("%w: want one transaction as a JSON object", apirequest.ErrMalformed)
 	}
 	fr.Checked = fault == nil
+	fr.NoRecord = true // encoded once decided, with its decision
 	// The field reader protects the counterparty as it parses it (the
 	// ingest API's own path), so nothing is read back or protected twice.
 	p := fr.Transaction(ws, now, a.protector)
