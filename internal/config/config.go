@@ -3,6 +3,7 @@ package config
 import (
 	"os"
 	"sort"
+	"strconv"
 )
 
 // Setting is one SP_* environment variable with its default and when to change it.
@@ -19,6 +20,18 @@ func (s Setting) Value() string {
 		return v
 	}
 	return s.Default
+}
+
+// DefaultInt is the default of a whole-number setting, for a component
+// field of int type (whose default must be an int, not its text). It panics
+// on a default that is not a whole number: a fault in this file that every
+// test run meets.
+func (s Setting) DefaultInt() int {
+	n, err := strconv.Atoi(s.Default)
+	if err != nil {
+		panic("config: " + s.Name + "'s default is not a whole number: " + s.Default)
+	}
+	return n
 }
 
 // IsSet reports whether the environment sets the variable to a non-empty value.

@@ -66,7 +66,7 @@ waited for: the pipeline's output may drop it. Metrics: `+"`"+metricCasesClosed+
 			service.NewStringField(caFieldDBURL).Description("PostgreSQL URL of the speculapro_app role (API keys and cases, under row-level security).").Secret().
 				Default(config.DBURL.Default).Example("${SP_DB_URL:"+config.DBURL.Default+"}"),
 			service.NewIntField(caFieldMaxConns).Description("SP_CASE_MAX_CONNECTIONS: PostgreSQL connections the API holds at most; a request beyond them waits for one within `query_timeout`.").
-				Default(8).Example("${SP_CASE_MAX_CONNECTIONS:"+config.CaseMaxConns.Default+"}"),
+				Default(config.CaseMaxConns.DefaultInt()).Example("${SP_CASE_MAX_CONNECTIONS:"+config.CaseMaxConns.Default+"}"),
 			service.NewDurationField(caFieldTimeout).Description("SP_CASE_QUERY_TIMEOUT: the longest one request may wait for PostgreSQL; beyond it 503 with Retry-After.").
 				Default(config.CaseQueryTimeout.Default).Example("${SP_CASE_QUERY_TIMEOUT:"+config.CaseQueryTimeout.Default+"}"),
 			service.NewIntField(caFieldMaxBodyBytes).Description("The largest request body, in bytes.").Default(caMaxBodyDefault).Advanced(),

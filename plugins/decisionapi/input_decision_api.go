@@ -108,7 +108,7 @@ Each decided transaction leaves as a message (the envelope with its `+"`decision
 			service.NewDurationField(daFieldReload).Description("How often the rules are probed for changes.").Default("5s").Advanced(),
 			service.NewIntField(daFieldActive).
 				Description("SP_DECISION_MAX_ACTIVE_REQUESTS: the most requests worked on at once by the process, from the body's first byte to the answer; one beyond it is answered 503 with Retry-After at once instead of making every decision late. The default is about ten times what one node's two cores keep in flight at the rate they can decide.").
-				Default(config.DecisionMaxActive.Default).
+				Default(config.DecisionMaxActive.DefaultInt()).
 				Example("${SP_DECISION_MAX_ACTIVE_REQUESTS:"+config.DecisionMaxActive.Default+"}"),
 			service.NewFloatField(daFieldWSShare).
 				Description("SP_DECISION_WORKSPACE_SHARE: the share (0 to 1) of `max_active_requests` one workspace's requests may take (at least one). A request beyond it waits, in arrival order, up to half the `timeout` for one of its workspace's own to end, and is then answered 429 with Retry-After: a workspace flooding the API is slowed to what its share decides, waiting rather than spinning through refusals on the cores every workspace shares, and the others' decisions stay on time.").
