@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -23,6 +26,9 @@ const Warmup = 31 * 24 * time.Hour
 // take in a replay (features.Memory's states, decoded, and the map holding
 // them): what the check before a replay multiplies the entities by.
 const BytesPerEntity = 4 << 10
+
+// sortMemory is the work_mem of the replay's transaction.
+const sortMemory = "256MB"
 
 // batchSize is how many events are applied and evaluated at once.
 const batchSize = 4096
@@ -72,12 +78,17 @@ func Run(ctx context.Context, conn *pgx.Conn, o Options) (*Report, error) {
 	if !o.From.Before(o.To) {
 		return nil, ErrPeriod
 	}
+	start := time.Now()
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
 		return nil, fmt.Errorf("backtest: starting a read-only transaction: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.Background()) }()
-	if _, err := tx.Exec(ctx, `SELECT set_config('speculapro.workspace_id', $1, true)`, o.Workspace.String()); err != nil {
+	// The history is read sorted by received_at, which no index serves:
+	// room to sort it in memory rather than on disk (this transaction's
+	// only).
+	if _, err := tx.Exec(ctx, `SELECT set_config('speculapro.workspace_id', $1, true), set_config('work_mem', $2, true)`,
+		o.Workspace.String(), sortMemory); err != nil {
 		return nil, fmt.Errorf("backtest: binding the session to workspace %s: %w", o.Workspace, err)
 	}
 	rep, live, err := prepareReport(ctx, tx, o)
@@ -96,7 +107,7 @@ func Run(ctx context.Context, conn *pgx.Conn, o Options) (*Report, error) {
 	if last.IsZero() {
 		return rep, nil // nothing happened in the period
 	}
-	size, err := sizeOf(ctx, tx, o.Workspace, warm, last)
+	size, err := sizeOf(ctx, tx, o.Workspace, warm)
 	if err != nil {
 		return nil, fmt.Errorf("backtest: %w", err)
 	}
@@ -109,7 +120,24 @@ func Run(ctx context.Context, conn *pgx.Conn, o Options) (*Report, error) {
 		return nil, fmt.Errorf("backtest: %w", err)
 	}
 	rep.finish()
+	rep.Elapsed, rep.PeakRSS = time.Since(start), peakRSS()
 	return rep, nil
+}
+
+// peakRSS is this process's peak resident memory (VmHWM), 0 where
+// /proc/self/status does not say.
+func peakRSS() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) == 3 && f[0] == "VmHWM:" && f[2] == "kB" {
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
 }
 
 // EstimateBytes is the memory a replay over these entities needs.
@@ -118,50 +146,87 @@ func EstimateBytes(accounts, customers, counterparties int64) int64 {
 }
 
 // replay streams the history (warm on, accepted up to last) through the
-// totals in memory and evaluates the period's events.
-func replay(ctx context.Context, tx pgx.Tx, o Options, ev *evaluator, warm, last time.Time, total int64) error {
-	rows, err := tx.Query(ctx, historyQuery, o.Workspace, warm, last)
+// totals in memory and evaluates the period's events: one goroutine reads
+// and decodes the rows into batches while this one applies and evaluates
+// the batch before.
+func replay(parent context.Context, tx pgx.Tx, o Options, ev *evaluator, warm, last time.Time, total int64) error {
+	ctx, cancel := context.WithCancel(parent)
+	defer cancel()
+	batches := make(chan []*row, 2)
+	var readErr error
+	done := make(chan struct{})
+	go func() {
+		// Owns rows and batches; ends when the history is read, or when
+		// ctx ends (replay returning cancels it), closing batches.
+		defer close(done)
+		defer close(batches)
+		readErr = readHistory(ctx, tx, o.Workspace, warm, last, batches)
+	}()
+	mem := features.NewMemory()
+	start := time.Now()
+	var n int64
+	var err error
+	for batch := range batches {
+		if err = ev.batch(mem, batch); err != nil {
+			break
+		}
+		n += int64(len(batch))
+		if o.MaxMemory > 0 && mem.Bytes() > o.MaxMemory {
+			err = fmt.Errorf("%w: the totals of %d entities take %d MiB, %d MiB given", ErrTooLarge, mem.Entities(), mem.Bytes()>>20, o.MaxMemory>>20)
+			break
+		}
+		if o.Progress != nil {
+			o.Progress(Progress{Done: n, Total: max(total, n), Elapsed: time.Since(start)})
+		}
+	}
+	cancel()
+	<-done
+	if err == nil {
+		err = readErr
+	}
+	if err == nil {
+		err = parent.Err()
+	}
+	if err != nil {
+		return err
+	}
+	rep := ev.rep
+	rep.Replayed, rep.Entities, rep.StateBytes = n, mem.Entities(), mem.Bytes()
+	return nil
+}
+
+// readHistory sends the history's rows, decoded, in batches of batchSize.
+func readHistory(ctx context.Context, tx pgx.Tx, ws event.UUID, warm, last time.Time, out chan<- []*row) error {
+	rows, err := tx.Query(ctx, historyQuery, ws, warm, last)
 	if err != nil {
 		return fmt.Errorf("reading the history: %w", err)
 	}
 	defer rows.Close()
-	mem := features.NewMemory()
-	start := time.Now()
-	var done int64
 	rd := newRowReader()
 	batch := make([]*row, 0, batchSize)
-	flush := func() error {
-		if err := ev.batch(mem, batch); err != nil {
-			return err
+	send := func() bool {
+		select {
+		case out <- batch:
+			batch = make([]*row, 0, batchSize)
+			return true
+		case <-ctx.Done():
+			return false
 		}
-		done += int64(len(batch))
-		batch = batch[:0]
-		if o.MaxMemory > 0 && mem.Bytes() > o.MaxMemory {
-			return fmt.Errorf("%w: the totals of %d entities take %d MiB, %d MiB given", ErrTooLarge, mem.Entities(), mem.Bytes()>>20, o.MaxMemory>>20)
-		}
-		if o.Progress != nil {
-			o.Progress(Progress{Done: done, Total: max(total, done), Elapsed: time.Since(start)})
-		}
-		return ctx.Err()
 	}
 	for rows.Next() {
-		r, err := rd.scan(rows, o.Workspace)
+		r, err := rd.scan(rows, ws)
 		if err != nil {
 			return err
 		}
-		if batch = append(batch, r); len(batch) == batchSize {
-			if err := flush(); err != nil {
-				return err
-			}
+		if batch = append(batch, r); len(batch) == batchSize && !send() {
+			return ctx.Err()
 		}
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("reading the history: %w", err)
 	}
-	if err := flush(); err != nil {
-		return err
+	if len(batch) > 0 && !send() {
+		return ctx.Err()
 	}
-	rep := ev.rep
-	rep.Replayed, rep.Elapsed, rep.Entities, rep.StateBytes = done, time.Since(start), mem.Entities(), mem.Bytes()
 	return nil
 }

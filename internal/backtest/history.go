@@ -53,14 +53,16 @@ SELECT max(m) FROM (
   SELECT max(received_at) FROM speculapro.account_events
    WHERE workspace_id = $1 AND occurred_at >= $2 AND occurred_at < $3) x`
 
-// sizeQuery is how much history the replay reads (rows) and how many
-// entities it will hold totals for: accounts, customers, counterparties.
+// sizeQuery is how much history the replay reads (events; those accepted
+// after the period's last are counted too, a bound for the progress) and
+// the entities it may hold totals for: the workspace's accounts, customers
+// and counterparties, a bound cheap to count.
 const sizeQuery = `
-SELECT (SELECT count(*) FROM speculapro.transactions WHERE workspace_id = $1 AND occurred_at >= $2 AND received_at <= $3)
-     + (SELECT count(*) FROM speculapro.account_events WHERE workspace_id = $1 AND occurred_at >= $2 AND received_at <= $3),
-       (SELECT count(DISTINCT account_id) FROM speculapro.transactions WHERE workspace_id = $1 AND occurred_at >= $2 AND received_at <= $3),
-       (SELECT count(DISTINCT customer_id) FROM speculapro.transactions WHERE workspace_id = $1 AND occurred_at >= $2 AND received_at <= $3),
-       (SELECT count(DISTINCT counterparty_id) FROM speculapro.transactions WHERE workspace_id = $1 AND occurred_at >= $2 AND received_at <= $3)`
+SELECT (SELECT count(*) FROM speculapro.transactions WHERE workspace_id = $1 AND occurred_at >= $2)
+     + (SELECT count(*) FROM speculapro.account_events WHERE workspace_id = $1 AND occurred_at >= $2),
+       (SELECT count(*) FROM speculapro.accounts WHERE workspace_id = $1),
+       (SELECT count(*) FROM speculapro.customers WHERE workspace_id = $1),
+       (SELECT count(*) FROM speculapro.counterparties WHERE workspace_id = $1)`
 
 // row is one event of the history as read, and the ids of its parties.
 type row struct {
@@ -167,14 +169,14 @@ func lastAccepted(ctx context.Context, tx pgx.Tx, ws event.UUID, from, to time.T
 }
 
 // historySize is what the replay will read: events, and the accounts,
-// customers and counterparties whose totals it will hold.
+// customers and counterparties whose totals it may hold.
 type historySize struct {
 	Events, Accounts, Customers, Counterparties int64
 }
 
-func sizeOf(ctx context.Context, tx pgx.Tx, ws event.UUID, warm, last time.Time) (historySize, error) {
+func sizeOf(ctx context.Context, tx pgx.Tx, ws event.UUID, warm time.Time) (historySize, error) {
 	var s historySize
-	if err := tx.QueryRow(ctx, sizeQuery, ws, warm, last).Scan(&s.Events, &s.Accounts, &s.Customers, &s.Counterparties); err != nil {
+	if err := tx.QueryRow(ctx, sizeQuery, ws, warm).Scan(&s.Events, &s.Accounts, &s.Customers, &s.Counterparties); err != nil {
 		return s, fmt.Errorf("sizing the history to replay: %w", err)
 	}
 	return s, nil

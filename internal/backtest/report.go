@@ -35,6 +35,9 @@ type Report struct {
 	Entities   int           `json:"entities"`
 	StateBytes int64         `json:"state_bytes"`
 	Elapsed    time.Duration `json:"elapsed_ns"`
+	// PeakRSS is the process's peak resident memory when the replay
+	// ended (Linux; 0 elsewhere).
+	PeakRSS int64 `json:"peak_rss_bytes"`
 	// LiveAlerted is how many events of the period the live rules raised
 	// an alert for.
 	LiveAlerted int           `json:"live_alerted_events"`
