@@ -89,6 +89,22 @@ func TestRulesBacktestReproducesLiveHits(t *testing.T) {
 			checkBacktestFigures(t, rep, want, start.Equal(from))
 		}
 	}
+	// The table a person reads: every rule, file and live, its days and
+	// the values behind a sample hit.
+	ws := r.g.Workspaces()[0]
+	out, errOut, code := runBin(t, map[string]string{"SP_DB_URL": s.db.AppURL}, "rules", "backtest", file,
+		"--workspace", ws.String(), "--from", from.Format(time.RFC3339), "--to", to.Format(time.RFC3339), "--explain", "1")
+	if code != 0 {
+		t.Fatalf("rules backtest exited %d:\n%s\n%s", code, out, errOut)
+	}
+	for _, want := range []string{"SOURCE  RULE", "hits per day:", "live    t_velocity_out_1h v1", "file    t_velocity_out_1h",
+		"features.account.out_count_1h="} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the table lacks %q:\n%s", want, out)
+		}
+	}
+	t.Logf("rules backtest %s --workspace %s --from %s --to %s --explain 1:\n%s%s", filepath.Base(file), ws,
+		from.Format(time.RFC3339), to.Format(time.RFC3339), out, errOut)
 }
 
 // checkBacktestFigures: the report's counts agree with the hits: per live
