@@ -132,6 +132,17 @@ func loadAverage() string {
 
 // starterRules are the starter pack's rules (config/rules).
 func starterRules(b *testing.B) []rules.Rule {
+	defs := starterDefinitions(b)
+	out := make([]rules.Rule, len(defs))
+	for i := range defs {
+		out[i] = defs[i].Rule
+	}
+	return out
+}
+
+// starterDefinitions are the starter pack's rule files (config/rules),
+// parsed.
+func starterDefinitions(b *testing.B) []rules.Definition {
 	files, err := filepath.Glob(filepath.Join(testenv.RepoRoot(b), "config/rules/*.yaml"))
 	if err != nil || len(files) == 0 {
 		b.Fatalf("no starter rules in config/rules (%v)", err)
@@ -140,11 +151,7 @@ func starterRules(b *testing.B) []rules.Rule {
 	if err != nil {
 		b.Fatal(err)
 	}
-	out := make([]rules.Rule, len(defs))
-	for i := range defs {
-		out[i] = defs[i].Rule
-	}
-	return out
+	return defs
 }
 
 // writeRules writes k rules to a file: the starter rules in turn, renamed

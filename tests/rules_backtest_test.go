@@ -16,15 +16,6 @@ import (
 	"github.com/speculapro/speculapro/internal/event"
 )
 
-// backtestSizes are the backtest proof's sizes: a tenth of the stream
-// exactness test's under SP_TEST_SCALE=full, else a thirtieth.
-func backtestSizes() (txns, events, accounts int) {
-	if fullScale() {
-		return 20000, 2000, 400
-	}
-	return 6000, 600, 150
-}
-
 // backtestRate paces loadgen so that no two records share a microsecond of
 // received_at, the order a backtest applies them in (internal/backtest
 // "Order"): the ingest API's requests are at least that far apart.
@@ -40,7 +31,9 @@ const backtestRate = 20000
 func TestRulesBacktestReproducesLiveHits(t *testing.T) {
 	t.Parallel()
 	testenv.Binary(t)
-	txns, events, accounts := backtestSizes()
+	// A quarter of the stream exactness test's sizes.
+	txns, events, accounts := exactSizes()
+	txns, events, accounts = txns/4, events/4, accounts/4
 	cfg := proofConfig(lgSeed(t), txns, events, accounts)
 	s := newProofStack(t, "backtest", testenv.RedisURL(t))
 	s.own(nil, []string{s.group + "-persist", s.group + "-persist-events"})
