@@ -154,13 +154,14 @@ func replay(parent context.Context, tx pgx.Tx, o Options, ev *evaluator, warm, l
 	defer cancel()
 	batches := make(chan []*row, 2)
 	var readErr error
+	var firstRow time.Duration
 	done := make(chan struct{})
 	go func() {
 		// Owns rows and batches; ends when the history is read, or when
 		// ctx ends (replay returning cancels it), closing batches.
 		defer close(done)
 		defer close(batches)
-		readErr = readHistory(ctx, tx, o.Workspace, warm, last, batches)
+		readErr = readHistory(ctx, tx, o.Workspace, warm, last, batches, &firstRow)
 	}()
 	mem := features.NewMemory()
 	start := time.Now()
@@ -191,12 +192,15 @@ func replay(parent context.Context, tx pgx.Tx, o Options, ev *evaluator, warm, l
 		return err
 	}
 	rep := ev.rep
-	rep.Replayed, rep.Entities, rep.StateBytes = n, mem.Entities(), mem.Bytes()
+	rep.Replayed, rep.Entities, rep.StateBytes, rep.FirstRow = n, mem.Entities(), mem.Bytes(), firstRow
 	return nil
 }
 
 // readHistory sends the history's rows, decoded, in batches of batchSize.
-func readHistory(ctx context.Context, tx pgx.Tx, ws event.UUID, warm, last time.Time, out chan<- []*row) error {
+// firstRow is set to how long the first row took (PostgreSQL sorting the
+// history).
+func readHistory(ctx context.Context, tx pgx.Tx, ws event.UUID, warm, last time.Time, out chan<- []*row, firstRow *time.Duration) error {
+	start := time.Now()
 	rows, err := tx.Query(ctx, historyQuery, ws, warm, last)
 	if err != nil {
 		return fmt.Errorf("reading the history: %w", err)
@@ -214,6 +218,9 @@ func readHistory(ctx context.Context, tx pgx.Tx, ws event.UUID, warm, last time.
 		}
 	}
 	for rows.Next() {
+		if *firstRow == 0 {
+			*firstRow = time.Since(start)
+		}
 		r, err := rd.scan(rows, ws)
 		if err != nil {
 			return err

@@ -82,6 +82,9 @@ type rowReader struct {
 	accountID                                                           *event.UUID
 	dest                                                                []any
 	r                                                                   *row
+	// slab holds the rows to come, allocated a batch at a time: one
+	// allocation a batch rather than one an event.
+	slab []row
 }
 
 func newRowReader() *rowReader {
@@ -96,7 +99,10 @@ func newRowReader() *rowReader {
 
 // scan reads the current row of rows into a new row of workspace ws.
 func (x *rowReader) scan(rows pgx.Rows, ws event.UUID) (*row, error) {
-	x.r = &row{}
+	if len(x.slab) == 0 {
+		x.slab = make([]row, batchSize)
+	}
+	x.r, x.slab = &x.slab[0], x.slab[1:]
 	e := &x.r.env
 	x.dest[1], x.dest[2], x.dest[5], x.dest[6], x.dest[27] = &e.ID, &e.ExternalID, &e.OccurredAt, &e.ReceivedAt, &x.r.customer
 	x.accountID, x.decided = nil, nil

@@ -35,6 +35,9 @@ type Report struct {
 	Entities   int           `json:"entities"`
 	StateBytes int64         `json:"state_bytes"`
 	Elapsed    time.Duration `json:"elapsed_ns"`
+	// FirstRow is how long the history's first row took to arrive:
+	// PostgreSQL reading and sorting it.
+	FirstRow time.Duration `json:"first_row_ns"`
 	// PeakRSS is the process's peak resident memory when the replay
 	// ended (Linux; 0 elsewhere).
 	PeakRSS int64 `json:"peak_rss_bytes"`
