@@ -31,7 +31,7 @@ func Write(w io.Writer, rep *Report, format string) error {
 }
 
 func writeTable(w io.Writer, rep *Report) error {
-	fmt.Fprintf(w, "workspace %s, %s to %s: %d events evaluated (%d replayed from %s), %d accounts, %s\n\n",
+	fmt.Fprintf(w, "workspace %s, %s to %s: %d events evaluated (%d replayed from %s), %d accounts in the workspace, %s\n\n",
 		rep.Workspace, rep.From.Format(time.RFC3339), rep.To.Format(time.RFC3339), rep.Events, rep.Replayed,
 		rep.From.UTC().Truncate(24*time.Hour).Add(-Warmup).Format(time.DateOnly), rep.Accounts,
 		rep.Elapsed.Round(time.Millisecond))

@@ -28,9 +28,9 @@ type Report struct {
 	// many were applied in all (the warm-up before the period included).
 	Events   int64 `json:"events"`
 	Replayed int64 `json:"replayed"`
-	// Accounts, Entities and StateBytes: the accounts the history
-	// touches, the entities whose totals were held and their estimated
-	// memory.
+	// Accounts, Entities and StateBytes: the workspace's accounts (a
+	// bound on those the history touches), the entities whose totals were
+	// held and their estimated memory.
 	Accounts   int64         `json:"accounts"`
 	Entities   int           `json:"entities"`
 	StateBytes int64         `json:"state_bytes"`
