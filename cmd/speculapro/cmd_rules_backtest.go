@@ -25,7 +25,7 @@ import (
 )
 
 // defaultBacktestMemory bounds a backtest's totals when --max-memory is not
-// given: about 500,000 accounts with their customers and counterparties.
+// given: about 200,000 accounts with as many customers and counterparties.
 const defaultBacktestMemory = "4GiB"
 
 // rulesBacktestCommand is `rules backtest`.
