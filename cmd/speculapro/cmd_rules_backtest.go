@@ -21,6 +21,7 @@ import (
 	"github.com/speculapro/speculapro/internal/backtest"
 	"github.com/speculapro/speculapro/internal/config"
 	"github.com/speculapro/speculapro/internal/event"
+	"github.com/speculapro/speculapro/internal/procmem"
 	"github.com/speculapro/speculapro/internal/rules"
 )
 
@@ -159,6 +160,10 @@ func runRulesBacktest(ctx context.Context, stdout, stderr io.Writer, dbURL strin
 	// transaction rolls back.
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// The totals of a large workspace are hundreds of megabytes of live
+	// heap: under the limit every command starts with, the collector
+	// would run nearly all the time. --max-memory bounds them instead.
+	procmem.Request(procmem.Settings{Limit: a.opts.MaxMemory, LiveHeapHeadroom: 1.5})
 	defs, err := rules.ParseFiles(a.files...)
 	if err != nil {
 		return fmt.Errorf("rules backtest:\n%w", err)
