@@ -116,9 +116,6 @@ func BenchmarkRulesBacktest(b *testing.B) {
 		rows = append(rows,
 			benchRow{fmt.Sprintf("backtest events/s, %d rules, %d transactions", k, n), r.rate, "/s", fmt.Sprintf("stream %.0f/s", streamRate), r.rate / streamRate, ">= 100,000/s"},
 			benchRow{fmt.Sprintf("backtest peak RSS per 10,000 accounts, %d rules", k), r.perTenK / (1 << 20), "MB", fmt.Sprintf("%d accounts", r.rep.Accounts), 0, "-"})
-		benchSummary(b, fmt.Sprintf("backtest events/s, %d rules, %dk transactions", k, n/1000), fmt.Sprintf("%.0f", r.rate),
-			fmt.Sprintf("stream %.0f/s", streamRate), ratioOf(r.rate, streamRate), "≥ 100,000/s")
-		benchSummary(b, fmt.Sprintf("backtest peak RSS per 10,000 accounts, %d rules", k), fmt.Sprintf("%.0f MB", r.perTenK/(1<<20)), "", "", "")
 	}
 	logTable(b, fmt.Sprintf("rules backtest: %d transactions over %d accounts", n, accounts), rows)
 }
