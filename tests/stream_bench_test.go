@@ -545,14 +545,7 @@ func processCPU(b *testing.B, p *binProcess) float64 {
 // the baseline is the same rules all run through Bloblang
 // (rules.CompileBloblang), as they run without the native evaluator.
 func BenchmarkRuleEvaluation(b *testing.B) {
-	files, err := filepath.Glob(filepath.Join(testenv.RepoRoot(b), "config/rules/*.yaml"))
-	if err != nil || len(files) == 0 {
-		b.Fatalf("no starter rules (%v)", err)
-	}
-	defs, err := rules.ParseFiles(files...)
-	if err != nil {
-		b.Fatal(err)
-	}
+	defs := starterDefinitions(b)
 	type tcase struct {
 		env   *event.Envelope
 		feats rules.MapFeatures

@@ -81,7 +81,7 @@ func rulesCommand() *cli.Command {
 			Action: func(c *cli.Context) error {
 				return runRulesTest(c.App.Writer, c.Args().Slice())
 			},
-		}, rulesStatsCommand(workspace)},
+		}, rulesStatsCommand(workspace), rulesBacktestCommand()},
 	}
 }
 

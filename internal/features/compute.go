@@ -13,16 +13,28 @@ import (
 // minPerWorker is the fewest entities worth a goroutine of computeAll.
 const minPerWorker = 256
 
-// computeAll computes ents, on up to GOMAXPROCS goroutines: an entity's
-// computation touches only its own state and its own section of each
-// event's Values (and, for a counterparty only read, its event's slot of
-// r.reads), and while a batch computes, the next batch waits for the
-// entities it holds (cache.go), so the computing is on the critical path.
+// computeAll computes ents, on up to GOMAXPROCS goroutines (computeEach):
+// while a batch computes, the next batch waits for the entities it holds
+// (cache.go), so the computing is on the critical path.
 func (s *Store) computeAll(ents []*entity, r *run) {
-	w := min(runtime.GOMAXPROCS(0), len(ents)/minPerWorker)
-	if w <= 1 || s.serial {
+	if s.serial {
 		for _, e := range ents {
 			s.compute(e, r)
+		}
+		return
+	}
+	computeEach(ents, func(e *entity) { s.compute(e, r) })
+}
+
+// computeEach runs fn on every entity of ents, on up to GOMAXPROCS
+// goroutines when there are enough of them: an entity's computation
+// touches only its own state and its own section of each event's Values
+// (and, for a counterparty only read, its event's slot of run.reads).
+func computeEach(ents []*entity, fn func(e *entity)) {
+	w := min(runtime.GOMAXPROCS(0), len(ents)/minPerWorker)
+	if w <= 1 {
+		for _, e := range ents {
+			fn(e)
 		}
 		return
 	}
@@ -32,7 +44,7 @@ func (s *Store) computeAll(ents []*entity, r *run) {
 		go func() {
 			defer wg.Done()
 			for i := g; i < len(ents); i += w {
-				s.compute(ents[i], r)
+				fn(ents[i])
 			}
 		}()
 	}

@@ -161,7 +161,9 @@
 // trip 1; compute.go is the computation, Go on the states in memory with no
 // Redis (decodeState, applyOps, and encodeWrite, which readies the value to
 // write); redis_write.go is round trip 2, with its scripts; replay.go is
-// round trip 3 and the snapshot strings' keys.
+// round trip 3 and the snapshot strings' keys. memory.go (Memory) runs
+// the same computation (prepare, applyOps) on states held in memory, with
+// no Redis: a backtest replays stored history through it.
 //
 // # Counted once
 //
