@@ -21,7 +21,8 @@ import (
 // The output's files: this one is the component (spec, construction,
 // Connect, WriteBatch, Close); output_pg_rule_hits_hits.go reads the hits
 // rule_eval left on each message; output_pg_rule_hits_store.go writes them,
-// their alerts and outbox rows in one transaction. How a failed batch is
+// their alerts and outbox rows in one transaction, with the case parts of
+// its statement in output_pg_rule_hits_cases.go. How a failed batch is
 // retried is internal/pgretry's.
 
 const (
@@ -55,7 +56,7 @@ func pgRuleHitsSpec() *service.ConfigSpec {
 	return service.NewConfigSpec().
 		Beta().
 		Categories("Services").
-		Summary("The stream evaluator's write: stores what `rule_eval` found on each event (rule hits), raises an alert per hit that asks for one, and queues each new alert's webhook deliveries and notifications, all in one database transaction per batch, exactly once.").
+		Summary("The stream evaluator's write: stores what `rule_eval` found on each event (rule hits), raises an alert per hit that asks for one, opens or joins the alert's case, and queues the webhook deliveries and notifications of each new alert and case step, all in one database transaction per batch, exactly once.").
 		Description(`
 Reads each message's event envelope (from `+"`event_decode`"+`) and the hits `+"`rule_eval`"+` put in its metadata
 (`+"`@rule_eval.hits`"+`). Per batch, in ONE database transaction, with one statement per table set (arrays, not
@@ -65,19 +66,26 @@ one statement per hit):
    recording the rule's version, score and the feature values the rule read (`+"`details.reads`"+`);
 2. for each hit whose rule has `+"`alert: true`"+`, an alert with `+"`dedupe_key`"+` `+"`<rule_id>:<event_id>`"+`
    (`+"`ON CONFLICT DO NOTHING`"+`), its severity and title (the rule's description, else its name) from the rule;
+   each alert not stored yet joins the open case of its group, or opens one (`+"`INSERT … ON CONFLICT`"+` on the one open
+   case per group), the group chosen by the workspace's `+"`case_grouping`"+` (`+"`customer`"+`: the customer's case, the
+   account's when the event names no customer; `+"`account`"+`; `+"`alert`"+`: a case per alert); the case's priority rises
+   to the alert's severity when that is higher, and a `+"`case_events`"+` row (actor `+"`stream`"+`) records each step:
+   `+"`opened`"+`, `+"`alert_attached`"+`;
 3. for each alert this transaction created, and only those: a `+"`webhook_deliveries`"+` row (`+"`event_type`"+`
    `+"`alert.created`"+`, `+"`event_id`"+` the alert's id) for every enabled webhook endpoint of the workspace whose
    `+"`event_types`"+` is empty or contains `+"`alert.created`"+`, and a `+"`notifications`"+` row (dedupe key
    `+"`alert.created:<alert_id>:<subscription_id>`"+`) for every enabled notification subscription whose
-   `+"`event_types`"+` allow it and whose `+"`min_severity`"+` the alert meets. The worker sends them.
+   `+"`event_types`"+` allow it and whose `+"`min_severity`"+` the alert meets; for each case step, a `+"`webhook_deliveries`"+`
+   row (`+"`event_type`"+` `+"`case.opened`"+` or `+"`case.alert_attached`"+`, `+"`event_id`"+` the case event's id) for every
+   enabled endpoint subscribed to it. The worker sends them.
 
 4. for each topic partition of the batch, its highest offset in `+"`stream_progress`"+`: from then on every record up to
    it is known to be evaluated and stored, so `+"`rule_eval`"+` leaves such a record alone when it is read again inside the
    replay window (its running totals would be today's, not its own).
 
 So a replayed event, a batch written again after a crash, or the same event written by two stream processes at
-once (a rebalance) creates no second hit, alert, delivery or notification: the unique keys decide, and the outbox
-rows follow only the alerts actually inserted. The output reports a batch done, and the input commits its offsets,
+once (a rebalance) creates no second hit, alert, case, case event, delivery or notification: the unique keys decide,
+and the cases, case events and outbox rows follow only the alerts actually inserted. The output reports a batch done, and the input commits its offsets,
 only after the transaction has committed. A batch without hits and without `+"`kafka_franz`"+` metadata touches no database.
 
 ### Failures

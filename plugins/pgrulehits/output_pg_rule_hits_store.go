@@ -18,7 +18,7 @@ import (
 
 // hitsStats counts what one write created.
 type hitsStats struct {
-	hits, alerts, deliveries, notifications int64
+	hits, alerts, deliveries, notifications, casesOpened int64
 }
 
 func (s *hitsStats) add(o hitsStats) {
@@ -26,6 +26,7 @@ func (s *hitsStats) add(o hitsStats) {
 	s.alerts += o.alerts
 	s.deliveries += o.deliveries
 	s.notifications += o.notifications
+	s.casesOpened += o.casesOpened
 }
 
 type hitsResult struct {
@@ -114,33 +115,37 @@ SELECT i.ws, i.rule, i.version, i.ev, i.occurred_at, NULLIF(i.cust, '')::uuid, N
  ORDER BY i.n
     ON CONFLICT (workspace_id, rule_id, event_id) DO NOTHING`
 
-	// One statement for the alerts and their outbox rows: the outbox CTEs
-	// read only new_alerts, the alerts this statement inserted, so an alert
-	// that already existed (a replay, the other process won) queues nothing.
+	// One statement for the alerts, their cases and their outbox rows.
+	// fresh is the hits whose alert is not stored yet: only they touch a
+	// case, so a replay changes none. The cases are written first (an alert
+	// names its case): case_rows opens each group's case or joins its open
+	// one (the partial unique index decides, so two processes cannot open
+	// two), and new_alerts inserts the alerts under their dedupe key. Every
+	// outbox CTE reads only new_alerts and the case steps written for them,
+	// so an alert that already existed (the other process won) queues
+	// nothing.
 	insertAlertsAndOutbox = `
 WITH i AS (
     SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::uuid[]) WITH ORDINALITY AS i(ws, rule, ev, n)
-), new_alerts AS (
+), ` + freshAlertsAndCases + `, new_alerts AS (
     INSERT INTO speculapro.alerts
-           (workspace_id, dedupe_key, rule_id, rule_hit_id, customer_id, account_id, event_id, severity, title, details)
-    SELECT h.workspace_id, h.rule_id::text || ':' || h.event_id::text, h.rule_id, h.id, h.customer_id, h.account_id,
-           h.event_id, r.severity, coalesce(nullif(r.description, ''), r.name),
-           h.details || jsonb_build_object('rule_version', h.rule_version, 'score', h.score,
-                                           'event_occurred_at', h.event_occurred_at)
-      FROM i
-      JOIN speculapro.rule_hits h ON h.workspace_id = i.ws AND h.rule_id = i.rule AND h.event_id = i.ev
-      JOIN speculapro.rules r ON r.id = h.rule_id
-     ORDER BY i.n
+           (id, workspace_id, dedupe_key, rule_id, rule_hit_id, customer_id, account_id, event_id, severity, title,
+            details, case_id)
+    SELECT f.alert_id, f.workspace_id, f.rule_id::text || ':' || f.event_id::text, f.rule_id, f.hit_id, f.customer_id,
+           f.account_id, f.event_id, f.severity, f.title, f.details, k.id
+      FROM fresh f
+      JOIN case_rows k ON k.workspace_id = f.workspace_id AND k.group_key = f.group_key
+     ORDER BY f.n
         ON CONFLICT (workspace_id, dedupe_key) DO NOTHING
-    RETURNING id, workspace_id, rule_id, event_id, customer_id, account_id, severity, title, details, created_at
+    RETURNING id, workspace_id, rule_id, event_id, customer_id, account_id, severity, title, details, case_id, created_at
 ), payloads AS (
-    SELECT a.id, a.workspace_id, a.severity,
+    SELECT a.id, a.workspace_id, a.severity, a.case_id,
            jsonb_build_object('type', '` + eventAlertCreated + `', 'id', a.id, 'workspace_id', a.workspace_id,
                               'created_at', a.created_at,
                               'alert', jsonb_build_object('id', a.id, 'rule_id', a.rule_id, 'event_id', a.event_id,
                                                           'customer_id', a.customer_id, 'account_id', a.account_id,
                                                           'severity', a.severity, 'title', a.title,
-                                                          'details', a.details)) AS payload
+                                                          'details', a.details, 'case_id', a.case_id)) AS payload
       FROM new_alerts a
 ), deliveries AS (
     INSERT INTO speculapro.webhook_deliveries (workspace_id, endpoint_id, event_type, event_id, payload)
@@ -165,12 +170,13 @@ WITH i AS (
      ORDER BY p.id, s.id
         ON CONFLICT (workspace_id, dedupe_key) DO NOTHING
     RETURNING 1
-)
-SELECT (SELECT count(*) FROM new_alerts), (SELECT count(*) FROM deliveries), (SELECT count(*) FROM notes)`
+), ` + caseStepsAndOutbox + `
+SELECT (SELECT count(*) FROM new_alerts), (SELECT count(*) FROM deliveries) + (SELECT count(*) FROM case_deliveries),
+       (SELECT count(*) FROM notes), (SELECT count(*) FROM steps WHERE kind = 'opened')`
 )
 
-// writeHits writes rows, their alerts and the alerts' outbox rows with two
-// statements.
+// writeHits writes rows, their alerts, the alerts' cases and the outbox rows
+// of both with two statements.
 func writeHits(ctx context.Context, tx pgx.Tx, rows []hitRow) (hitsStats, error) {
 	var s hitsStats
 	n := len(rows)
@@ -200,7 +206,7 @@ func writeHits(ctx context.Context, tx pgx.Tx, rows []hitRow) (hitsStats, error)
 	if len(aWS) == 0 {
 		return s, nil
 	}
-	if err := tx.QueryRow(ctx, insertAlertsAndOutbox, aWS, aRules, aEvs).Scan(&s.alerts, &s.deliveries, &s.notifications); err != nil {
+	if err := tx.QueryRow(ctx, insertAlertsAndOutbox, aWS, aRules, aEvs).Scan(&s.alerts, &s.deliveries, &s.notifications, &s.casesOpened); err != nil {
 		return s, fmt.Errorf("inserting alerts and outbox rows for %d hits: %w", len(aWS), err)
 	}
 	return s, nil
