@@ -22,7 +22,7 @@ import (
 )
 
 // webhookEventTypes are the events an endpoint may subscribe to.
-var webhookEventTypes = []string{"alert.created", "decision.created"}
+var webhookEventTypes = []string{"alert.created", "decision.created", "case.opened", "case.alert_attached"}
 
 // errNoEndpoint: the endpoint does not exist in the workspace (row-level
 // security makes another workspace's look the same).
