@@ -115,38 +115,34 @@ SELECT i.ws, i.rule, i.version, i.ev, i.occurred_at, NULLIF(i.cust, '')::uuid, N
  ORDER BY i.n
     ON CONFLICT (workspace_id, rule_id, event_id) DO NOTHING`
 
-	// One statement for the alerts, their cases and their outbox rows.
-	// fresh is the hits whose alert is not stored yet: only they touch a
-	// case, so a replay changes none. The cases are written first (an alert
-	// names its case): case_rows opens each group's case or joins its open
-	// one (the partial unique index decides, so two processes cannot open
-	// two), and new_alerts inserts the alerts under their dedupe key. Every
-	// outbox CTE reads only new_alerts and the case steps written for them,
-	// so an alert that already existed (the other process won) queues
-	// nothing.
+	// One statement for the alerts and their outbox rows, after openCases
+	// has opened or joined their cases. Each alert not stored yet (fresh)
+	// is inserted under its dedupe key into its group's open case, which
+	// openCases wrote and holds locked until the commit. The outbox and the
+	// case steps read only new_alerts, the alerts this statement inserted,
+	// so an alert that already existed (a replay, the other process won)
+	// queues nothing.
 	insertAlertsAndOutbox = `
-WITH i AS (
-    SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::uuid[]) WITH ORDINALITY AS i(ws, rule, ev, n)
-), ` + freshAlertsAndCases + `, new_alerts AS (
+WITH ` + batchHits + `, ` + freshAlerts + `, new_alerts AS (
     INSERT INTO speculapro.alerts
            (id, workspace_id, dedupe_key, rule_id, rule_hit_id, customer_id, account_id, event_id, severity, title,
             details, case_id)
-    SELECT f.alert_id, f.workspace_id, f.rule_id::text || ':' || f.event_id::text, f.rule_id, f.hit_id, f.customer_id,
-           f.account_id, f.event_id, f.severity, f.title, f.details, k.id
+    SELECT f.alert_id, f.workspace_id, f.dedupe_key, f.rule_id, f.hit_id, f.customer_id, f.account_id, f.event_id,
+           f.severity, f.title, f.details, c.id
       FROM fresh f
-      JOIN case_rows k ON k.workspace_id = f.workspace_id AND k.group_key = f.group_key
+      JOIN speculapro.cases c ON c.workspace_id = f.workspace_id AND c.group_key = f.group_key AND c.status <> 'closed'
      ORDER BY f.n
         ON CONFLICT (workspace_id, dedupe_key) DO NOTHING
     RETURNING id, workspace_id, rule_id, event_id, customer_id, account_id, severity, title, details, case_id, created_at
 ), payloads AS (
-    SELECT a.id, a.workspace_id, a.severity, a.case_id,
-           jsonb_build_object('type', '` + eventAlertCreated + `', 'id', a.id, 'workspace_id', a.workspace_id,
-                              'created_at', a.created_at,
-                              'alert', jsonb_build_object('id', a.id, 'rule_id', a.rule_id, 'event_id', a.event_id,
-                                                          'customer_id', a.customer_id, 'account_id', a.account_id,
-                                                          'severity', a.severity, 'title', a.title,
-                                                          'details', a.details, 'case_id', a.case_id)) AS payload
-      FROM new_alerts a
+    SELECT p.*, jsonb_build_object('type', '` + eventAlertCreated + `', 'id', p.id, 'workspace_id', p.workspace_id,
+                                   'created_at', p.created_at, 'alert', p.alert) AS payload
+      FROM (SELECT a.id, a.workspace_id, a.severity, a.case_id, a.created_at,
+                   jsonb_build_object('id', a.id, 'rule_id', a.rule_id, 'event_id', a.event_id,
+                                      'customer_id', a.customer_id, 'account_id', a.account_id,
+                                      'severity', a.severity, 'title', a.title, 'details', a.details,
+                                      'case_id', a.case_id) AS alert
+              FROM new_alerts a) p
 ), deliveries AS (
     INSERT INTO speculapro.webhook_deliveries (workspace_id, endpoint_id, event_type, event_id, payload)
     SELECT p.workspace_id, e.id, '` + eventAlertCreated + `', p.id, p.payload
@@ -170,13 +166,13 @@ WITH i AS (
      ORDER BY p.id, s.id
         ON CONFLICT (workspace_id, dedupe_key) DO NOTHING
     RETURNING 1
-), ` + caseStepsAndOutbox + `
+), ` + caseSteps + `
 SELECT (SELECT count(*) FROM new_alerts), (SELECT count(*) FROM deliveries) + (SELECT count(*) FROM case_deliveries),
        (SELECT count(*) FROM notes), (SELECT count(*) FROM steps WHERE kind = 'opened')`
 )
 
 // writeHits writes rows, their alerts, the alerts' cases and the outbox rows
-// of both with two statements.
+// of both with three statements.
 func writeHits(ctx context.Context, tx pgx.Tx, rows []hitRow) (hitsStats, error) {
 	var s hitsStats
 	n := len(rows)
@@ -205,6 +201,9 @@ func writeHits(ctx context.Context, tx pgx.Tx, rows []hitRow) (hitsStats, error)
 	s.hits = tag.RowsAffected()
 	if len(aWS) == 0 {
 		return s, nil
+	}
+	if _, err := tx.Exec(ctx, openCases, aWS, aRules, aEvs); err != nil {
+		return s, fmt.Errorf("opening or joining the cases of %d hits' alerts: %w", len(aWS), err)
 	}
 	if err := tx.QueryRow(ctx, insertAlertsAndOutbox, aWS, aRules, aEvs).Scan(&s.alerts, &s.deliveries, &s.notifications, &s.casesOpened); err != nil {
 		return s, fmt.Errorf("inserting alerts and outbox rows for %d hits: %w", len(aWS), err)
