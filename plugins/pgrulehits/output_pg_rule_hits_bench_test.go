@@ -15,10 +15,12 @@ import (
 
 // benchAlertsPerBatch is a batch's events in BenchmarkAlertCreation, each hit
 // by one alerting rule; benchCustomers is how many customers they belong to
-// (so most batches both open cases and join open ones).
+// (so most batches both open cases and join open ones); benchWarmBatches
+// are written before the timed ones.
 const (
 	benchAlertsPerBatch = 500
 	benchCustomers      = 3000
+	benchWarmBatches    = 6
 )
 
 // BenchmarkAlertCreation is the stream's write of a batch in which every
@@ -58,21 +60,30 @@ VALUES ($1, $2, 'bench', 'true', $3, 'alert', true, 40) RETURNING id`, ws, rule.
 		n := e.OccurredAt.Sub(pgwritetest.BaseTime).Milliseconds()
 		e.CustomerExternalID = fmt.Sprintf("cust-%d", n%benchCustomers)
 	}
-	batches := make([]service.MessageBatch, b.N)
+	batches := make([]service.MessageBatch, benchWarmBatches+b.N)
 	for i := range batches {
 		batches[i] = evaluatedWith(b, ws, i*benchAlertsPerBatch, (i+1)*benchAlertsPerBatch, spread, rule)
 	}
 	ctx := context.Background()
+	// A running stream writes into tables whose statistics autovacuum
+	// keeps: the first batches, then ANALYZE, so the timed ones are planned
+	// as they are then, not for tables the planner believes empty.
+	for _, batch := range batches[:benchWarmBatches] {
+		if err := out.WriteBatch(ctx, batch); err != nil {
+			b.Fatal(err)
+		}
+	}
+	pgwritetest.Exec(b, conn, "ANALYZE")
 	b.ResetTimer()
-	for i := range b.N {
-		if err := out.WriteBatch(ctx, batches[i]); err != nil {
+	for _, batch := range batches[benchWarmBatches:] {
+		if err := out.WriteBatch(ctx, batch); err != nil {
 			b.Fatal(err)
 		}
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*benchAlertsPerBatch), "ns/alert")
 	var alerts int
-	if err := conn.QueryRow(ctx, "SELECT count(*) FROM speculapro.alerts").Scan(&alerts); err != nil || alerts != b.N*benchAlertsPerBatch {
-		b.Fatalf("%d alerts (err %v), want %d", alerts, err, b.N*benchAlertsPerBatch)
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM speculapro.alerts").Scan(&alerts); err != nil || alerts != len(batches)*benchAlertsPerBatch {
+		b.Fatalf("%d alerts (err %v), want %d", alerts, err, len(batches)*benchAlertsPerBatch)
 	}
 }

@@ -24,14 +24,13 @@ const (
     SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::uuid[]) WITH ORDINALITY AS i(ws, rule, ev, n)
 )`
 
-	// freshAlerts is the hits whose alert is not stored yet (only they
-	// touch a case, so a replay changes none), each with its alert's id
-	// (derived from the dedupe key, so both statements name the same
-	// alert) and its case's group under the workspace's case_grouping
+	// alertingHits is the batch's alerting hits, each with its alert's
+	// dedupe key and id (derived from the key, so both statements name the
+	// same alert) and its case's group under the workspace's case_grouping
 	// (customer: the customer's, the account's when the event names no
 	// customer; account: the account's, the customer's when it names no
 	// account; alert: a case of its own).
-	freshAlerts = `fresh AS MATERIALIZED (
+	alertingHits = `alerting AS MATERIALIZED (
     SELECT f.*,
            CASE WHEN f.grouping = 'customer' AND f.customer_id IS NOT NULL THEN 'customer:' || f.customer_id::text
                 WHEN f.grouping <> 'alert' AND f.account_id IS NOT NULL THEN 'account:' || f.account_id::text
@@ -47,13 +46,12 @@ const (
               JOIN speculapro.rule_hits h ON h.workspace_id = i.ws AND h.rule_id = i.rule AND h.event_id = i.ev
               JOIN speculapro.rules r ON r.id = h.rule_id
               JOIN speculapro.workspaces w ON w.id = h.workspace_id
-             CROSS JOIN LATERAL (SELECT h.rule_id::text || ':' || h.event_id::text AS key) d
-             WHERE NOT EXISTS (SELECT 1 FROM speculapro.alerts a
-                                WHERE a.workspace_id = h.workspace_id AND a.dedupe_key = d.key)) f
+             CROSS JOIN LATERAL (SELECT h.rule_id::text || ':' || h.event_id::text AS key) d) f
 )`
 
-	// openCases opens each fresh group's case, or joins the group's open
-	// case (the partial unique index decides, so two processes cannot open
+	// openCases opens the case of each group with a hit whose alert is not
+	// stored yet (fresh: only they touch a case, so a replay changes none),
+	// or joins the group's open case (the partial unique index decides, so two processes cannot open
 	// two: the second waits for the first and joins its case) and raises
 	// its priority to the new alerts' most severe when that is higher (a
 	// case's priority is its most severe open alert's). Either way the
@@ -61,7 +59,11 @@ const (
 	// alerts are inserted. Groups are written in key order, so two
 	// processes lock cases in the same order.
 	openCases = `
-WITH ` + batchHits + `, ` + freshAlerts + `, groups AS (
+WITH ` + batchHits + `, ` + alertingHits + `, fresh AS (
+    SELECT * FROM alerting h
+     WHERE NOT EXISTS (SELECT 1 FROM speculapro.alerts a
+                        WHERE a.workspace_id = h.workspace_id AND a.dedupe_key = h.dedupe_key)
+), groups AS (
     SELECT workspace_id, group_key,
            (array_agg(customer_id ORDER BY n))[1] AS customer_id,
            (array_agg(account_id ORDER BY n))[1] AS account_id,
@@ -89,10 +91,9 @@ SELECT g.workspace_id, g.customer_id, CASE WHEN g.group_key LIKE 'customer:%' TH
 	// it is after this transaction and, when attached, the alert.
 	caseSteps = `step_rows AS MATERIALIZED (
     SELECT gen_random_uuid() AS id, s.*
-      FROM (SELECT DISTINCT ON (p.case_id) p.workspace_id, p.case_id, 'opened' AS kind, 0 AS step,
-                   NULL::uuid AS alert_id, jsonb_build_object('group_key', c.group_key, 'priority', c.priority) AS body,
-                   NULL::jsonb AS alert
-              FROM payloads p
+      FROM (SELECT p.workspace_id, p.case_id, 'opened' AS kind, 0 AS step, NULL::uuid AS alert_id,
+                   jsonb_build_object('group_key', c.group_key, 'priority', c.priority) AS body, NULL::jsonb AS alert
+              FROM (SELECT DISTINCT workspace_id, case_id FROM payloads) p
               JOIN speculapro.cases c ON c.id = p.case_id
              WHERE NOT EXISTS (SELECT 1 FROM speculapro.case_events e
                                 WHERE e.workspace_id = p.workspace_id AND e.case_id = p.case_id)

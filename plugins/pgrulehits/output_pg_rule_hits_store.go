@@ -116,20 +116,21 @@ SELECT i.ws, i.rule, i.version, i.ev, i.occurred_at, NULLIF(i.cust, '')::uuid, N
     ON CONFLICT (workspace_id, rule_id, event_id) DO NOTHING`
 
 	// One statement for the alerts and their outbox rows, after openCases
-	// has opened or joined their cases. Each alert not stored yet (fresh)
-	// is inserted under its dedupe key into its group's open case, which
-	// openCases wrote and holds locked until the commit. The outbox and the
+	// has opened or joined their cases. Each alert is inserted under its
+	// dedupe key into its group's open case, which openCases wrote and holds
+	// locked until the commit (an alert already stored conflicts, whatever
+	// case its group has now). The outbox and the
 	// case steps read only new_alerts, the alerts this statement inserted,
 	// so an alert that already existed (a replay, the other process won)
 	// queues nothing.
 	insertAlertsAndOutbox = `
-WITH ` + batchHits + `, ` + freshAlerts + `, new_alerts AS (
+WITH ` + batchHits + `, ` + alertingHits + `, new_alerts AS (
     INSERT INTO speculapro.alerts
            (id, workspace_id, dedupe_key, rule_id, rule_hit_id, customer_id, account_id, event_id, severity, title,
             details, case_id)
     SELECT f.alert_id, f.workspace_id, f.dedupe_key, f.rule_id, f.hit_id, f.customer_id, f.account_id, f.event_id,
            f.severity, f.title, f.details, c.id
-      FROM fresh f
+      FROM alerting f
       JOIN speculapro.cases c ON c.workspace_id = f.workspace_id AND c.group_key = f.group_key AND c.status <> 'closed'
      ORDER BY f.n
         ON CONFLICT (workspace_id, dedupe_key) DO NOTHING
