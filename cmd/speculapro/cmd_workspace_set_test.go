@@ -4,10 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"regexp"
 	"strings"
 	"testing"
 
+	"github.com/speculapro/speculapro/devtools/pgwritetest"
 	"github.com/speculapro/speculapro/internal/dbmigrate/dbtest"
 	"github.com/speculapro/speculapro/internal/event"
 )
@@ -17,20 +17,10 @@ import (
 // security hides looks like none.
 func TestWorkspaceSetCaseGrouping(t *testing.T) {
 	db := dbtest.New(t)
+	conn := db.Connect(t, db.SuperuserURL)
+	created := map[string]event.UUID{"a": pgwritetest.Workspace(t, conn, "a"), "b": pgwritetest.Workspace(t, conn, "b")}
 	ctx := context.Background()
 	var out bytes.Buffer
-	created := map[string]event.UUID{}
-	for _, name := range []string{"a", "b"} {
-		out.Reset()
-		if err := runWorkspaceCreate(ctx, &out, db.AppURL, name); err != nil {
-			t.Fatal(err)
-		}
-		ws, err := event.ParseUUID(regexp.MustCompile(`workspace_id=(\S+)`).FindStringSubmatch(out.String())[1])
-		if err != nil {
-			t.Fatal(err)
-		}
-		created[name] = ws
-	}
 	out.Reset()
 	if err := runWorkspaceSet(ctx, &out, db.AppURL, created["a"], "account"); err != nil {
 		t.Fatal(err)
@@ -46,7 +36,6 @@ func TestWorkspaceSetCaseGrouping(t *testing.T) {
 	if err := runWorkspaceSet(ctx, &out, db.AppURL, unknown, "alert"); !errors.Is(err, errNoWorkspace) {
 		t.Errorf("an unknown workspace: err %v, want %v", err, errNoWorkspace)
 	}
-	conn := db.Connect(t, db.SuperuserURL)
 	for name, want := range map[string]string{"a": "account", "b": "customer"} {
 		var got string
 		if err := conn.QueryRow(ctx, "SELECT case_grouping FROM speculapro.workspaces WHERE id = $1", created[name]).Scan(&got); err != nil || got != want {
