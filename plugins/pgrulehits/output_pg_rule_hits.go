@@ -112,7 +112,7 @@ otherwise.
 
 ### Metrics
 
-`+"`speculapro_stream_batches_total`, `_rule_hits_stored_total` (hits new to the table), `_alerts_created_total`, `_outbox_queued_total{outbox}` (webhook_deliveries, notifications), `_records_skipped_total{reason}` (undecodable, rejected), `_retries_total` (one per backoff that followed a failed attempt), `_faults_total` (batches that failed at least once; a cancellation at shutdown is none)"+`,
+`+"`speculapro_stream_batches_total`, `_rule_hits_stored_total` (hits new to the table), `_alerts_created_total`, `_cases_opened_total`, `_outbox_queued_total{outbox}` (webhook_deliveries, notifications; case steps' deliveries included), `_records_skipped_total{reason}` (undecodable, rejected), `_retries_total` (one per backoff that followed a failed attempt), `_faults_total` (batches that failed at least once; a cancellation at shutdown is none)"+`,
 all with the label `+"`kind`"+`, and `+"`speculapro_stream_stage_duration_seconds{stage=\"write\"}`"+`.`).
 		Fields(pgsystem.URLFields()...).
 		Fields(
@@ -341,6 +341,7 @@ func (o *pgRuleHits) WriteBatch(ctx context.Context, batch service.MessageBatch)
 	o.m.batches.Incr(1, string(o.kind))
 	o.m.hitsStored.Incr(res.stats.hits, string(o.kind))
 	o.m.alerts.Incr(res.stats.alerts, string(o.kind))
+	o.m.cases.Incr(res.stats.casesOpened, string(o.kind))
 	o.m.outbox.Incr(res.stats.deliveries, string(o.kind), "webhook_deliveries")
 	o.m.outbox.Incr(res.stats.notifications, string(o.kind), "notifications")
 	return nil

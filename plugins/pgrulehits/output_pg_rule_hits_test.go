@@ -27,7 +27,7 @@ import (
 func streamMetricsOf(m *testenv.Metrics) *streamMetrics {
 	mk := m.Metric
 	return &streamMetrics{
-		batches: mk("batches"), hitsStored: mk("hits"), alerts: mk("alerts"), outbox: mk("outbox"),
+		batches: mk("batches"), hitsStored: mk("hits"), alerts: mk("alerts"), cases: mk("cases"), outbox: mk("outbox"),
 		skipped: mk("skipped"), retries: mk("retries"), faults: mk("faults"), stage: mk("stage"),
 	}
 }
@@ -352,6 +352,9 @@ func TestTwoWritersCreateEachRowOnce(t *testing.T) {
 	failFaults(t, pgwritetest.CaseFaults(t, h.conn))
 	if got := h.m.Get("alerts{transaction}"); got != 160 {
 		t.Errorf("alerts counted %d over both writers, want 160", got)
+	}
+	if got := h.m.Get("cases{transaction}"); got != 7 {
+		t.Errorf("cases opened counted %d over both writers, want 7", got)
 	}
 }
 
