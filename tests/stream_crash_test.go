@@ -150,3 +150,37 @@ func TestStreamCrashBetweenTotalsAndHits(t *testing.T) {
 	stopAll(t, p)
 	x.check(t, "after a kill between the totals and the hits", 1)
 }
+
+// TestStreamTwoProcesses: two stream processes share the group while the
+// load arrives. Each start and each stop moves partitions from one to the
+// other, so a batch in flight at a rebalance may be written by both: every
+// hit, alert, case and case event is still stored once, and the totals of
+// a sample equal the model's.
+func TestStreamTwoProcesses(t *testing.T) {
+	t.Parallel()
+	txns, events, accounts := exactSizes()
+	cfg := proofConfig(lgSeed(t), txns, events, accounts)
+	const loadFor = 30 * time.Second
+	testenv.Binary(t)
+	s := newProofStack(t, "two", testenv.RedisURL(t))
+	r := newProofRun(t, cfg)
+	x := newExactRun(t, s, r)
+	evp := s.applyAccountEvents(t, r, cfg.AccountEvents, nil)
+
+	produced := s.produceInBackground(r, cfg.Count, float64(cfg.Count)/loadFor.Seconds())
+	// A short session, so a stopped process's partitions move within
+	// seconds.
+	args := []string{"--set", "input.kafka_franz.session_timeout=6s"}
+	first := s.startStream(t, "stream-a", streamPipeline, nil, args...)
+	time.Sleep(loadFor / 4)
+	second := s.startStream(t, "stream-b", streamPipeline, nil, args...)
+	time.Sleep(loadFor / 4)
+	if code := first.stop(t); code != 0 {
+		t.Errorf("%s exited with %d on SIGTERM:\n%s", first.name, code, first.tail(3000))
+	}
+	third := s.startStream(t, "stream-c", streamPipeline, nil, args...)
+	produced(t)
+	s.waitDrained(t, second, s.group, s.prefix+"txn.ingested", cfg.Count, drainBound(cfg.Count))
+	stopAll(t, evp, second, third)
+	x.check(t, "after two processes shared the load", 1)
+}

@@ -84,6 +84,7 @@ func TestStreamRaisesAlertsEndToEnd(t *testing.T) {
 	} {
 		key, val, _ := persistTxn(t, ws, i, func(e *event.Envelope) {
 			e.AccountExternalID, e.Amount, e.Direction = p.account, p.amount, p.dir
+			e.CustomerExternalID = "owner-of-" + p.account
 			e.OccurredAt = persistBase.Add(time.Duration(i) * time.Minute)
 		})
 		recs = append(recs, &kgo.Record{Key: []byte(key), Value: val})
@@ -99,7 +100,10 @@ func TestStreamRaisesAlertsEndToEnd(t *testing.T) {
 		"SP_REDIS_URL":          redisURL,
 		"SP_REDIS_KEY_PREFIX":   keyPrefix,
 	}
-	want := map[string]int{"rule_hits": 4, "alerts": 2, "webhook_deliveries": 2, "notifications": 2}
+	// Both alerts are acc-1's owner's: one case, opened once, both
+	// attached; the endpoint takes every event type (2 alert.created, 1
+	// case.opened, 2 case.alert_attached).
+	want := map[string]int{"rule_hits": 4, "alerts": 2, "cases": 1, "case_events": 3, "webhook_deliveries": 5, "notifications": 2}
 	p := newBinProcess(t).named("stream")
 	p.start(t, env, p.runArgs("pipelines/stream.yaml")...)
 	waitUntil(t, waitBound, "the hits, alerts and outbox rows", func() error { return streamRowsAre(t, conn, want) })

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/speculapro/speculapro/devtools/loadgen"
+	"github.com/speculapro/speculapro/devtools/pgwritetest"
 	"github.com/speculapro/speculapro/devtools/testenv"
 	"github.com/speculapro/speculapro/internal/event"
 )
@@ -54,6 +55,7 @@ func newExactRun(t *testing.T, s *proofStack, r *proofRun, extra ...proofRule) *
 		t.Fatal(err)
 	}
 	x := &exactRun{s: s, r: r, ruleIDs: s.insertRules(t, r.g.Workspaces(), extra...)}
+	s.caseSettings(t, r.g.Workspaces())
 	var err error
 	if x.hits, err = predictHits(r.events, r.txns); err != nil {
 		t.Fatal(err)
@@ -94,7 +96,10 @@ func (x *exactRun) check(t *testing.T, what string, scale int64) {
 }
 
 // checkHits: every predicted hit stored exactly once and nothing else; an
-// alert for exactly the hits of rules that raise one.
+// alert for exactly the hits of rules that raise one; every alert in exactly
+// one case, the open case of its group, each case opened once, one
+// attachment per alert, and each case step queued once per subscribed
+// webhook endpoint (pgwritetest.CaseFaults).
 func (x *exactRun) checkHits(t *testing.T, what string) {
 	t.Helper()
 	hits, alerts := x.s.hitsInDB(t), x.s.alertsInDB(t)
@@ -114,6 +119,11 @@ func (x *exactRun) checkHits(t *testing.T, what string) {
 	if n := persistCountAny(t, x.s, "SELECT count(*) FROM speculapro.alerts"); n != len(wantAlerts) {
 		t.Fatalf("%s: %d alerts in all, want %d", what, n, len(wantAlerts))
 	}
+	t.Logf("%s: %d cases, %d case events, %d case deliveries", what,
+		persistCountAny(t, x.s, "SELECT count(*) FROM speculapro.cases"),
+		persistCountAny(t, x.s, "SELECT count(*) FROM speculapro.case_events"),
+		persistCountAny(t, x.s, "SELECT count(*) FROM speculapro.webhook_deliveries WHERE event_type LIKE 'case.%'"))
+	failDiffs(t, what+": cases", pgwritetest.CaseFaults(t, x.s.super))
 }
 
 // persistCountAny runs a count query on the stack's database.

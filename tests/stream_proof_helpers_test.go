@@ -271,6 +271,28 @@ VALUES ($1, $2, 'stream proof test', $3, $4, 'high', 'alert', $5, 10) RETURNING 
 	return names
 }
 
+// caseSettings gives the proofs' workspaces each case grouping (the first
+// and fourth by customer, the second by account, the third a case per
+// alert) and webhook endpoints the stream queues case steps for: one for
+// every event type in the first workspace, one for the case types in the
+// second.
+func (s *proofStack) caseSettings(t testing.TB, workspaces []event.UUID) {
+	t.Helper()
+	for i, grouping := range []string{"customer", "account", "alert", "customer"}[:min(4, len(workspaces))] {
+		if _, err := s.super.Exec(context.Background(),
+			"UPDATE speculapro.workspaces SET case_grouping = $2 WHERE id = $1", workspaces[i], grouping); err != nil {
+			t.Fatalf("setting case_grouping %s: %v", grouping, err)
+		}
+	}
+	for i, types := range [][]string{{}, {"case.opened", "case.alert_attached"}}[:min(2, len(workspaces))] {
+		if _, err := s.super.Exec(context.Background(), `
+INSERT INTO speculapro.webhook_endpoints (workspace_id, url, secret_encrypted, event_types)
+VALUES ($1, 'https://example.test/hook', '\x00', $2)`, workspaces[i], types); err != nil {
+			t.Fatalf("adding a webhook endpoint: %v", err)
+		}
+	}
+}
+
 // hitsInDB are the rule hits stored, by (rule name, event), with how many
 // rows each has.
 func (s *proofStack) hitsInDB(t testing.TB) map[proofHit]int {

@@ -22,7 +22,11 @@ import (
 )
 
 // webhookEventTypes are the events an endpoint may subscribe to.
-var webhookEventTypes = []string{"alert.created", "decision.created"}
+var webhookEventTypes = []string{
+	"alert.created", "decision.created",
+	"case.opened", "case.alert_attached", // the stream
+	"case.assigned", "case.commented", "case.status_changed", "case.closed", "case.reopened", // the case API
+}
 
 // errNoEndpoint: the endpoint does not exist in the workspace (row-level
 // security makes another workspace's look the same).

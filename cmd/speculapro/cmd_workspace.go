@@ -38,7 +38,8 @@ func workspaceAction(c *cli.Context, cmd string, fn func(context.Context, event.
 	return fn(ctx, ws)
 }
 
-// workspaceCommand creates a workspace and its first API key.
+// workspaceCommand creates a workspace and its first API key, and changes
+// a workspace's settings.
 func workspaceCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "workspace",
@@ -56,7 +57,7 @@ func workspaceCommand() *cli.Command {
 				defer cancel()
 				return runWorkspaceCreate(ctx, c.App.Writer, config.DBURL.Value(), c.String("name"))
 			},
-		}},
+		}, workspaceSetCommand()},
 	}
 }
 

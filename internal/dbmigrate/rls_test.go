@@ -49,12 +49,16 @@ VALUES (gen_random_uuid(), $1::uuid, 'ev-' || $2::text, 'account.opened', $3::uu
 	rule := one("INSERT INTO rules (workspace_id, name, expression) VALUES ($1::uuid, 'big', 'this.amount > 1000')", ws)
 	hit := one(`INSERT INTO rule_hits (workspace_id, rule_id, rule_version, event_id, event_occurred_at)
 VALUES ($1::uuid, $2::uuid, 1, $3::uuid, $4)`, ws, rule, txn, txnAt)
+	if _, err := super.Exec(ctx, `INSERT INTO rule_evaluations (workspace_id, rule_id, rule_version, hour, events)
+VALUES ($1::uuid, $2::uuid, 1, date_trunc('hour', now()), 1)`, ws, rule); err != nil {
+		t.Fatalf("seeding workspace %s: rule_evaluations: %v", ws, err)
+	}
 	one(`INSERT INTO decisions (workspace_id, transaction_id, transaction_occurred_at, external_id, decision)
 VALUES ($1::uuid, $2::uuid, $3, 'txn-x', 'review')`, ws, txn, txnAt)
 	cas := one("INSERT INTO cases (workspace_id, customer_id, title) VALUES ($1::uuid, $2::uuid, 'look')", ws, cust)
 	one(`INSERT INTO alerts (workspace_id, dedupe_key, rule_id, rule_hit_id, customer_id, title, case_id)
 VALUES ($1::uuid, 'big:' || $2::text, $2::uuid, $3::uuid, $4::uuid, 'big payment', $5::uuid)`, ws, rule, hit, cust, cas)
-	one("INSERT INTO case_events (workspace_id, case_id, kind) VALUES ($1::uuid, $2::uuid, 'comment')", ws, cas)
+	one("INSERT INTO case_events (workspace_id, case_id, kind) VALUES ($1::uuid, $2::uuid, 'commented')", ws, cas)
 	one(`INSERT INTO notifications (workspace_id, dedupe_key, kind, channel, recipient)
 VALUES ($1::uuid, 'n1', 'alert.created', 'email', 'ops@example.com')`, ws)
 	ep := one("INSERT INTO webhook_endpoints (workspace_id, url, secret_encrypted) VALUES ($1::uuid, 'https://example.com/hook', '\\x03'::bytea)", ws)

@@ -22,7 +22,8 @@ import (
 // The output's files: this one is the component (spec, construction,
 // Connect, WriteBatch, Close); output_pg_rule_hits_hits.go reads the hits
 // rule_eval left on each message; output_pg_rule_hits_store.go writes them,
-// their alerts and outbox rows in one transaction. How a failed batch is
+// their alerts and outbox rows in one transaction, with the case parts of
+// its statement in output_pg_rule_hits_cases.go. How a failed batch is
 // retried is internal/pgretry's.
 
 const (
@@ -56,7 +57,7 @@ func pgRuleHitsSpec() *service.ConfigSpec {
 	return service.NewConfigSpec().
 		Beta().
 		Categories("Services").
-		Summary("The stream evaluator's write: stores what `rule_eval` found on each event (rule hits), raises an alert per hit that asks for one, and queues each new alert's webhook deliveries and notifications, all in one database transaction per batch, exactly once.").
+		Summary("The stream evaluator's write: stores what `rule_eval` found on each event (rule hits), raises an alert per hit that asks for one, opens or joins the alert's case, and queues the webhook deliveries and notifications of each new alert and case step, all in one database transaction per batch, exactly once.").
 		Description(`
 Reads each message's event envelope (from `+"`event_decode`"+`) and the hits `+"`rule_eval`"+` put in its metadata
 (`+"`@rule_eval.hits`"+`). Per batch, in ONE database transaction, with one statement per table set (arrays, not
@@ -67,11 +68,18 @@ one statement per hit):
    true for a shadow rule's hit (`+"`mode: shadow`"+`): that hit is stored and goes no further;
 2. for each hit of a live rule with `+"`alert: true`"+`, an alert with `+"`dedupe_key`"+` `+"`<rule_id>:<event_id>`"+`
    (`+"`ON CONFLICT DO NOTHING`"+`), its severity and title (the rule's description, else its name) from the rule;
+   each alert not stored yet joins the open case of its group, or opens one (`+"`INSERT … ON CONFLICT`"+` on the one open
+   case per group), the group chosen by the workspace's `+"`case_grouping`"+` (`+"`customer`"+`: the customer's case, the
+   account's when the event names no customer; `+"`account`"+`; `+"`alert`"+`: a case per alert); the case's priority rises
+   to the alert's severity when that is higher, and a `+"`case_events`"+` row (actor `+"`stream`"+`) records each step:
+   `+"`opened`"+`, `+"`alert_attached`"+`;
 3. for each alert this transaction created, and only those: a `+"`webhook_deliveries`"+` row (`+"`event_type`"+`
    `+"`alert.created`"+`, `+"`event_id`"+` the alert's id) for every enabled webhook endpoint of the workspace whose
    `+"`event_types`"+` is empty or contains `+"`alert.created`"+`, and a `+"`notifications`"+` row (dedupe key
    `+"`alert.created:<alert_id>:<subscription_id>`"+`) for every enabled notification subscription whose
-   `+"`event_types`"+` allow it and whose `+"`min_severity`"+` the alert meets. The worker sends them.
+   `+"`event_types`"+` allow it and whose `+"`min_severity`"+` the alert meets; for each case step, a `+"`webhook_deliveries`"+`
+   row (`+"`event_type`"+` `+"`case.opened`"+` or `+"`case.alert_attached`"+`, `+"`event_id`"+` the case event's id) for every
+   enabled endpoint subscribed to it. The worker sends them.
 
 4. for each rule version the batch's events were evaluated against (`+"`@rule_eval.evaluated`"+`), the number of them
    added to the hour's row of `+"`rule_evaluations`"+`: the denominator of a rule's hit rate in `+"`speculapro rules stats`"+`,
@@ -81,8 +89,8 @@ one statement per hit):
    replay window (its running totals would be today's, not its own).
 
 So a replayed event, a batch written again after a crash, or the same event written by two stream processes at
-once (a rebalance) creates no second hit, alert, delivery or notification: the unique keys decide, and the outbox
-rows follow only the alerts actually inserted. The output reports a batch done, and the input commits its offsets,
+once (a rebalance) creates no second hit, alert, case, case event, delivery or notification: the unique keys decide,
+and the cases, case events and outbox rows follow only the alerts actually inserted. The output reports a batch done, and the input commits its offsets,
 only after the transaction has committed. A batch without hits and without `+"`kafka_franz`"+` metadata touches no database.
 
 ### Failures
@@ -109,7 +117,7 @@ otherwise.
 
 ### Metrics
 
-`+"`speculapro_stream_batches_total`, `_rule_hits_stored_total{mode}` (hits new to the table; mode live or shadow), `_alerts_created_total`, `_outbox_queued_total{outbox}` (webhook_deliveries, notifications), `_records_skipped_total{reason}` (undecodable, rejected), `_retries_total` (one per backoff that followed a failed attempt), `_faults_total` (batches that failed at least once; a cancellation at shutdown is none)"+`,
+`+"`speculapro_stream_batches_total`, `_rule_hits_stored_total{mode}` (hits new to the table; mode live or shadow), `_alerts_created_total`, `_cases_opened_total`, `_outbox_queued_total{outbox}` (webhook_deliveries, notifications; case steps' deliveries included), `_records_skipped_total{reason}` (undecodable, rejected), `_retries_total` (one per backoff that followed a failed attempt), `_faults_total` (batches that failed at least once; a cancellation at shutdown is none)"+`,
 all with the label `+"`kind`"+`, and `+"`speculapro_stream_stage_duration_seconds{stage=\"write\"}`"+`.`).
 		Fields(pgsystem.URLFields()...).
 		Fields(
@@ -337,13 +345,20 @@ func (o *pgRuleHits) WriteBatch(ctx context.Context, batch service.MessageBatch)
 		slices.Sort(codes)
 		applog.With(o.log, "count", rejected, "codes", strings.Join(codes, ",")).Warn(logStreamRejected)
 	}
-	o.m.batches.Incr(1, string(o.kind))
-	o.m.hitsStored.Incr(res.stats.hits, string(o.kind), rules.ModeLive)
-	o.m.hitsStored.Incr(res.stats.shadowHits, string(o.kind), rules.ModeShadow)
-	o.m.alerts.Incr(res.stats.alerts, string(o.kind))
-	o.m.outbox.Incr(res.stats.deliveries, string(o.kind), "webhook_deliveries")
-	o.m.outbox.Incr(res.stats.notifications, string(o.kind), "notifications")
+	o.countStored(res.stats)
 	return nil
+}
+
+// countStored counts what a committed batch created.
+func (o *pgRuleHits) countStored(s hitsStats) {
+	kind := string(o.kind)
+	o.m.batches.Incr(1, kind)
+	o.m.hitsStored.Incr(s.hits, kind, rules.ModeLive)
+	o.m.hitsStored.Incr(s.shadowHits, kind, rules.ModeShadow)
+	o.m.alerts.Incr(s.alerts, kind)
+	o.m.cases.Incr(s.casesOpened, kind)
+	o.m.outbox.Incr(s.deliveries, kind, "webhook_deliveries")
+	o.m.outbox.Incr(s.notifications, kind, "notifications")
 }
 
 // Close closes the pool.

@@ -18,7 +18,7 @@ import (
 
 // hitsStats counts what one write created.
 type hitsStats struct {
-	hits, shadowHits, alerts, deliveries, notifications int64
+	hits, shadowHits, alerts, deliveries, notifications, casesOpened int64
 }
 
 func (s *hitsStats) add(o hitsStats) {
@@ -27,6 +27,7 @@ func (s *hitsStats) add(o hitsStats) {
 	s.alerts += o.alerts
 	s.deliveries += o.deliveries
 	s.notifications += o.notifications
+	s.casesOpened += o.casesOpened
 }
 
 type hitsResult struct {
@@ -119,34 +120,35 @@ RETURNING shadow
 )
 SELECT count(*) FILTER (WHERE NOT shadow), count(*) FILTER (WHERE shadow) FROM new_hits`
 
-	// One statement for the alerts and their outbox rows: the outbox CTEs
-	// read only new_alerts, the alerts this statement inserted, so an alert
-	// that already existed (a replay, the other process won) queues nothing.
+	// One statement for the alerts and their outbox rows, after openCases
+	// has opened or joined their cases. Each alert is inserted under its
+	// dedupe key into its group's open case, which openCases wrote and holds
+	// locked until the commit (an alert already stored conflicts, whatever
+	// case its group has now). The outbox and the
+	// case steps read only new_alerts, the alerts this statement inserted,
+	// so an alert that already existed (a replay, the other process won)
+	// queues nothing.
 	insertAlertsAndOutbox = `
-WITH i AS (
-    SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::uuid[]) WITH ORDINALITY AS i(ws, rule, ev, n)
-), new_alerts AS (
+WITH ` + batchHits + `, ` + alertingHits + `, new_alerts AS (
     INSERT INTO speculapro.alerts
-           (workspace_id, dedupe_key, rule_id, rule_hit_id, customer_id, account_id, event_id, severity, title, details)
-    SELECT h.workspace_id, h.rule_id::text || ':' || h.event_id::text, h.rule_id, h.id, h.customer_id, h.account_id,
-           h.event_id, r.severity, coalesce(nullif(r.description, ''), r.name),
-           h.details || jsonb_build_object('rule_version', h.rule_version, 'score', h.score,
-                                           'event_occurred_at', h.event_occurred_at)
-      FROM i
-      JOIN speculapro.rule_hits h ON h.workspace_id = i.ws AND h.rule_id = i.rule AND h.event_id = i.ev
-      JOIN speculapro.rules r ON r.id = h.rule_id
-     ORDER BY i.n
+           (id, workspace_id, dedupe_key, rule_id, rule_hit_id, customer_id, account_id, event_id, severity, title,
+            details, case_id)
+    SELECT f.alert_id, f.workspace_id, f.dedupe_key, f.rule_id, f.hit_id, f.customer_id, f.account_id, f.event_id,
+           f.severity, f.title, f.details, c.id
+      FROM alerting f
+      JOIN speculapro.cases c ON c.workspace_id = f.workspace_id AND c.group_key = f.group_key AND c.status <> 'closed'
+     ORDER BY f.n
         ON CONFLICT (workspace_id, dedupe_key) DO NOTHING
-    RETURNING id, workspace_id, rule_id, event_id, customer_id, account_id, severity, title, details, created_at
+    RETURNING id, workspace_id, rule_id, event_id, customer_id, account_id, severity, title, details, case_id, created_at
 ), payloads AS (
-    SELECT a.id, a.workspace_id, a.severity,
-           jsonb_build_object('type', '` + eventAlertCreated + `', 'id', a.id, 'workspace_id', a.workspace_id,
-                              'created_at', a.created_at,
-                              'alert', jsonb_build_object('id', a.id, 'rule_id', a.rule_id, 'event_id', a.event_id,
-                                                          'customer_id', a.customer_id, 'account_id', a.account_id,
-                                                          'severity', a.severity, 'title', a.title,
-                                                          'details', a.details)) AS payload
-      FROM new_alerts a
+    SELECT p.*, jsonb_build_object('type', '` + eventAlertCreated + `', 'id', p.id, 'workspace_id', p.workspace_id,
+                                   'created_at', p.created_at, 'alert', p.alert) AS payload
+      FROM (SELECT a.id, a.workspace_id, a.severity, a.case_id, a.created_at,
+                   jsonb_build_object('id', a.id, 'rule_id', a.rule_id, 'event_id', a.event_id,
+                                      'customer_id', a.customer_id, 'account_id', a.account_id,
+                                      'severity', a.severity, 'title', a.title, 'details', a.details,
+                                      'case_id', a.case_id) AS alert
+              FROM new_alerts a) p
 ), deliveries AS (
     INSERT INTO speculapro.webhook_deliveries (workspace_id, endpoint_id, event_type, event_id, payload)
     SELECT p.workspace_id, e.id, '` + eventAlertCreated + `', p.id, p.payload
@@ -170,12 +172,14 @@ WITH i AS (
      ORDER BY p.id, s.id
         ON CONFLICT (workspace_id, dedupe_key) DO NOTHING
     RETURNING 1
-)
-SELECT (SELECT count(*) FROM new_alerts), (SELECT count(*) FROM deliveries), (SELECT count(*) FROM notes)`
+), ` + caseSteps + `
+SELECT (SELECT count(*) FROM new_alerts), (SELECT count(*) FROM deliveries) + (SELECT count(*) FROM case_deliveries),
+       (SELECT count(*) FROM notes), (SELECT count(*) FROM steps WHERE kind = 'opened')`
 )
 
-// writeHits writes rows, their alerts and the alerts' outbox rows with two
-// statements. A shadow hit is stored, marked, and goes no further.
+// writeHits writes rows, their alerts, the alerts' cases and the outbox rows
+// of both with three statements. A shadow hit is stored, marked, and goes no
+// further: it opens no alert and no case.
 func writeHits(ctx context.Context, tx pgx.Tx, rows []hitRow) (hitsStats, error) {
 	var s hitsStats
 	n := len(rows)
@@ -204,7 +208,10 @@ func writeHits(ctx context.Context, tx pgx.Tx, rows []hitRow) (hitsStats, error)
 	if len(aWS) == 0 {
 		return s, nil
 	}
-	if err := tx.QueryRow(ctx, insertAlertsAndOutbox, aWS, aRules, aEvs).Scan(&s.alerts, &s.deliveries, &s.notifications); err != nil {
+	if _, err := tx.Exec(ctx, openCases, aWS, aRules, aEvs); err != nil {
+		return s, fmt.Errorf("opening or joining the cases of %d hits' alerts: %w", len(aWS), err)
+	}
+	if err := tx.QueryRow(ctx, insertAlertsAndOutbox, aWS, aRules, aEvs).Scan(&s.alerts, &s.deliveries, &s.notifications, &s.casesOpened); err != nil {
 		return s, fmt.Errorf("inserting alerts and outbox rows for %d hits: %w", len(aWS), err)
 	}
 	return s, nil

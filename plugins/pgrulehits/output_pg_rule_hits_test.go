@@ -27,7 +27,7 @@ import (
 func streamMetricsOf(m *testenv.Metrics) *streamMetrics {
 	mk := m.Metric
 	return &streamMetrics{
-		batches: mk("batches"), hitsStored: mk("hits"), alerts: mk("alerts"), outbox: mk("outbox"),
+		batches: mk("batches"), hitsStored: mk("hits"), alerts: mk("alerts"), cases: mk("cases"), outbox: mk("outbox"),
 		skipped: mk("skipped"), retries: mk("retries"), faults: mk("faults"), stage: mk("stage"),
 	}
 }
@@ -125,9 +125,15 @@ func (r testRule) hit() map[string]any {
 // leaves them, each hit by rules.
 func evaluated(t testing.TB, ws event.UUID, from, to int, rules ...testRule) service.MessageBatch {
 	t.Helper()
+	return evaluatedWith(t, ws, from, to, nil, rules...)
+}
+
+// evaluatedWith is evaluated with each transaction changed by tweak.
+func evaluatedWith(t testing.TB, ws event.UUID, from, to int, tweak func(*event.Envelope), rules ...testRule) service.MessageBatch {
+	t.Helper()
 	var vals [][]byte
 	for n := from; n < to; n++ {
-		vals = append(vals, pgwritetest.Encode(t, pgwritetest.Txn(ws, n, nil)))
+		vals = append(vals, pgwritetest.Encode(t, pgwritetest.Txn(ws, n, tweak)))
 	}
 	b := pgwritetest.BatchOf(t, from, vals...)
 	for i, m := range b {
@@ -158,7 +164,7 @@ func (h *hitsHarness) writeHits(b service.MessageBatch) {
 // rowCounts are the rows of each table the output writes.
 func (h *hitsHarness) rowCounts() map[string]int {
 	out := map[string]int{}
-	for _, table := range []string{"rule_hits", "alerts", "webhook_deliveries", "notifications"} {
+	for _, table := range []string{"rule_hits", "alerts", "cases", "case_events", "webhook_deliveries", "notifications"} {
 		out[table] = h.count("SELECT count(*) FROM speculapro." + table)
 	}
 	return out
@@ -203,7 +209,9 @@ func TestRuleHitsAndAlertsStoredOnceReplayAddsNothing(t *testing.T) {
 	b = append(b, plain...)
 	h.writeHits(b)
 
-	want := map[string]int{"rule_hits": 40, "alerts": 20, "webhook_deliveries": 0, "notifications": 0}
+	// 20 alerts of 7 customers (pgwritetest.Txn's n%7): 7 cases, each
+	// opened once, and one attachment per alert.
+	want := map[string]int{"rule_hits": 40, "alerts": 20, "cases": 7, "case_events": 7 + 20, "webhook_deliveries": 0, "notifications": 0}
 	if got := h.rowCounts(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("rows %v, want %v", got, want)
 	}
@@ -239,10 +247,13 @@ SELECT h.rule_version, h.score::text, h.customer_id = $3 AND h.account_id = $4 A
 	// commit was acked), and a batch overlapping it.
 	h.writeHits(b)
 	h.writeHits(evaluated(t, h.ws, 10, 30, h.rules["large_amount"], h.rules["watch_only"], h.rules["velocity"]))
-	want = map[string]int{"rule_hits": 40 + 20 + 20, "alerts": 20 + 10 + 20, "webhook_deliveries": 0, "notifications": 0}
+	// The 30 new alerts join their customers' open cases.
+	want = map[string]int{"rule_hits": 40 + 20 + 20, "alerts": 20 + 10 + 20, "cases": 7, "case_events": 7 + 20 + 30,
+		"webhook_deliveries": 0, "notifications": 0}
 	if got := h.rowCounts(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("after the replays: rows %v, want %v", got, want)
 	}
+	failFaults(t, pgwritetest.CaseFaults(t, h.conn))
 	if got := h.m.Get("batches{transaction}"); got != 3 {
 		t.Errorf("batches counted %d, want 3", got)
 	}
@@ -269,7 +280,9 @@ func TestNewAlertQueuesOneDeliveryPerEndpointAndOneNotificationPerSubscription(t
 	// One event hit by an alerting rule and by a watch-only one.
 	b := evaluated(t, h.ws, 0, 1, h.rules["large_amount"], h.rules["watch_only"])
 	h.writeHits(b)
-	want := map[string]int{"rule_hits": 2, "alerts": 1, "webhook_deliveries": 2, "notifications": 2}
+	// alert.created to both subscribed endpoints, case.opened and
+	// case.alert_attached to the one subscribed to every type.
+	want := map[string]int{"rule_hits": 2, "alerts": 1, "cases": 1, "case_events": 2, "webhook_deliveries": 2 + 2, "notifications": 2}
 	if got := h.rowCounts(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("rows %v, want %v", got, want)
 	}
@@ -288,9 +301,10 @@ SELECT event_type = 'alert.created' AND status = 'pending' AND payload->>'type' 
 		"alert.created:"+alertID.String()+":"+sub.String()); n != 1 {
 		t.Errorf("notification for subscription %s: %d rows, want 1", sub, n)
 	}
-	if got := h.m.Get("outbox{transaction,webhook_deliveries}") + h.m.Get("outbox{transaction,notifications}"); got != 4 {
-		t.Errorf("outbox rows counted %d, want 4", got)
+	if got := h.m.Get("outbox{transaction,webhook_deliveries}") + h.m.Get("outbox{transaction,notifications}"); got != 6 {
+		t.Errorf("outbox rows counted %d, want 6", got)
 	}
+	failFaults(t, pgwritetest.CaseFaults(t, h.conn))
 
 	// Replayed: the alert exists, so nothing is queued again.
 	h.writeHits(b)
@@ -328,12 +342,19 @@ func TestTwoWritersCreateEachRowOnce(t *testing.T) {
 			t.Fatalf("WriteBatch: %v", err)
 		}
 	}
-	want := map[string]int{"rule_hits": 160, "alerts": 160, "webhook_deliveries": 160, "notifications": 160}
+	// 80 events of 7 customers: 7 cases, opened once each, 160
+	// attachments; the endpoint gets every alert and every case step.
+	want := map[string]int{"rule_hits": 160, "alerts": 160, "cases": 7, "case_events": 7 + 160,
+		"webhook_deliveries": 160 + 7 + 160, "notifications": 160}
 	if got := h.rowCounts(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("rows %v, want %v", got, want)
 	}
+	failFaults(t, pgwritetest.CaseFaults(t, h.conn))
 	if got := h.m.Get("alerts{transaction}"); got != 160 {
 		t.Errorf("alerts counted %d over both writers, want 160", got)
+	}
+	if got := h.m.Get("cases{transaction}"); got != 7 {
+		t.Errorf("cases opened counted %d over both writers, want 7", got)
 	}
 }
 
@@ -358,7 +379,7 @@ func TestUndecodableAndMalformedAreCountedAndSkipped(t *testing.T) {
 		b = append(b, part...)
 	}
 	h.writeHits(b)
-	want := map[string]int{"rule_hits": 4, "alerts": 4, "webhook_deliveries": 0, "notifications": 0}
+	want := map[string]int{"rule_hits": 4, "alerts": 4, "cases": 4, "case_events": 8, "webhook_deliveries": 0, "notifications": 0}
 	if got := h.rowCounts(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("rows %v, want %v", got, want)
 	}

@@ -15,6 +15,7 @@ const (
 	metricStreamBatches       = "speculapro_stream_batches_total"
 	metricStreamHitsStored    = "speculapro_stream_rule_hits_stored_total"
 	metricStreamAlertsCreated = "speculapro_stream_alerts_created_total"
+	metricStreamCasesOpened   = "speculapro_stream_cases_opened_total"
 	metricStreamOutboxQueued  = "speculapro_stream_outbox_queued_total"
 	metricStreamSkipped       = "speculapro_stream_records_skipped_total"
 	metricStreamRetries       = "speculapro_stream_retries_total"
@@ -33,6 +34,7 @@ type streamMetrics struct {
 	batches    counter
 	hitsStored counter // hits new to rule_hits (a replay stores none); label mode: live, shadow
 	alerts     counter // alerts new to alerts
+	cases      counter // cases opened (an alert joining an open case opens none)
 	outbox     counter // label outbox: webhook_deliveries, notifications
 	skipped    counter // label reason: undecodable, rejected
 	retries    counter
@@ -45,6 +47,7 @@ func newStreamMetrics(m *service.Metrics) *streamMetrics {
 		batches:    m.NewCounter(metricStreamBatches, "kind"),
 		hitsStored: m.NewCounter(metricStreamHitsStored, "kind", "mode"),
 		alerts:     m.NewCounter(metricStreamAlertsCreated, "kind"),
+		cases:      m.NewCounter(metricStreamCasesOpened, "kind"),
 		outbox:     m.NewCounter(metricStreamOutboxQueued, "kind", "outbox"),
 		skipped:    m.NewCounter(metricStreamSkipped, "kind", "reason"),
 		retries:    m.NewCounter(metricStreamRetries, "kind"),

@@ -53,6 +53,7 @@ var metricHelp = map[string]string{
 	"speculapro_stream_batches_total":              "Batches of rule hits the stream evaluator committed.",
 	"speculapro_stream_rule_hits_stored_total":     "Rule hits the stream evaluator stored, by mode (live, or shadow: stored, never alerted).",
 	"speculapro_stream_alerts_created_total":       "Alerts the stream evaluator created.",
+	"speculapro_stream_cases_opened_total":         "Cases the stream evaluator opened for new alerts.",
 	"speculapro_stream_outbox_queued_total":        "Webhook deliveries and notifications the stream evaluator queued, by outbox.",
 	"speculapro_stream_records_skipped_total":      "Records the stream evaluator skipped, by reason: undecodable records, rejected hits.",
 	"speculapro_stream_retries_total":              "Backoffs after a failed attempt to store a batch of rule hits.",

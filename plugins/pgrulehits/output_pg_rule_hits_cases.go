@@ -1,0 +1,133 @@
+package pgrulehits
+
+// The case parts of a batch's alert write. openCases opens or joins the
+// case of every alert the batch will insert, then insertAlertsAndOutbox
+// inserts the alerts into their cases with the case steps (caseSteps) and
+// their webhook deliveries: in the transaction that inserts the alerts, so
+// an alert, its case and every step recorded for it commit together or not
+// at all, with two statements per batch, none per alert.
+
+// The outbox event types of the stream's case steps, as webhook endpoints
+// name them in event_types: 'case.' followed by the case event's kind.
+const (
+	eventCaseOpened        = "case.opened"
+	eventCaseAlertAttached = "case.alert_attached"
+)
+
+// caseActor is the actor of the case events the stream writes.
+const caseActor = "stream"
+
+const (
+	// batchHits is the batch's alerting hits, in key order: $1 workspaces,
+	// $2 rules, $3 events.
+	batchHits = `i AS (
+    SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::uuid[]) WITH ORDINALITY AS i(ws, rule, ev, n)
+)`
+
+	// alertingHits is the batch's alerting hits, each with its alert's
+	// dedupe key and id (derived from the key, so both statements name the
+	// same alert) and its case's group under the workspace's case_grouping
+	// (customer: the customer's, the account's when the event names no
+	// customer; account: the account's, the customer's when it names no
+	// account; alert: a case of its own).
+	alertingHits = `alerting AS MATERIALIZED (
+    SELECT f.*,
+           CASE WHEN f.grouping = 'customer' AND f.customer_id IS NOT NULL THEN 'customer:' || f.customer_id::text
+                WHEN f.grouping <> 'alert' AND f.account_id IS NOT NULL THEN 'account:' || f.account_id::text
+                WHEN f.grouping = 'account' AND f.customer_id IS NOT NULL THEN 'customer:' || f.customer_id::text
+                ELSE 'alert:' || f.alert_id::text END AS group_key
+      FROM (SELECT md5(h.workspace_id::text || '/' || d.key)::uuid AS alert_id, d.key AS dedupe_key, i.n,
+                   h.id AS hit_id, h.workspace_id, h.rule_id, h.event_id, h.customer_id, h.account_id, r.severity,
+                   coalesce(nullif(r.description, ''), r.name) AS title,
+                   h.details || jsonb_build_object('rule_version', h.rule_version, 'score', h.score,
+                                                   'event_occurred_at', h.event_occurred_at) AS details,
+                   w.case_grouping AS grouping
+              FROM i
+              JOIN speculapro.rule_hits h ON h.workspace_id = i.ws AND h.rule_id = i.rule AND h.event_id = i.ev
+              JOIN speculapro.rules r ON r.id = h.rule_id
+              JOIN speculapro.workspaces w ON w.id = h.workspace_id
+             CROSS JOIN LATERAL (SELECT h.rule_id::text || ':' || h.event_id::text AS key) d) f
+)`
+
+	// openCases opens the case of each group with a hit whose alert is not
+	// stored yet (fresh: only they touch a case, so a replay changes none),
+	// or joins the group's open case (the partial unique index decides, so two processes cannot open
+	// two: the second waits for the first and joins its case) and raises
+	// its priority to the new alerts' most severe when that is higher (a
+	// case's priority is its most severe open alert's). Either way the
+	// case row stays locked until the commit, so it is still open when the
+	// alerts are inserted. Groups are written in key order, so two
+	// processes lock cases in the same order.
+	openCases = `
+WITH ` + batchHits + `, ` + alertingHits + `, fresh AS (
+    SELECT * FROM alerting h
+     WHERE NOT EXISTS (SELECT 1 FROM speculapro.alerts a
+                        WHERE a.workspace_id = h.workspace_id AND a.dedupe_key = h.dedupe_key)
+), groups AS (
+    SELECT workspace_id, group_key,
+           (array_agg(customer_id ORDER BY n))[1] AS customer_id,
+           (array_agg(account_id ORDER BY n))[1] AS account_id,
+           (array_agg(severity ORDER BY ` + severityRank + `severity) DESC, n))[1] AS priority,
+           (array_agg(title ORDER BY ` + severityRank + `severity) DESC, n))[1] AS title
+      FROM fresh
+     GROUP BY workspace_id, group_key
+)
+INSERT INTO speculapro.cases AS c (workspace_id, customer_id, account_id, group_key, title, priority)
+SELECT g.workspace_id, g.customer_id, CASE WHEN g.group_key LIKE 'customer:%' THEN NULL ELSE g.account_id END,
+       g.group_key, g.title, g.priority
+  FROM groups g
+ ORDER BY g.workspace_id, g.group_key
+    ON CONFLICT (workspace_id, group_key) WHERE status <> 'closed' DO UPDATE
+   SET priority = CASE WHEN ` + severityRank + `excluded.priority) > ` + severityRank + `c.priority)
+                       THEN excluded.priority ELSE c.priority END,
+       version = c.version + 1, updated_at = now()`
+
+	// caseSteps (CTEs of insertAlertsAndOutbox, after payloads): step_rows
+	// is an 'opened' step for each case that has no step yet (openCases
+	// opened it) and an 'alert_attached' step per new alert; steps writes
+	// them (actor 'stream'); case_deliveries queues each for every enabled
+	// webhook endpoint of the workspace subscribed to its type ('case.' and
+	// the kind), the step's id as the delivery's event_id, with the case as
+	// it is after this transaction and, when attached, the alert.
+	caseSteps = `step_rows AS MATERIALIZED (
+    SELECT gen_random_uuid() AS id, s.*
+      FROM (SELECT p.workspace_id, p.case_id, 'opened' AS kind, 0 AS step, NULL::uuid AS alert_id,
+                   jsonb_build_object('group_key', c.group_key, 'priority', c.priority) AS body, NULL::jsonb AS alert
+              FROM (SELECT DISTINCT workspace_id, case_id FROM payloads) p
+              JOIN speculapro.cases c ON c.id = p.case_id
+             WHERE NOT EXISTS (SELECT 1 FROM speculapro.case_events e
+                                WHERE e.workspace_id = p.workspace_id AND e.case_id = p.case_id)
+            UNION ALL
+            SELECT p.workspace_id, p.case_id, 'alert_attached', 1, p.id,
+                   jsonb_build_object('alert_id', p.id, 'rule_id', p.alert -> 'rule_id', 'severity', p.severity),
+                   p.alert
+              FROM payloads p) s
+), steps AS (
+    INSERT INTO speculapro.case_events (id, workspace_id, case_id, kind, actor, body)
+    SELECT s.id, s.workspace_id, s.case_id, s.kind, '` + caseActor + `', s.body
+      FROM step_rows s
+     ORDER BY s.case_id, s.step, s.alert_id
+    RETURNING kind
+), case_deliveries AS (
+    INSERT INTO speculapro.webhook_deliveries (workspace_id, endpoint_id, event_type, event_id, payload)
+    SELECT s.workspace_id, e.id, 'case.' || s.kind, s.id,
+           jsonb_build_object('type', 'case.' || s.kind, 'id', s.id, 'workspace_id', s.workspace_id, 'created_at', now(),
+                              'case', jsonb_build_object('id', c.id, 'status', c.status, 'priority', c.priority,
+                                                         'title', c.title, 'customer_id', c.customer_id,
+                                                         'account_id', c.account_id, 'group_key', c.group_key,
+                                                         'opened_at', c.opened_at, 'version', c.version))
+           || CASE WHEN s.alert IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('alert', s.alert) END
+      FROM step_rows s
+      JOIN speculapro.webhook_endpoints e
+        ON e.workspace_id = s.workspace_id AND e.enabled
+       AND (cardinality(e.event_types) = 0 OR 'case.' || s.kind = ANY (e.event_types))
+      JOIN speculapro.cases c ON c.id = s.case_id
+     ORDER BY s.id, e.id
+        ON CONFLICT (endpoint_id, event_id) DO NOTHING
+    RETURNING 1
+)`
+
+	// severityRank orders severities and priorities (low < medium < high <
+	// critical); the value and a closing parenthesis follow it.
+	severityRank = `array_position(ARRAY['low', 'medium', 'high', 'critical'], `
+)
