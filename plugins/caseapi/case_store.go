@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/speculapro/speculapro/internal/caseevent"
 	"github.com/speculapro/speculapro/internal/event"
 )
 
@@ -176,10 +177,7 @@ WITH o AS (
 ), p AS (
     SELECT e.id, c.workspace_id,
            jsonb_build_object('type', $6::text, 'id', e.id, 'workspace_id', c.workspace_id, 'created_at', e.created_at,
-                              'case', jsonb_build_object('id', c.id, 'title', c.title, 'status', c.status,
-                                                         'priority', c.priority, 'assignee', c.assignee,
-                                                         'customer_id', c.customer_id, 'account_id', c.account_id,
-                                                         'disposition', c.disposition, 'version', c.version),
+                              'case', ` + caseevent.CaseSQL + `,
                               'event', jsonb_build_object('kind', e.kind, 'actor', e.actor, 'body', e.body)) AS payload
       FROM c, e
 ), d AS (

@@ -1,5 +1,7 @@
 package pgrulehits
 
+import "github.com/speculapro/speculapro/internal/caseevent"
+
 // The case parts of a batch's alert write. openCases opens or joins the
 // case of every alert the batch will insert, then insertAlertsAndOutbox
 // inserts the alerts into their cases with the case steps (caseSteps) and
@@ -88,7 +90,8 @@ SELECT g.workspace_id, g.customer_id, CASE WHEN g.group_key LIKE 'customer:%' TH
 	// them (actor 'stream'); case_deliveries queues each for every enabled
 	// webhook endpoint of the workspace subscribed to its type ('case.' and
 	// the kind), the step's id as the delivery's event_id, with the case as
-	// it is after this transaction and, when attached, the alert.
+	// it is after this transaction and the step (caseevent's one shape of
+	// a case.* body) and, when attached, the alert.
 	caseSteps = `step_rows AS MATERIALIZED (
     SELECT gen_random_uuid() AS id, s.*
       FROM (SELECT p.workspace_id, p.case_id, 'opened' AS kind, 0 AS step, NULL::uuid AS alert_id,
@@ -112,10 +115,8 @@ SELECT g.workspace_id, g.customer_id, CASE WHEN g.group_key LIKE 'customer:%' TH
     INSERT INTO speculapro.webhook_deliveries (workspace_id, endpoint_id, event_type, event_id, payload)
     SELECT s.workspace_id, e.id, 'case.' || s.kind, s.id,
            jsonb_build_object('type', 'case.' || s.kind, 'id', s.id, 'workspace_id', s.workspace_id, 'created_at', now(),
-                              'case', jsonb_build_object('id', c.id, 'status', c.status, 'priority', c.priority,
-                                                         'title', c.title, 'customer_id', c.customer_id,
-                                                         'account_id', c.account_id, 'group_key', c.group_key,
-                                                         'opened_at', c.opened_at, 'version', c.version))
+                              'case', ` + caseevent.CaseSQL + `,
+                              'event', jsonb_build_object('kind', s.kind, 'actor', '` + caseActor + `', 'body', s.body))
            || CASE WHEN s.alert IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('alert', s.alert) END
       FROM step_rows s
       JOIN speculapro.webhook_endpoints e

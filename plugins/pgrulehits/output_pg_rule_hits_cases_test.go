@@ -110,7 +110,8 @@ func TestCasePriorityFollowsTheMostSevereAlertAndAClosedCaseIsNotJoined(t *testi
 	if err := h.conn.QueryRow(context.Background(), `
 SELECT count(*) = 1 AND bool_and(d.payload ->> 'type' = 'case.opened' AND d.payload -> 'case' ->> 'id' = $2::text
        AND d.payload -> 'case' ->> 'group_key' LIKE 'customer:%' AND d.payload ->> 'id' = e.id::text
-       AND e.actor = 'stream' AND e.kind = 'opened')
+       AND e.actor = 'stream' AND e.kind = 'opened'
+       AND d.payload -> 'event' = jsonb_build_object('kind', e.kind, 'actor', e.actor, 'body', e.body))
   FROM speculapro.webhook_deliveries d JOIN speculapro.case_events e ON e.id = d.event_id
  WHERE d.endpoint_id = $1 AND d.event_type = 'case.opened'`, ep, first).Scan(&payloadOK); err != nil || !payloadOK {
 		t.Errorf("case.opened delivery as expected: %v (err %v)", payloadOK, err)
