@@ -20,11 +20,12 @@ import (
 func rulesStatsCommand(workspace cli.Flag) *cli.Command {
 	return &cli.Command{
 		Name:  "stats",
-		Usage: "Per rule and version: events evaluated, hits, hit rate, alerts, accounts, mode, first and last hit, precision",
+		Usage: "Per rule and version: events evaluated, hits, hit rate, alerts, accounts, outcomes, precision, mode, first and last hit",
 		Description: "Connects as SP_DB_URL (the speculapro_app role, bound to --workspace by row-level security) and\n" +
 			"only reads. Events evaluated are the stream's hourly counts, so --since is taken to its hour for them;\n" +
-			"hits, accounts and alerts count what the stream stored since then. Precision is true positives over\n" +
-			"true and false positives among the alerts whose cases are closed (\"-\" while none is).",
+			"hits, accounts and alerts count what the stream stored since then. An alert's outcome is its case's\n" +
+			"disposition once the case is closed (true positive, false positive, inconclusive); precision is true\n" +
+			"positives over true and false positives (\"-\" while there is none).",
 		Flags: []cli.Flag{
 			workspace,
 			&cli.StringFlag{Name: "since", Value: "7d", Usage: "how far back: a number of days (7d) or a duration (36h)"},

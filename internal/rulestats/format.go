@@ -38,11 +38,11 @@ func Write(w io.Writer, rep Report, format string) error {
 }
 
 var columns = []string{"rule", "version", "mode", "events_evaluated", "hits", "hits_per_1000", "alerts",
-	"distinct_accounts", "precision", "first_hit", "last_hit"}
+	"distinct_accounts", "true_positives", "false_positives", "inconclusive", "precision", "first_hit", "last_hit"}
 
 // fields are r's columns as text; missing is what stands for a figure that
 // cannot be known.
-func fields(r Row, outcomes bool, missing string) []string {
+func fields(r Row, missing string) []string {
 	number := func(f float64, digits int) string {
 		if math.IsNaN(f) {
 			return missing
@@ -55,20 +55,17 @@ func fields(r Row, outcomes bool, missing string) []string {
 		}
 		return t.UTC().Format(time.RFC3339)
 	}
-	precision := missing
-	if outcomes {
-		precision = number(r.Precision(), 3)
-	}
-	return []string{r.Rule, strconv.Itoa(r.Version), r.Mode, strconv.FormatInt(r.Evaluated, 10),
-		strconv.FormatInt(r.Hits, 10), number(r.HitsPer1000(), 2), strconv.FormatInt(r.Alerts, 10),
-		strconv.FormatInt(r.Accounts, 10), precision, when(r.FirstHit), when(r.LastHit)}
+	count := func(n int64) string { return strconv.FormatInt(n, 10) }
+	return []string{r.Rule, strconv.Itoa(r.Version), r.Mode, count(r.Evaluated), count(r.Hits), number(r.HitsPer1000(), 2),
+		count(r.Alerts), count(r.Accounts), count(r.TruePositives), count(r.FalsePositives), count(r.Inconclusive),
+		number(r.Precision(), 3), when(r.FirstHit), when(r.LastHit)}
 }
 
 func writeTable(w io.Writer, rep Report) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "RULE\tVERSION\tMODE\tEVALUATED\tHITS\tPER_1000\tALERTS\tACCOUNTS\tPRECISION\tFIRST_HIT\tLAST_HIT")
+	fmt.Fprintln(tw, "RULE\tVERSION\tMODE\tEVALUATED\tHITS\tPER_1000\tALERTS\tACCOUNTS\tTRUE_POS\tFALSE_POS\tINCONCLUSIVE\tPRECISION\tFIRST_HIT\tLAST_HIT")
 	for _, r := range rep.Rows {
-		f := fields(r, rep.Outcomes, "-")
+		f := fields(r, "-")
 		f[1] = "v" + f[1]
 		for i, s := range f {
 			if i > 0 {
@@ -87,7 +84,7 @@ func writeCSV(w io.Writer, rep Report) error {
 		return err
 	}
 	for _, r := range rep.Rows {
-		if err := cw.Write(fields(r, rep.Outcomes, "")); err != nil {
+		if err := cw.Write(fields(r, "")); err != nil {
 			return err
 		}
 	}
@@ -114,11 +111,7 @@ func writeJSON(w io.Writer, rep Report) error {
 		Rows []jsonRow `json:"rules"`
 	}{Report: rep, Rows: make([]jsonRow, 0, len(rep.Rows))}
 	for _, r := range rep.Rows {
-		jr := jsonRow{Row: r, HitsPer1000: known(r.HitsPer1000())}
-		if rep.Outcomes {
-			jr.Precision = known(r.Precision())
-		}
-		out.Rows = append(out.Rows, jr)
+		out.Rows = append(out.Rows, jsonRow{Row: r, HitsPer1000: known(r.HitsPer1000()), Precision: known(r.Precision())})
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")

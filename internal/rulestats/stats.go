@@ -24,9 +24,11 @@ type Row struct {
 	Accounts  int64      `json:"distinct_accounts"`
 	FirstHit  *time.Time `json:"first_hit"`
 	LastHit   *time.Time `json:"last_hit"`
-	// The outcomes of the version's alerts whose cases are closed.
+	// The outcomes of the version's alerts whose cases are closed: each
+	// alert takes its case's disposition.
 	TruePositives  int64 `json:"true_positives"`
 	FalsePositives int64 `json:"false_positives"`
+	Inconclusive   int64 `json:"inconclusive"`
 }
 
 // HitsPer1000 is the hit rate per 1,000 events evaluated; NaN when none was.
@@ -38,7 +40,8 @@ func (r Row) HitsPer1000() float64 {
 }
 
 // Precision is true positives over true and false positives among the
-// version's alerts in closed cases; NaN when there is none.
+// version's alerts in closed cases (an inconclusive one says neither); NaN
+// when there is none, which is unknown rather than zero.
 func (r Row) Precision() float64 {
 	if n := r.TruePositives + r.FalsePositives; n > 0 {
 		return float64(r.TruePositives) / float64(n)
@@ -50,18 +53,15 @@ func (r Row) Precision() float64 {
 type Report struct {
 	Workspace string    `json:"workspace_id"`
 	Since     time.Time `json:"since"`
-	// Outcomes is false while the database has no case dispositions yet:
-	// precision cannot be known, rather than zero.
-	Outcomes bool  `json:"outcomes"`
-	Rows     []Row `json:"rules"`
+	Rows      []Row     `json:"rules"`
 }
 
 // The statistics query. Events evaluated come from the stream's hourly
 // counts (so since is taken to its hour for them), hits from rule_hits by
 // when they were stored, alerts from the alerts those hits raised. Every
 // version with a count or a hit since then has a row, and so does the
-// current version of every enabled rule (zeros: it was not evaluated). Its
-// %s is the outcome columns, which need cases.disposition.
+// current version of every enabled rule (zeros: it was not evaluated). An
+// alert's outcome is its case's disposition once that case is closed.
 const statsQuery = `
 WITH ev AS (
     SELECT rule_id, rule_version, bool_or(shadow) AS shadow, sum(events)::bigint AS events
@@ -75,7 +75,10 @@ WITH ev AS (
      WHERE workspace_id = $1 AND hit_at >= $2
      GROUP BY rule_id, rule_version
 ), al AS (
-    SELECT h.rule_id, h.rule_version, count(*) AS alerts, %s
+    SELECT h.rule_id, h.rule_version, count(*) AS alerts,
+           count(*) FILTER (WHERE c.status = 'closed' AND c.disposition = 'true_positive') AS tp,
+           count(*) FILTER (WHERE c.status = 'closed' AND c.disposition = 'false_positive') AS fp,
+           count(*) FILTER (WHERE c.status = 'closed' AND c.disposition = 'inconclusive') AS inc
       FROM speculapro.alerts a
       JOIN speculapro.rule_hits h ON h.id = a.rule_hit_id
       LEFT JOIN speculapro.cases c ON c.id = a.case_id
@@ -89,21 +92,13 @@ WITH ev AS (
 SELECT r.name, r.id::text, k.rule_version,
        CASE WHEN coalesce(h.shadow, ev.shadow, r.mode = 'shadow' AND k.rule_version = r.version) THEN 'shadow' ELSE 'live' END,
        coalesce(ev.events, 0), coalesce(h.hits, 0), coalesce(al.alerts, 0), coalesce(h.accounts, 0),
-       h.first_hit, h.last_hit, coalesce(al.tp, 0), coalesce(al.fp, 0)
+       h.first_hit, h.last_hit, coalesce(al.tp, 0), coalesce(al.fp, 0), coalesce(al.inc, 0)
   FROM k
   JOIN speculapro.rules r ON r.id = k.rule_id
   LEFT JOIN ev ON ev.rule_id = k.rule_id AND ev.rule_version = k.rule_version
   LEFT JOIN h ON h.rule_id = k.rule_id AND h.rule_version = k.rule_version
   LEFT JOIN al ON al.rule_id = k.rule_id AND al.rule_version = k.rule_version
  ORDER BY r.name, k.rule_version DESC`
-
-// The outcome columns: an alert's outcome is its case's disposition once
-// that case is closed.
-const (
-	outcomeColumns = `count(*) FILTER (WHERE c.status = 'closed' AND c.disposition = 'true_positive') AS tp,
-           count(*) FILTER (WHERE c.status = 'closed' AND c.disposition = 'false_positive') AS fp`
-	noOutcomeColumns = `0::bigint AS tp, 0::bigint AS fp`
-)
 
 // Read returns workspace's figures since since, inside tx (which it binds
 // to workspace for row-level security, so it runs as the app role and
@@ -113,24 +108,14 @@ func Read(ctx context.Context, tx pgx.Tx, workspace event.UUID, since time.Time)
 	if _, err := tx.Exec(ctx, `SELECT set_config('speculapro.workspace_id', $1, true)`, workspace.String()); err != nil {
 		return rep, fmt.Errorf("binding the session to workspace %s: %w", workspace, err)
 	}
-	// Case dispositions arrive with the case work; until the column exists
-	// precision is unknown, not zero.
-	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_attribute
- WHERE attrelid = 'speculapro.cases'::regclass AND attname = 'disposition' AND NOT attisdropped)`).Scan(&rep.Outcomes); err != nil {
-		return rep, fmt.Errorf("looking for case dispositions: %w", err)
-	}
-	cols := noOutcomeColumns
-	if rep.Outcomes {
-		cols = outcomeColumns
-	}
-	rows, err := tx.Query(ctx, fmt.Sprintf(statsQuery, cols), workspace, since)
+	rows, err := tx.Query(ctx, statsQuery, workspace, since)
 	if err != nil {
 		return rep, fmt.Errorf("reading the rule statistics of workspace %s: %w", workspace, err)
 	}
 	rep.Rows, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (Row, error) {
 		var r Row
 		err := row.Scan(&r.Rule, &r.RuleID, &r.Version, &r.Mode, &r.Evaluated, &r.Hits, &r.Alerts, &r.Accounts,
-			&r.FirstHit, &r.LastHit, &r.TruePositives, &r.FalsePositives)
+			&r.FirstHit, &r.LastHit, &r.TruePositives, &r.FalsePositives, &r.Inconclusive)
 		return r, err
 	})
 	if err != nil {

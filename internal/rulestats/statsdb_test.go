@@ -34,10 +34,6 @@ func newStatsDB(t *testing.T) statsDB {
 	if err := db.super.QueryRow(ctx, `INSERT INTO speculapro.workspaces (name) VALUES ('w') RETURNING id`).Scan(&db.ws); err != nil {
 		t.Fatal(err)
 	}
-	// Case dispositions belong to the case work's migration; a database
-	// without it gets the column as that migration defines it.
-	exec(t, db.super, `ALTER TABLE speculapro.cases ADD COLUMN IF NOT EXISTS disposition text
-    CHECK (disposition IN ('true_positive', 'false_positive', 'inconclusive'))`)
 	// big: live at v2 (v1 had hits two days ago too); quiet: enabled, never
 	// evaluated; watch: shadow.
 	exec(t, db.super, `INSERT INTO speculapro.rules (workspace_id, name, expression, version, mode) VALUES
@@ -59,12 +55,14 @@ SELECT $1, r.id, v.version, gen_random_uuid(), now(), v.account::uuid, now() - v
        AS v(name, version, account, ago)
   JOIN speculapro.rules r ON r.workspace_id = $1 AND r.name = v.name`, db.ws)
 	// Alerts for every live hit; big v2's four in cases: two closed true
-	// positives, one closed false positive, one open (no outcome yet).
+	// positives, one closed false positive, one open (no outcome yet); big
+	// v1's closed inconclusive.
 	exec(t, db.super, `INSERT INTO speculapro.cases (workspace_id, title, status, disposition) VALUES
-($1, 'tp', 'closed', 'true_positive'), ($1, 'fp', 'closed', 'false_positive'), ($1, 'open', 'open', NULL)`, db.ws)
+($1, 'tp', 'closed', 'true_positive'), ($1, 'fp', 'closed', 'false_positive'), ($1, 'open', 'open', NULL),
+($1, 'inc', 'closed', 'inconclusive')`, db.ws)
 	exec(t, db.super, `INSERT INTO speculapro.alerts (workspace_id, dedupe_key, rule_id, rule_hit_id, event_id, title, case_id)
 SELECT h.workspace_id, h.id::text, h.rule_id, h.id, h.event_id, 't',
-       (SELECT id FROM speculapro.cases WHERE title = (ARRAY['tp', 'tp', 'fp', 'open'])[h.n])
+       (SELECT id FROM speculapro.cases WHERE title = (ARRAY['tp', 'tp', 'fp', 'open', 'inc'])[h.n])
   FROM (SELECT h.*, row_number() OVER (ORDER BY hit_at DESC) AS n FROM speculapro.rule_hits h WHERE NOT shadow) h`)
 	return db
 }
