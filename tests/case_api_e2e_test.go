@@ -104,13 +104,7 @@ func (s *caseStack) cases(t *testing.T, ws event.UUID) []event.UUID {
 // caseRow is a case's changeable state as stored.
 func (s *caseStack) caseRow(t *testing.T, id event.UUID) string {
 	t.Helper()
-	var row string
-	if err := s.sys.QueryRow(context.Background(), `SELECT format('%s v%s assignee=%s disposition=%s events=%s', status, version,
-		coalesce(assignee, '-'), coalesce(disposition, '-'), (SELECT count(*) FROM speculapro.case_events e WHERE e.case_id = c.id))
-		FROM speculapro.cases c WHERE id = $1`, id).Scan(&row); err != nil {
-		t.Fatal(err)
-	}
-	return row
+	return caseRowOf(t, s.sys, id)
 }
 
 // Each key is served only where its scopes allow: a cases key cannot send

@@ -121,3 +121,16 @@ func caseTry(method, url, key, ifMatch, actor string, body any) (caseAnswer, err
 	_ = json.Unmarshal(a.raw, &a.body)
 	return a, nil
 }
+
+// caseRowOf is case id's changeable state as stored (conn: a role that sees
+// every workspace): status, version, assignee, disposition, case events.
+func caseRowOf(t testing.TB, conn *pgx.Conn, id event.UUID) string {
+	t.Helper()
+	var row string
+	if err := conn.QueryRow(context.Background(), `SELECT format('%s v%s assignee=%s disposition=%s events=%s', status, version,
+		coalesce(assignee, '-'), coalesce(disposition, '-'), (SELECT count(*) FROM speculapro.case_events e WHERE e.case_id = c.id))
+		FROM speculapro.cases c WHERE id = $1`, id).Scan(&row); err != nil {
+		t.Fatal(err)
+	}
+	return row
+}

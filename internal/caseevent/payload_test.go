@@ -1,7 +1,6 @@
 package caseevent_test
 
 import (
-	"context"
 	"encoding/json"
 	"maps"
 	"slices"
@@ -15,10 +14,8 @@ import (
 // value, and nothing else.
 func TestCaseSQLBuildsTheOneShape(t *testing.T) {
 	d := dbtest.New(t)
-	conn := d.Connect(t, d.SuperuserURL)
-	ctx := context.Background()
 	var raw []byte
-	err := conn.QueryRow(ctx, `
+	err := d.Connect(t, d.SuperuserURL).QueryRow(t.Context(), `
 WITH w AS (INSERT INTO speculapro.workspaces (name) VALUES ('payload') RETURNING id),
      c AS (INSERT INTO speculapro.cases (workspace_id, group_key, title, priority, assignee)
            SELECT id, 'account:a', 'Large payment', 'high', 'ana' FROM w RETURNING *)
