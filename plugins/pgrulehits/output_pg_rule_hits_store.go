@@ -120,23 +120,23 @@ RETURNING shadow
 )
 SELECT count(*) FILTER (WHERE NOT shadow), count(*) FILTER (WHERE shadow) FROM new_hits`
 
-	// One statement for the alerts and their outbox rows, after openCases
-	// has opened or joined their cases. Each alert is inserted under its
-	// dedupe key into its group's open case, which openCases wrote and holds
-	// locked until the commit (an alert already stored conflicts, whatever
-	// case its group has now). The outbox and the
-	// case steps read only new_alerts, the alerts this statement inserted,
-	// so an alert that already existed (a replay, the other process won)
-	// queues nothing.
+	// One statement for the alerts, their cases and their outbox rows. Each
+	// alert not stored yet is inserted under its dedupe key into the case
+	// casesOfAlerts opened or joined for its group, which stays locked until
+	// the commit (an alert another process stored meanwhile conflicts,
+	// whatever case its group has now). The outbox and the case steps read
+	// only new_alerts, the alerts this statement inserted, so an alert that
+	// already existed (a replay, the other process won) queues nothing.
 	insertAlertsAndOutbox = `
-WITH ` + batchHits + `, ` + alertingHits + `, new_alerts AS (
+WITH ` + batchHits + `, ` + alertingHits + `, ` + casesOfAlerts + `, new_alerts AS (
     INSERT INTO speculapro.alerts
            (id, workspace_id, dedupe_key, rule_id, rule_hit_id, customer_id, account_id, event_id, severity, title,
             details, case_id)
     SELECT f.alert_id, f.workspace_id, f.dedupe_key, f.rule_id, f.hit_id, f.customer_id, f.account_id, f.event_id,
            f.severity, f.title, f.details, c.id
-      FROM alerting f
-      JOIN speculapro.cases c ON c.workspace_id = f.workspace_id AND c.group_key = f.group_key AND c.status <> 'closed'
+      FROM fresh f
+     CROSS JOIN LATERAL (SELECT ((SELECT ids FROM case_of) ->> (f.workspace_id::text || '/' || f.group_key))::uuid AS id) c
+     WHERE c.id IS NOT NULL
      ORDER BY f.n
         ON CONFLICT (workspace_id, dedupe_key) DO NOTHING
     RETURNING id, workspace_id, rule_id, event_id, customer_id, account_id, severity, title, details, case_id, created_at
@@ -202,7 +202,7 @@ SELECT (SELECT count(*) FROM new_alerts), (SELECT count(*) FROM deliveries), (SE
 )
 
 // writeHits writes rows, their alerts, the alerts' cases and the outbox rows
-// of both with three statements. A shadow hit is stored, marked, and goes no
+// of both with two statements. A shadow hit is stored, marked, and goes no
 // further: it opens no alert and no case.
 func writeHits(ctx context.Context, tx pgx.Tx, rows []hitRow, cases bool) (hitsStats, error) {
 	var s hitsStats
@@ -238,11 +238,8 @@ func writeHits(ctx context.Context, tx pgx.Tx, rows []hitRow, cases bool) (hitsS
 		}
 		return s, nil
 	}
-	if _, err := tx.Exec(ctx, openCases, aWS, aRules, aEvs); err != nil {
-		return s, fmt.Errorf("opening or joining the cases of %d hits' alerts: %w", len(aWS), err)
-	}
 	if err := tx.QueryRow(ctx, insertAlertsAndOutbox, aWS, aRules, aEvs).Scan(&s.alerts, &s.deliveries, &s.notifications, &s.casesOpened); err != nil {
-		return s, fmt.Errorf("inserting alerts and outbox rows for %d hits: %w", len(aWS), err)
+		return s, fmt.Errorf("inserting alerts, their cases and outbox rows for %d hits: %w", len(aWS), err)
 	}
 	return s, nil
 }
