@@ -62,12 +62,13 @@ const (
 	// pass over the hits and no lookup of the case. A case the statement
 	// inserted has version 1; one it joined has a higher one. Groups are
 	// written in key order, so two processes lock cases in the same order.
-	// case_of holds the cases as two jsonb objects, the case id by
-	// workspace and group and the case's body by id, looked up per alert
-	// and per step: a join between two of the statement's CTEs is planned
-	// from an estimate of one row a side, a nested loop comparing every
-	// alert with every case (a quarter of a million comparisons for a
-	// batch of 500), where a lookup in a jsonb object is a binary search.
+	// case_of holds the case ids as a jsonb object keyed by workspace and
+	// group, looked up per alert, and case_bodies the cases by id, looked
+	// up per step only when a webhook endpoint wants it: a join between
+	// two of the statement's CTEs is planned from an estimate of one row a
+	// side, a nested loop comparing every alert with every case (a quarter
+	// of a million comparisons for a batch of 500), where a lookup in a
+	// jsonb object is a binary search.
 	casesOfAlerts = `fresh AS (
     SELECT * FROM alerting h
      WHERE NOT EXISTS (SELECT 1 FROM speculapro.alerts a
@@ -90,13 +91,15 @@ const (
        SET priority = CASE WHEN ` + severityRank + `excluded.priority) > ` + severityRank + `c.priority)
                            THEN excluded.priority ELSE c.priority END,
            version = c.version + 1, updated_at = now()
-    RETURNING c.id, c.workspace_id, c.group_key, c.version = 1 AS opened,
-              jsonb_build_object('id', c.id, 'status', c.status, 'priority', c.priority, 'title', c.title,
-                                 'customer_id', c.customer_id, 'account_id', c.account_id, 'group_key', c.group_key,
-                                 'opened_at', c.opened_at, 'version', c.version) AS body
+    RETURNING c.id, c.workspace_id, c.group_key, c.version = 1 AS opened, c.status, c.priority, c.title,
+              c.customer_id, c.account_id, c.opened_at, c.version
 ), case_of AS (
-    SELECT jsonb_object_agg(c.workspace_id::text || '/' || c.group_key, c.id) AS ids,
-           jsonb_object_agg(c.id::text, c.body) AS bodies
+    SELECT jsonb_object_agg(c.workspace_id::text || '/' || c.group_key, c.id) AS ids FROM touched c
+), case_bodies AS (
+    SELECT jsonb_object_agg(c.id::text, jsonb_build_object('id', c.id, 'status', c.status, 'priority', c.priority,
+                                                          'title', c.title, 'customer_id', c.customer_id,
+                                                          'account_id', c.account_id, 'group_key', c.group_key,
+                                                          'opened_at', c.opened_at, 'version', c.version)) AS bodies
       FROM touched c
 )`
 
@@ -110,7 +113,7 @@ const (
 	caseSteps = `step_rows AS MATERIALIZED (
     SELECT gen_random_uuid() AS id, s.*
       FROM (SELECT c.workspace_id, c.id AS case_id, 'opened' AS kind, 0 AS step, NULL::uuid AS alert_id,
-                   jsonb_build_object('group_key', c.group_key, 'priority', c.body -> 'priority') AS body,
+                   jsonb_build_object('group_key', c.group_key, 'priority', c.priority) AS body,
                    NULL::jsonb AS alert
               FROM touched c
              WHERE c.opened
@@ -129,7 +132,7 @@ const (
     INSERT INTO speculapro.webhook_deliveries (workspace_id, endpoint_id, event_type, event_id, payload)
     SELECT s.workspace_id, e.id, 'case.' || s.kind, s.id,
            jsonb_build_object('type', 'case.' || s.kind, 'id', s.id, 'workspace_id', s.workspace_id, 'created_at', now(),
-                              'case', (SELECT bodies FROM case_of) -> s.case_id::text)
+                              'case', (SELECT bodies FROM case_bodies) -> s.case_id::text)
            || CASE WHEN s.alert IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('alert', s.alert) END
       FROM step_rows s
       JOIN speculapro.webhook_endpoints e
