@@ -175,6 +175,10 @@ type pgRuleHits struct {
 	attemptTimeout time.Duration
 	log            *service.Logger
 	m              *streamMetrics
+	// withoutCases writes alerts outside any case: only the package's
+	// benchmark sets it, to time the same write without cases in the same
+	// run. No config field reaches it.
+	withoutCases bool
 }
 
 // prhOptions are the settings of a pgRuleHits.

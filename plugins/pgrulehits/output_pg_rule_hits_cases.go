@@ -2,12 +2,12 @@ package pgrulehits
 
 import "github.com/speculapro/speculapro/internal/caseevent"
 
-// The case parts of a batch's alert write. openCases opens or joins the
-// case of every alert the batch will insert, then insertAlertsAndOutbox
-// inserts the alerts into their cases with the case steps (caseSteps) and
-// their webhook deliveries: in the transaction that inserts the alerts, so
-// an alert, its case and every step recorded for it commit together or not
-// at all, with two statements per batch, none per alert.
+// The case parts of a batch's alert write. In insertAlertsAndOutbox,
+// casesOfAlerts opens or joins the case of every alert the batch inserts,
+// the alerts go into those cases, and caseSteps records the case steps and
+// their webhook deliveries: one statement, so an alert, its case and every
+// step recorded for it commit together or not at all, with one round trip
+// per batch, none per alert.
 
 // The outbox event types of the stream's case steps, as webhook endpoints
 // name them in event_types: 'case.' followed by the case event's kind.
@@ -51,17 +51,27 @@ const (
              CROSS JOIN LATERAL (SELECT h.rule_id::text || ':' || h.event_id::text AS key) d) f
 )`
 
-	// openCases opens the case of each group with a hit whose alert is not
-	// stored yet (fresh: only they touch a case, so a replay changes none),
-	// or joins the group's open case (the partial unique index decides, so two processes cannot open
+	// casesOfAlerts (CTEs after alertingHits) opens the case of each
+	// group with a hit whose alert is not stored yet (fresh: only they
+	// touch a case, so a replay changes none), or joins the group's open
+	// case (the partial unique index decides, so two processes cannot open
 	// two: the second waits for the first and joins its case) and raises
 	// its priority to the new alerts' most severe when that is higher (a
-	// case's priority is its most severe open alert's). Either way the
-	// case row stays locked until the commit, so it is still open when the
-	// alerts are inserted. Groups are written in key order, so two
-	// processes lock cases in the same order.
-	openCases = `
-WITH ` + batchHits + `, ` + alertingHits + `, fresh AS (
+	// case's priority is its most severe open alert's). Either way the case
+	// row stays locked until the commit, so it is still open when the
+	// alerts are inserted, and RETURNING hands the alert insert each case
+	// as it now is: the same statement writes the alerts, with no second
+	// pass over the hits and no lookup of the case. A case the statement
+	// inserted has version 1; one it joined has a higher one. Groups are
+	// written in key order, so two processes lock cases in the same order.
+	// case_of holds the case ids as a jsonb object keyed by workspace and
+	// group, looked up per alert, and case_bodies the cases by id, looked
+	// up per step only when a webhook endpoint wants it: a join between
+	// two of the statement's CTEs is planned from an estimate of one row a
+	// side, a nested loop comparing every alert with every case (a quarter
+	// of a million comparisons for a batch of 500), where a lookup in a
+	// jsonb object is a binary search.
+	casesOfAlerts = `fresh AS (
     SELECT * FROM alerting h
      WHERE NOT EXISTS (SELECT 1 FROM speculapro.alerts a
                         WHERE a.workspace_id = h.workspace_id AND a.dedupe_key = h.dedupe_key)
@@ -73,33 +83,40 @@ WITH ` + batchHits + `, ` + alertingHits + `, fresh AS (
            (array_agg(title ORDER BY ` + severityRank + `severity) DESC, n))[1] AS title
       FROM fresh
      GROUP BY workspace_id, group_key
-)
-INSERT INTO speculapro.cases AS c (workspace_id, customer_id, account_id, group_key, title, priority)
-SELECT g.workspace_id, g.customer_id, CASE WHEN g.group_key LIKE 'customer:%' THEN NULL ELSE g.account_id END,
-       g.group_key, g.title, g.priority
-  FROM groups g
- ORDER BY g.workspace_id, g.group_key
-    ON CONFLICT (workspace_id, group_key) WHERE status <> 'closed' DO UPDATE
-   SET priority = CASE WHEN ` + severityRank + `excluded.priority) > ` + severityRank + `c.priority)
-                       THEN excluded.priority ELSE c.priority END,
-       version = c.version + 1, updated_at = now()`
+), touched AS (
+    INSERT INTO speculapro.cases AS c (workspace_id, customer_id, account_id, group_key, title, priority)
+    SELECT g.workspace_id, g.customer_id, CASE WHEN g.group_key LIKE 'customer:%' THEN NULL ELSE g.account_id END,
+           g.group_key, g.title, g.priority
+      FROM groups g
+     ORDER BY g.workspace_id, g.group_key
+        ON CONFLICT (workspace_id, group_key) WHERE status <> 'closed' DO UPDATE
+       SET priority = CASE WHEN ` + severityRank + `excluded.priority) > ` + severityRank + `c.priority)
+                           THEN excluded.priority ELSE c.priority END,
+           version = c.version + 1, updated_at = now()
+    RETURNING c.id, c.workspace_id, c.group_key, c.version = 1 AS opened, c.status, c.priority, c.title,
+              c.customer_id, c.account_id, c.opened_at, c.version, c.assignee, c.disposition
+), case_of AS (
+    SELECT jsonb_object_agg(c.workspace_id::text || '/' || c.group_key, c.id) AS ids FROM touched c
+), case_bodies AS (
+    SELECT jsonb_object_agg(c.id::text, ` + caseevent.CaseSQL + `) AS bodies
+      FROM touched c
+)`
 
 	// caseSteps (CTEs of insertAlertsAndOutbox, after payloads): step_rows
-	// is an 'opened' step for each case that has no step yet (openCases
-	// opened it) and an 'alert_attached' step per new alert; steps writes
-	// them (actor 'stream'); case_deliveries queues each for every enabled
-	// webhook endpoint of the workspace subscribed to its type ('case.' and
-	// the kind), the step's id as the delivery's event_id, with the case as
-	// it is after this transaction and the step (caseevent's one shape of
-	// a case.* body) and, when attached, the alert.
+	// is an 'opened' step for each case the statement opened and an
+	// 'alert_attached' step per new alert; steps writes them (actor
+	// 'stream'); case_deliveries queues each for every enabled webhook
+	// endpoint of the workspace subscribed to its type ('case.' and the
+	// kind), the step's id as the delivery's event_id, with the case as it
+	// is after this transaction and the step (caseevent's one shape of a
+	// case.* body) and, when attached, the alert.
 	caseSteps = `step_rows AS MATERIALIZED (
     SELECT gen_random_uuid() AS id, s.*
-      FROM (SELECT p.workspace_id, p.case_id, 'opened' AS kind, 0 AS step, NULL::uuid AS alert_id,
-                   jsonb_build_object('group_key', c.group_key, 'priority', c.priority) AS body, NULL::jsonb AS alert
-              FROM (SELECT DISTINCT workspace_id, case_id FROM payloads) p
-              JOIN speculapro.cases c ON c.id = p.case_id
-             WHERE NOT EXISTS (SELECT 1 FROM speculapro.case_events e
-                                WHERE e.workspace_id = p.workspace_id AND e.case_id = p.case_id)
+      FROM (SELECT c.workspace_id, c.id AS case_id, 'opened' AS kind, 0 AS step, NULL::uuid AS alert_id,
+                   jsonb_build_object('group_key', c.group_key, 'priority', c.priority) AS body,
+                   NULL::jsonb AS alert
+              FROM touched c
+             WHERE c.opened
             UNION ALL
             SELECT p.workspace_id, p.case_id, 'alert_attached', 1, p.id,
                    jsonb_build_object('alert_id', p.id, 'rule_id', p.alert -> 'rule_id', 'severity', p.severity),
@@ -115,14 +132,13 @@ SELECT g.workspace_id, g.customer_id, CASE WHEN g.group_key LIKE 'customer:%' TH
     INSERT INTO speculapro.webhook_deliveries (workspace_id, endpoint_id, event_type, event_id, payload)
     SELECT s.workspace_id, e.id, 'case.' || s.kind, s.id,
            jsonb_build_object('type', 'case.' || s.kind, 'id', s.id, 'workspace_id', s.workspace_id, 'created_at', now(),
-                              'case', ` + caseevent.CaseSQL + `,
+                              'case', (SELECT bodies FROM case_bodies) -> s.case_id::text,
                               'event', jsonb_build_object('kind', s.kind, 'actor', '` + caseActor + `', 'body', s.body))
            || CASE WHEN s.alert IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('alert', s.alert) END
       FROM step_rows s
       JOIN speculapro.webhook_endpoints e
         ON e.workspace_id = s.workspace_id AND e.enabled
        AND (cardinality(e.event_types) = 0 OR 'case.' || s.kind = ANY (e.event_types))
-      JOIN speculapro.cases c ON c.id = s.case_id
      ORDER BY s.id, e.id
         ON CONFLICT (endpoint_id, event_id) DO NOTHING
     RETURNING 1

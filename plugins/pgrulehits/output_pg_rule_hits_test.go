@@ -297,6 +297,16 @@ SELECT event_type = 'alert.created' AND status = 'pending' AND payload->>'type' 
   FROM speculapro.webhook_deliveries WHERE endpoint_id = $1 AND event_id = $2::uuid`, ep, alertID).Scan(&payloadOK); err != nil || !payloadOK {
 		t.Errorf("delivery of endpoint %s for alert %s: ok=%v err=%v", ep, alertID, payloadOK, err)
 	}
+	// The case steps' deliveries carry the case as the transaction left it.
+	if n := h.count(`
+SELECT count(*) FROM speculapro.webhook_deliveries d JOIN speculapro.cases c ON c.id = (d.payload->'case'->>'id')::uuid
+ WHERE d.endpoint_id = $1 AND d.event_type IN ('case.opened', 'case.alert_attached')
+   AND d.payload->>'type' = d.event_type AND d.payload->'case'->>'priority' = c.priority
+   AND (d.payload->'case'->>'version')::bigint = c.version AND d.payload->'case'->>'group_key' = c.group_key
+   AND d.payload->'case'->>'status' = 'open' AND d.payload->'case' ? 'opened_at'
+   AND (d.event_type = 'case.opened') = (d.payload->'alert' IS NULL)`, ep); n != 2 {
+		t.Errorf("case step deliveries of endpoint %s with the case as stored: %d, want 2", ep, n)
+	}
 	if n := h.count("SELECT count(*) FROM speculapro.notifications WHERE dedupe_key = $1 AND kind = 'alert.created' AND channel = 'email'",
 		"alert.created:"+alertID.String()+":"+sub.String()); n != 1 {
 		t.Errorf("notification for subscription %s: %d rows, want 1", sub, n)
