@@ -49,7 +49,8 @@ type Options struct {
 	// From and To bound the period (occurred_at in [From, To)).
 	From, To time.Time
 	// Rules are the rules under test (from rule files); the workspace's
-	// live rules are evaluated beside them for comparison.
+	// enabled rules (live and shadow) are evaluated beside them for
+	// comparison.
 	Rules []rules.Rule
 	// Explain is how many hits per rule to keep with the values that made
 	// them fire.
@@ -60,8 +61,8 @@ type Options struct {
 	MaxMemory int64
 	// Progress, when set, is told after every batch.
 	Progress func(Progress)
-	// Hit, when set, is told every hit (a rule of the files or a live
-	// rule, and the event it fired on).
+	// Hit, when set, is told every hit (a rule of the files or of the
+	// workspace, and the event it fired on).
 	Hit func(r *RuleResult, ev *event.Envelope)
 }
 
@@ -72,7 +73,7 @@ type Progress struct {
 }
 
 // Run replays the history of o.Workspace from Warmup before o.From and
-// reports what o.Rules and the workspace's live rules fire on in the
+// reports what o.Rules and the workspace's enabled rules fire on in the
 // period. It reads in one read-only transaction on conn bound to the
 // workspace (row-level security), rolled back at the end, and writes
 // nothing; a cancelled ctx stops it with ctx's error.
@@ -93,11 +94,11 @@ func Run(ctx context.Context, conn *pgx.Conn, o Options) (*Report, error) {
 		o.Workspace.String(), sortMemory); err != nil {
 		return nil, fmt.Errorf("backtest: binding the session to workspace %s: %w", o.Workspace, err)
 	}
-	rep, live, err := prepareReport(ctx, tx, o)
+	rep, wsRules, err := prepareReport(ctx, tx, o)
 	if err != nil {
 		return nil, fmt.Errorf("backtest: %w", err)
 	}
-	ev, err := newEvaluator(rep, o, live)
+	ev, err := newEvaluator(rep, o, wsRules)
 	if err != nil {
 		return nil, fmt.Errorf("backtest: %w", err)
 	}
