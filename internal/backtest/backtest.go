@@ -119,7 +119,11 @@ func Run(ctx context.Context, conn *pgx.Conn, o Options) (*Report, error) {
 		return nil, fmt.Errorf("backtest: %w: %d accounts, %d customers and %d counterparties need about %d MiB, %d MiB given",
 			ErrTooLarge, size.Accounts, size.Customers, size.Counterparties, need>>20, o.MaxMemory>>20)
 	}
-	if err := replay(ctx, tx, o, ev, warm, last, size.Events); err != nil {
+	p, err := loadParties(ctx, tx, o.Workspace)
+	if err != nil {
+		return nil, fmt.Errorf("backtest: %w", err)
+	}
+	if err := replay(ctx, tx, o, ev, p, warm, last, size.Events); err != nil {
 		return nil, fmt.Errorf("backtest: %w", err)
 	}
 	rep.finish()
@@ -152,7 +156,7 @@ func EstimateBytes(accounts, customers, counterparties int64) int64 {
 // totals in memory and evaluates the period's events: one goroutine reads
 // and decodes the rows into batches while this one applies and evaluates
 // the batch before.
-func replay(parent context.Context, tx pgx.Tx, o Options, ev *evaluator, warm, last time.Time, total int64) error {
+func replay(parent context.Context, tx pgx.Tx, o Options, ev *evaluator, p *parties, warm, last time.Time, total int64) error {
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	batches := make(chan []*row, 2)
@@ -164,7 +168,7 @@ func replay(parent context.Context, tx pgx.Tx, o Options, ev *evaluator, warm, l
 		// ctx ends (replay returning cancels it), closing batches.
 		defer close(done)
 		defer close(batches)
-		readErr = readHistory(ctx, tx, o.Workspace, warm, last, batches, &firstRow)
+		readErr = readHistory(ctx, tx, o.Workspace, p, warm, last, batches, &firstRow)
 	}()
 	mem := features.NewMemory()
 	start := time.Now()
@@ -202,14 +206,14 @@ func replay(parent context.Context, tx pgx.Tx, o Options, ev *evaluator, warm, l
 // readHistory sends the history's rows, decoded, in batches of batchSize.
 // firstRow is set to how long the first row took (PostgreSQL sorting the
 // history).
-func readHistory(ctx context.Context, tx pgx.Tx, ws event.UUID, warm, last time.Time, out chan<- []*row, firstRow *time.Duration) error {
+func readHistory(ctx context.Context, tx pgx.Tx, ws event.UUID, p *parties, warm, last time.Time, out chan<- []*row, firstRow *time.Duration) error {
 	start := time.Now()
 	rows, err := tx.Query(ctx, historyQuery, ws, warm, last)
 	if err != nil {
 		return fmt.Errorf("reading the history: %w", err)
 	}
 	defer rows.Close()
-	rd := newRowReader()
+	rd := newRowReader(p)
 	batch := make([]*row, 0, batchSize)
 	send := func() bool {
 		select {
@@ -227,6 +231,9 @@ func readHistory(ctx context.Context, tx pgx.Tx, ws event.UUID, warm, last time.
 		r, err := rd.scan(rows, ws)
 		if err != nil {
 			return err
+		}
+		if r == nil {
+			continue
 		}
 		if batch = append(batch, r); len(batch) == batchSize && !send() {
 			return ctx.Err()
