@@ -29,12 +29,6 @@ import (
 // given: about 200,000 accounts with as many customers and counterparties.
 const defaultBacktestMemory = "4GiB"
 
-// backtestGCPercent is a backtest's GOGC. The replay's garbage is the
-// events it has applied, its live heap the totals: collecting when the heap
-// is five times the totals rather than twice spends a fraction of the CPU
-// on the collector, and the soft limit (--max-memory) still holds the heap.
-const backtestGCPercent = 400
-
 // rulesBacktestCommand is `rules backtest`.
 func rulesBacktestCommand() *cli.Command {
 	return &cli.Command{
@@ -169,9 +163,8 @@ func runRulesBacktest(ctx context.Context, stdout, stderr io.Writer, dbURL strin
 	defer stop()
 	// The totals of a large workspace are hundreds of megabytes of live
 	// heap: under the limit every command starts with, the collector
-	// would run nearly all the time. --max-memory bounds them instead,
-	// and under it the collector runs at backtestGCPercent.
-	procmem.Request(procmem.Settings{Limit: a.opts.MaxMemory, LiveHeapHeadroom: 1.5, GCPercent: backtestGCPercent})
+	// would run nearly all the time. --max-memory bounds them instead.
+	procmem.Request(procmem.Settings{Limit: a.opts.MaxMemory, LiveHeapHeadroom: 1.5})
 	defs, err := rules.ParseFiles(a.files...)
 	if err != nil {
 		return fmt.Errorf("rules backtest:\n%w", err)
