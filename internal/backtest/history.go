@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -59,6 +60,99 @@ type row struct {
 	env      event.Envelope
 	account  event.UUID // zero for an account event without an account
 	customer event.UUID
+}
+
+// rowReader scans historyQuery's rows into rows, reusing its buffers.
+type rowReader struct {
+	parties                                           *parties
+	kind, typ, amount, currency, direction, status    string
+	reference, channel, object, cpName, dOut, dReason string
+	hasCP                                             bool
+	dScore                                            float64
+	decided                                           *time.Time
+	accountID, counterpartyID                         *event.UUID
+	dest                                              []any
+	r                                                 *row
+	// slab holds the rows to come, allocated a batch at a time: one
+	// allocation a batch rather than one an event.
+	slab []row
+}
+
+func newRowReader(p *parties) *rowReader {
+	x := &rowReader{parties: p, r: &row{}}
+	e := &x.r.env
+	x.dest = []any{&x.kind, &e.ID, &e.ExternalID, &x.accountID, &x.r.customer, &x.counterpartyID, &e.OccurredAt,
+		&e.ReceivedAt, &x.typ, &x.amount, &x.currency, &x.direction, &x.status, &x.reference, &x.channel, &x.object,
+		&x.hasCP, &x.cpName, &x.dOut, &x.dReason, &x.dScore, &x.decided}
+	return x
+}
+
+// scan reads the current row of rows into a new row of workspace ws; nil
+// for an event whose account or customer the workspace does not hold (the
+// stream never saw it: the persister stores an event's parties with it).
+func (x *rowReader) scan(rows pgx.Rows, ws event.UUID) (*row, error) {
+	if len(x.slab) == 0 {
+		x.slab = make([]row, batchSize)
+	}
+	r := &x.slab[0]
+	e := &r.env
+	x.dest[1], x.dest[2], x.dest[4], x.dest[6], x.dest[7] = &e.ID, &e.ExternalID, &r.customer, &e.OccurredAt, &e.ReceivedAt
+	x.accountID, x.counterpartyID, x.decided = nil, nil, nil
+	if err := rows.Scan(x.dest...); err != nil {
+		return nil, fmt.Errorf("reading a stored event: %w", err)
+	}
+	var ok bool
+	if e.CustomerExternalID, ok = x.parties.customers[r.customer]; !ok {
+		*r = row{} // the slot serves the next row
+		return nil, nil
+	}
+	if x.accountID != nil {
+		r.account = *x.accountID
+		if e.AccountExternalID, ok = x.parties.accounts[r.account]; !ok && x.kind == "t" {
+			*r = row{}
+			return nil, nil
+		}
+	}
+	x.slab = x.slab[1:]
+	e.V, e.WorkspaceID, e.Type = event.Version, ws, x.typ
+	e.OccurredAt, e.ReceivedAt = e.OccurredAt.UTC(), e.ReceivedAt.UTC()
+	if x.kind == "e" {
+		e.Kind, e.Attributes = event.KindAccountEvent, object(x.object)
+		return r, nil
+	}
+	e.Kind, e.Metadata = event.KindTransaction, object(x.object)
+	e.Amount, e.Currency, e.Direction = x.amount, x.currency, event.Direction(x.direction)
+	e.Status, e.Reference, e.Channel = x.status, x.reference, x.channel
+	if x.hasCP {
+		cp := event.Counterparty{Name: x.cpName}
+		if x.counterpartyID != nil {
+			if known := x.parties.counterparties[*x.counterpartyID]; known != nil {
+				cp = *known
+				cp.Name = x.cpName
+			}
+		}
+		e.Counterparty = &cp
+	}
+	if x.dOut != "" {
+		d := &event.Decision{Outcome: event.Outcome(x.dOut), Score: x.dScore}
+		if x.dReason != "" {
+			d.Reasons = strings.Split(x.dReason, ",")
+		}
+		if x.decided != nil {
+			d.DecidedAt = x.decided.UTC()
+		}
+		e.Decision = d
+	}
+	return r, nil
+}
+
+// object is a jsonb column's text as the envelope's raw object: the empty
+// object the column defaults to is no object at all.
+func object(s string) []byte {
+	if s == "" || s == "{}" {
+		return nil
+	}
+	return []byte(s)
 }
 
 // fingerprintText is a fingerprint as the envelope carries it: the
