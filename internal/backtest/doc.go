@@ -3,7 +3,8 @@
 //
 // It reads the workspace's transactions and account events from
 // PostgreSQL in one read-only transaction bound to the workspace by
-// row-level security (history.go), applies them to the running totals in
+// row-level security (history.go; their accounts, customers and
+// counterparties read once, parties.go), applies them to the running totals in
 // memory (features.Memory: the stream's own computation, without Redis) in
 // the order the stream applied them, from the longest window before the
 // period on, evaluates the rules of the given files and the workspace's
