@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/speculapro/speculapro/devtools/testenv"
 	"github.com/speculapro/speculapro/internal/backtest"
 	"github.com/speculapro/speculapro/internal/event"
+	"github.com/speculapro/speculapro/internal/rules"
 )
 
 // backtestRate paces loadgen so that no two records share a microsecond of
@@ -27,7 +29,9 @@ const backtestRate = 20000
 // stored rule_hits exactly, rule by rule and event by event, for the live
 // rules and for the same rules given as a file; and a period starting
 // halfway, whose totals are warmed from the history before it, reproduces
-// the hits of its events exactly too.
+// the hits of its events exactly too. One rule of the workspace is in
+// shadow mode: its replay reproduces its stored shadow hits like a live
+// rule's, and it is reported as shadow, with no alert.
 func TestRulesBacktestReproducesLiveHits(t *testing.T) {
 	t.Parallel()
 	testenv.Binary(t)
@@ -38,7 +42,18 @@ func TestRulesBacktestReproducesLiveHits(t *testing.T) {
 	s := newProofStack(t, "backtest", testenv.RedisURL(t))
 	s.own(nil, []string{s.group + "-persist", s.group + "-persist-events"})
 	r := newProofRun(t, cfg)
-	x := newExactRun(t, s, r)
+	x := newExactRun(t, s, r, shadowProofRule)
+	if _, err := s.super.Exec(t.Context(), "UPDATE speculapro.rules SET mode = 'shadow' WHERE name = $1", shadowProofRule.name); err != nil {
+		t.Fatal(err)
+	}
+	// The shadow rule fires where its live twin does (the same
+	// expression), and raises no alert: checkHits holds the stored hits and
+	// alerts to that.
+	for h := range x.hits {
+		if h.rule == shadowTwin {
+			x.hits[proofHit{rule: shadowProofRule.name, event: h.event}] = true
+		}
+	}
 
 	s.produceLG(t, r.g, event.KindAccountEvent, 0, events, backtestRate)
 	evStream := s.startStream(t, "stream-events", streamEvtPipeline, nil)
@@ -71,7 +86,7 @@ func TestRulesBacktestReproducesLiveHits(t *testing.T) {
 					want[h] = n
 				}
 			}
-			for _, src := range []string{backtest.SourceLive, backtest.SourceFile} {
+			for _, src := range []string{backtest.SourceWorkspace, backtest.SourceFile} {
 				got := map[proofHit]bool{}
 				for h := range hits[src] {
 					got[h] = true
@@ -90,19 +105,43 @@ func TestRulesBacktestReproducesLiveHits(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("rules backtest exited %d:\n%s\n%s", code, out, errOut)
 	}
-	for _, want := range []string{"SOURCE  RULE", "hits per day:", "live    t_velocity_out_1h v1", "file    t_velocity_out_1h",
-		"features.account.out_count_1h="} {
+	for _, want := range []string{"SOURCE     RULE", "hits per day:", "features.account.out_count_1h="} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the table lacks %q:\n%s", want, out)
+		}
+	}
+	for _, want := range [][]string{{"workspace", "t_velocity_out_1h", "v1", "live"}, {"file", "t_velocity_out_1h", "live"},
+		{"workspace", shadowProofRule.name, "v1", "shadow"}, {"file", shadowProofRule.name, "shadow"}} {
+		if !tableHasRow(out, want) {
+			t.Errorf("the table lacks a row starting %q:\n%s", want, out)
 		}
 	}
 	t.Logf("rules backtest %s --workspace %s --from %s --to %s --explain 1:\n%s%s", filepath.Base(file), ws,
 		from.Format(time.RFC3339), to.Format(time.RFC3339), out, errOut)
 }
 
-// checkBacktestFigures: the report's counts agree with the hits: per live
-// rule as many hits as the stream stored, every alert it would raise an
-// event the live rules alerted on (overlap), none new.
+// shadowProofRule is in shadow mode in the workspace and in the rule file:
+// shadowTwin's expression, alerting, but a shadow rule raises no alert.
+var shadowProofRule = proofRule{name: "t_large_to_new_payee_shadow", appliesTo: "transaction", alert: true,
+	expr: `event.direction == "out" && event.amount >= 5000 && features.account.new_counterparty`}
+
+const shadowTwin = "t_large_to_new_payee"
+
+// tableHasRow reports whether a line of the table starts with the fields
+// want.
+func tableHasRow(table string, want []string) bool {
+	for _, line := range strings.Split(table, "\n") {
+		if f := strings.Fields(line); len(f) >= len(want) && slices.Equal(f[:len(want)], want) {
+			return true
+		}
+	}
+	return false
+}
+
+// checkBacktestFigures: the report's counts agree with the hits: per
+// workspace rule as many hits as the stream stored, every alert a live rule
+// would raise an event the live rules alerted on (overlap), none new, and
+// the shadow rule none.
 func checkBacktestFigures(t *testing.T, rep *backtest.Report, want map[proofHit]int, whole bool) {
 	t.Helper()
 	per := countByRule(want)
@@ -114,11 +153,15 @@ func checkBacktestFigures(t *testing.T, rep *backtest.Report, want map[proofHit]
 		if int(rr.Hits) != per[rr.Name] {
 			t.Errorf("%s rule %s: %d hits reported, %d stored", rr.Source, rr.Name, rr.Hits, per[rr.Name])
 		}
-		if whole && rr.Source == backtest.SourceLive && rr.Stored != rr.Hits {
-			t.Errorf("live rule %s: %d stored hits reported, %d replayed", rr.Name, rr.Stored, rr.Hits)
+		if whole && rr.Source == backtest.SourceWorkspace && rr.Stored != rr.Hits {
+			t.Errorf("workspace rule %s: %d stored hits reported, %d replayed", rr.Name, rr.Stored, rr.Hits)
 		}
-		if alerting[rr.Name] && (rr.Alerts != rr.Hits || rr.Overlap != rr.Hits || rr.New != 0) {
-			t.Errorf("rule %s: %d hits, %d alerts, %d overlapping, %d new", rr.Name, rr.Hits, rr.Alerts, rr.Overlap, rr.New)
+		if alerting[rr.Name] && (rr.Mode != rules.ModeLive || rr.Alerts != rr.Hits || rr.Overlap != rr.Hits || rr.New != 0) {
+			t.Errorf("rule %s: mode %s, %d hits, %d alerts, %d overlapping, %d new", rr.Name, rr.Mode, rr.Hits, rr.Alerts, rr.Overlap, rr.New)
+		}
+		if rr.Name == shadowProofRule.name && (rr.Mode != rules.ModeShadow || rr.Hits != int64(per[shadowTwin]) || rr.Alerts != 0 || rr.Overlap != 0 || rr.New != 0) {
+			t.Errorf("shadow rule %s: mode %s, %d hits (its twin %d), %d alerts, %d overlapping, %d new", rr.Name, rr.Mode,
+				rr.Hits, per[shadowTwin], rr.Alerts, rr.Overlap, rr.New)
 		}
 		var days int64
 		for _, d := range rr.PerDay {
@@ -154,7 +197,7 @@ func runBacktest(t *testing.T, s *proofStack, file string, ws event.UUID, from, 
 	if err != nil || len(recs) == 0 {
 		t.Fatalf("reading %s: %v", hitsFile, err)
 	}
-	hits := map[string]map[proofHit]bool{backtest.SourceLive: {}, backtest.SourceFile: {}}
+	hits := map[string]map[proofHit]bool{backtest.SourceWorkspace: {}, backtest.SourceFile: {}}
 	for _, rec := range recs[1:] {
 		id, err := event.ParseUUID(rec[2])
 		if err != nil {
@@ -166,8 +209,8 @@ func runBacktest(t *testing.T, s *proofStack, file string, ws event.UUID, from, 
 		}
 		hits[rec[0]][h] = true
 	}
-	t.Logf("workspace %s from %s: %d events evaluated (%d replayed), live hits %v, file hits %v", ws,
-		from.Format(time.RFC3339), rep.Events, rep.Replayed, countByRule(hits[backtest.SourceLive]), countByRule(hits[backtest.SourceFile]))
+	t.Logf("workspace %s from %s: %d events evaluated (%d replayed), workspace rules' hits %v, file hits %v", ws,
+		from.Format(time.RFC3339), rep.Events, rep.Replayed, countByRule(hits[backtest.SourceWorkspace]), countByRule(hits[backtest.SourceFile]))
 	return &rep, hits
 }
 
@@ -201,14 +244,19 @@ UNION ALL SELECT id, workspace_id, occurred_at FROM speculapro.account_events`)
 	return out
 }
 
-// writeProofRuleFile writes proofRules as a rule file.
+// writeProofRuleFile writes proofRules and shadowProofRule (in shadow
+// mode) as a rule file.
 func writeProofRuleFile(t *testing.T) string {
 	t.Helper()
 	var b strings.Builder
 	b.WriteString("rules:\n")
-	for _, r := range proofRules {
-		fmt.Fprintf(&b, "  - name: %s\n    applies_to: %s\n    severity: high\n    action: alert\n    alert: %t\n    score: 10\n    expression: %s\n",
-			r.name, r.appliesTo, r.alert, strconv.Quote(r.expr))
+	for _, r := range append(slices.Clone(proofRules), shadowProofRule) {
+		mode := rules.ModeLive
+		if r == shadowProofRule {
+			mode = rules.ModeShadow
+		}
+		fmt.Fprintf(&b, "  - name: %s\n    applies_to: %s\n    severity: high\n    action: alert\n    alert: %t\n    mode: %s\n    score: 10\n    expression: %s\n",
+			r.name, r.appliesTo, r.alert, mode, strconv.Quote(r.expr))
 	}
 	path := filepath.Join(t.TempDir(), "proof.yaml")
 	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {

@@ -39,10 +39,11 @@ func rulesBacktestCommand() *cli.Command {
 			"read-only transaction and writes nothing, in PostgreSQL or Redis. Replays the workspace's transactions\n" +
 			"and account events from 31 days before --from (the longest window) in the order the stream applied\n" +
 			"them, computes their running totals in memory with the stream's code, and evaluates the files' rules\n" +
-			"and the workspace's live rules on every event whose occurred_at is in [--from, --to). Prints per rule:\n" +
-			"hits, distinct accounts and customers hit, alerts it would raise, how many of those events the live\n" +
-			"rules alerted on already (overlap) and how many would be new, errors, the live rules' stored hits,\n" +
-			"and hits per day. --from and --to take RFC 3339 times or dates (UTC midnight). Ctrl-C stops it.",
+			"and the workspace's enabled rules (live and shadow) on every event whose occurred_at is in [--from, --to).\n" +
+			"Prints per rule: its mode, hits, distinct accounts and customers hit, alerts it would raise (none for a\n" +
+			"shadow rule), how many of those events the live rules alerted on already (overlap) and how many would be\n" +
+			"new, errors, the workspace rules' stored hits, and hits per day. --from and --to take RFC 3339 times or\n" +
+			"dates (UTC midnight). Ctrl-C stops it.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "workspace", Usage: "the workspace's ID (required)"},
 			&cli.StringFlag{Name: "from", Usage: "start of the period, RFC 3339 or YYYY-MM-DD (required)"},

@@ -49,7 +49,8 @@ type Options struct {
 	// From and To bound the period (occurred_at in [From, To)).
 	From, To time.Time
 	// Rules are the rules under test (from rule files); the workspace's
-	// live rules are evaluated beside them for comparison.
+	// enabled rules (live and shadow) are evaluated beside them for
+	// comparison.
 	Rules []rules.Rule
 	// Explain is how many hits per rule to keep with the values that made
 	// them fire.
@@ -60,8 +61,8 @@ type Options struct {
 	MaxMemory int64
 	// Progress, when set, is told after every batch.
 	Progress func(Progress)
-	// Hit, when set, is told every hit (a rule of the files or a live
-	// rule, and the event it fired on).
+	// Hit, when set, is told every hit (a rule of the files or of the
+	// workspace, and the event it fired on).
 	Hit func(r *RuleResult, ev *event.Envelope)
 }
 
@@ -72,7 +73,7 @@ type Progress struct {
 }
 
 // Run replays the history of o.Workspace from Warmup before o.From and
-// reports what o.Rules and the workspace's live rules fire on in the
+// reports what o.Rules and the workspace's enabled rules fire on in the
 // period. It reads in one read-only transaction on conn bound to the
 // workspace (row-level security), rolled back at the end, and writes
 // nothing; a cancelled ctx stops it with ctx's error.
@@ -93,11 +94,11 @@ func Run(ctx context.Context, conn *pgx.Conn, o Options) (*Report, error) {
 		o.Workspace.String(), sortMemory); err != nil {
 		return nil, fmt.Errorf("backtest: binding the session to workspace %s: %w", o.Workspace, err)
 	}
-	rep, live, err := prepareReport(ctx, tx, o)
+	rep, wsRules, err := prepareReport(ctx, tx, o)
 	if err != nil {
 		return nil, fmt.Errorf("backtest: %w", err)
 	}
-	ev, err := newEvaluator(rep, o, live)
+	ev, err := newEvaluator(rep, o, wsRules)
 	if err != nil {
 		return nil, fmt.Errorf("backtest: %w", err)
 	}
@@ -118,7 +119,11 @@ func Run(ctx context.Context, conn *pgx.Conn, o Options) (*Report, error) {
 		return nil, fmt.Errorf("backtest: %w: %d accounts, %d customers and %d counterparties need about %d MiB, %d MiB given",
 			ErrTooLarge, size.Accounts, size.Customers, size.Counterparties, need>>20, o.MaxMemory>>20)
 	}
-	if err := replay(ctx, tx, o, ev, warm, last, size.Events); err != nil {
+	p, err := loadParties(ctx, tx, o.Workspace)
+	if err != nil {
+		return nil, fmt.Errorf("backtest: %w", err)
+	}
+	if err := replay(ctx, tx, o, ev, p, warm, last, size.Events); err != nil {
 		return nil, fmt.Errorf("backtest: %w", err)
 	}
 	rep.finish()
@@ -151,7 +156,7 @@ func EstimateBytes(accounts, customers, counterparties int64) int64 {
 // totals in memory and evaluates the period's events: one goroutine reads
 // and decodes the rows into batches while this one applies and evaluates
 // the batch before.
-func replay(parent context.Context, tx pgx.Tx, o Options, ev *evaluator, warm, last time.Time, total int64) error {
+func replay(parent context.Context, tx pgx.Tx, o Options, ev *evaluator, p *parties, warm, last time.Time, total int64) error {
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	batches := make(chan []*row, 2)
@@ -163,7 +168,7 @@ func replay(parent context.Context, tx pgx.Tx, o Options, ev *evaluator, warm, l
 		// ctx ends (replay returning cancels it), closing batches.
 		defer close(done)
 		defer close(batches)
-		readErr = readHistory(ctx, tx, o.Workspace, warm, last, batches, &firstRow)
+		readErr = readHistory(ctx, tx, o.Workspace, p, warm, last, batches, &firstRow)
 	}()
 	mem := features.NewMemory()
 	start := time.Now()
@@ -201,14 +206,14 @@ func replay(parent context.Context, tx pgx.Tx, o Options, ev *evaluator, warm, l
 // readHistory sends the history's rows, decoded, in batches of batchSize.
 // firstRow is set to how long the first row took (PostgreSQL sorting the
 // history).
-func readHistory(ctx context.Context, tx pgx.Tx, ws event.UUID, warm, last time.Time, out chan<- []*row, firstRow *time.Duration) error {
+func readHistory(ctx context.Context, tx pgx.Tx, ws event.UUID, p *parties, warm, last time.Time, out chan<- []*row, firstRow *time.Duration) error {
 	start := time.Now()
 	rows, err := tx.Query(ctx, historyQuery, ws, warm, last)
 	if err != nil {
 		return fmt.Errorf("reading the history: %w", err)
 	}
 	defer rows.Close()
-	rd := newRowReader()
+	rd := newRowReader(p)
 	batch := make([]*row, 0, batchSize)
 	send := func() bool {
 		select {
@@ -226,6 +231,9 @@ func readHistory(ctx context.Context, tx pgx.Tx, ws event.UUID, warm, last time.
 		r, err := rd.scan(rows, ws)
 		if err != nil {
 			return err
+		}
+		if r == nil {
+			continue
 		}
 		if batch = append(batch, r); len(batch) == batchSize && !send() {
 			return ctx.Err()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -157,5 +158,46 @@ SELECT gen_random_uuid(), $1, 'bulk-' || i, $2, $3, 1, 'EUR', 'in', $4::timestam
 	var n int
 	if err := h.conn.QueryRow(context.Background(), `SELECT count(*) FROM speculapro.rule_hits`).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("%d rule hits stored (%v)", n, err)
+	}
+}
+
+// A shadow rule of the workspace is replayed like a live one, its mode
+// reported and its stored hits compared, but it would raise no alert; a
+// rule of the files in shadow mode likewise.
+func TestReplayShadowRuleRaisesNoAlert(t *testing.T) {
+	h := newHistory(t)
+	if _, err := h.conn.Exec(context.Background(), `
+INSERT INTO speculapro.rules (workspace_id, name, applies_to, expression, severity, action, alert, mode, score)
+VALUES ($1, $2, 'transaction', $3, 'high', 'alert', true, 'shadow', 1)`, ws, second.Name, second.Expression); err != nil {
+		t.Fatal(err)
+	}
+	base := time.Date(2026, 11, 10, 12, 0, 0, 0, time.UTC)
+	for i := range 3 {
+		at := base.Add(time.Duration(i) * time.Minute)
+		h.insert(t, at, at)
+	}
+	shadow := second
+	shadow.Mode = rules.ModeShadow
+	rep, hits, err := run(t, h, base, base.Add(time.Hour), func(o *Options) { o.Rules = []rules.Rule{shadow} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Rules) != 2 || len(hits) != 4 {
+		t.Fatalf("%d rules reported, %d hits; want 2 rules and 4 hits", len(rep.Rules), len(hits))
+	}
+	for _, r := range rep.Rules {
+		if r.Mode != rules.ModeShadow || r.Hits != 2 || r.Alerts != 0 || r.Overlap != 0 || r.New != 0 {
+			t.Errorf("%s rule %s: mode %s, %d hits, %d alerts (%d overlapping, %d new); want shadow, 2 hits, no alert",
+				r.Source, r.Name, r.Mode, r.Hits, r.Alerts, r.Overlap, r.New)
+		}
+	}
+	var out strings.Builder
+	if err := Write(&out, rep, "table"); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"SOURCE     RULE               MODE    HITS", "workspace  second_in_hour v1  shadow  2"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the table lacks %q:\n%s", want, out.String())
+		}
 	}
 }

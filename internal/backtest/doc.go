@@ -3,14 +3,16 @@
 //
 // It reads the workspace's transactions and account events from
 // PostgreSQL in one read-only transaction bound to the workspace by
-// row-level security (history.go), applies them to the running totals in
+// row-level security (history.go; their accounts, customers and
+// counterparties read once, parties.go), applies them to the running totals in
 // memory (features.Memory: the stream's own computation, without Redis) in
 // the order the stream applied them, from the longest window before the
 // period on, evaluates the rules of the given files and the workspace's
-// live rules on every event of the period, and counts per rule its hits,
-// the accounts and customers hit, the alerts it would raise, how many of
-// those events the live rules already alerted on, and the hits per day
-// (report.go). It writes nothing anywhere.
+// enabled rules (live and shadow) on every event of the period, and counts
+// per rule its hits, the accounts and customers hit, the alerts it would
+// raise (none for a shadow rule), how many of those events the live rules
+// already alerted on, and the hits per day (report.go). It writes nothing
+// anywhere.
 //
 // # Order
 //

@@ -10,11 +10,11 @@ import (
 )
 
 // evaluator applies batches of the history to the totals and evaluates the
-// period's events with the rules under test and the live rules.
+// period's events with the rules under test and the workspace's rules.
 type evaluator struct {
 	rep      *Report
 	o        Options
-	programs [2]*rules.Program // by source: files, live
+	programs [2]*rules.Program // by source: files, workspace
 	workers  int
 	scratch  []rules.Scratch // one per worker
 	envs     []*event.Envelope
@@ -27,20 +27,20 @@ type outcome struct {
 	errs []rules.RuleError
 }
 
-func newEvaluator(rep *Report, o Options, live []rules.Rule) (*evaluator, error) {
+func newEvaluator(rep *Report, o Options, wsRules []rules.Rule) (*evaluator, error) {
 	ev := &evaluator{rep: rep, o: o, workers: runtime.GOMAXPROCS(0)}
 	ev.scratch = make([]rules.Scratch, ev.workers)
 	var err error
 	if ev.programs[0], err = rules.Compile(o.Rules); err != nil {
 		return nil, err
 	}
-	// Live rules that do not compile are left out, as the stream leaves
+	// Workspace rules that do not compile are left out, as the stream leaves
 	// them out (rules.Loader).
-	if ev.programs[1], err = rules.Compile(live); err != nil {
+	if ev.programs[1], err = rules.Compile(wsRules); err != nil {
 		var good []rules.Rule
-		for i := range live {
-			if _, err := rules.Compile(live[i : i+1]); err == nil {
-				good = append(good, live[i])
+		for i := range wsRules {
+			if _, err := rules.Compile(wsRules[i : i+1]); err == nil {
+				good = append(good, wsRules[i])
 			}
 		}
 		if ev.programs[1], err = rules.Compile(good); err != nil {

@@ -36,14 +36,14 @@ func writeTable(w io.Writer, rep *Report) error {
 		rep.From.UTC().Truncate(24*time.Hour).Add(-Warmup).Format(time.DateOnly), rep.Accounts,
 		rep.Elapsed.Round(time.Millisecond))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SOURCE\tRULE\tHITS\tACCOUNTS\tCUSTOMERS\tALERTS\tOVERLAP\tNEW\tERRORS\tSTORED")
+	fmt.Fprintln(tw, "SOURCE\tRULE\tMODE\tHITS\tACCOUNTS\tCUSTOMERS\tALERTS\tOVERLAP\tNEW\tERRORS\tSTORED")
 	for _, r := range rep.Rules {
 		stored := "-"
-		if r.Source == SourceLive {
+		if r.Source == SourceWorkspace {
 			stored = strconv.FormatInt(r.Stored, 10)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", r.Source, ruleLabel(r), r.Hits, r.Accounts,
-			r.Customers, r.Alerts, r.Overlap, r.New, r.Errors, stored)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", r.Source, ruleLabel(r), r.Mode, r.Hits,
+			r.Accounts, r.Customers, r.Alerts, r.Overlap, r.New, r.Errors, stored)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -114,7 +114,7 @@ func (rep *Report) days() []string {
 
 func writeCSV(w io.Writer, rep *Report) error {
 	cw := csv.NewWriter(w)
-	_ = cw.Write([]string{"source", "rule", "version", "applies_to", "hits", "accounts", "customers", "alerts",
+	_ = cw.Write([]string{"source", "rule", "version", "mode", "applies_to", "hits", "accounts", "customers", "alerts",
 		"overlap", "new", "errors", "stored", "hits_per_day"})
 	for _, r := range rep.Rules {
 		days := make([]string, len(r.PerDay))
@@ -122,7 +122,7 @@ func writeCSV(w io.Writer, rep *Report) error {
 			days[i] = d.Day + ":" + strconv.FormatInt(d.Hits, 10)
 		}
 		i64 := func(n int64) string { return strconv.FormatInt(n, 10) }
-		_ = cw.Write([]string{r.Source, r.Name, strconv.Itoa(r.Version), string(r.AppliesTo), i64(r.Hits),
+		_ = cw.Write([]string{r.Source, r.Name, strconv.Itoa(r.Version), r.Mode, string(r.AppliesTo), i64(r.Hits),
 			strconv.Itoa(r.Accounts), strconv.Itoa(r.Customers), i64(r.Alerts), i64(r.Overlap), i64(r.New),
 			i64(r.Errors), i64(r.Stored), strings.Join(days, ";")})
 	}

@@ -14,33 +14,24 @@ import (
 
 // historyQuery returns the workspace's transactions and account events
 // whose occurred_at is at or after $2 and that were accepted no later than
-// $3, in the order the stream applied them (doc.go "Order"), each as the
-// envelope the stream read, rebuilt from its row and its parties' rows.
+// $3, in the order the stream applied them (doc.go "Order"): each event's
+// own columns, its parties named by id (parties.go resolves them), so that
+// PostgreSQL joins nothing and sorts narrow rows.
 const historyQuery = `
-SELECT 't', t.id, t.external_id, a.external_id, c.external_id, t.occurred_at, t.received_at,
+SELECT 't', t.id, t.external_id, t.account_id, t.customer_id, t.counterparty_id, t.occurred_at, t.received_at,
        coalesce(t.kind, ''), t.amount::text, t.currency, t.direction, coalesce(t.status, ''),
        coalesce(t.reference, ''), coalesce(t.channel, ''), t.metadata::text,
        t.counterparty_id IS NOT NULL OR t.counterparty_name IS NOT NULL, coalesce(t.counterparty_name, ''),
-       p.fingerprint, coalesce(p.identifier_kind, ''), p.identifier_encrypted, coalesce(p.identifier_masked, ''),
-       p.identifier_fingerprint,
-       coalesce(t.decision, ''), coalesce(t.decision_reason, ''), coalesce(t.decision_score, 0)::float8, t.decided_at,
-       t.account_id, t.customer_id
+       coalesce(t.decision, ''), coalesce(t.decision_reason, ''), coalesce(t.decision_score, 0)::float8, t.decided_at
   FROM speculapro.transactions t
-  JOIN speculapro.accounts a ON a.id = t.account_id
-  JOIN speculapro.customers c ON c.id = t.customer_id
-  LEFT JOIN speculapro.counterparties p ON p.id = t.counterparty_id
  WHERE t.workspace_id = $1 AND t.occurred_at >= $2 AND t.received_at <= $3
 UNION ALL
-SELECT 'e', e.id, e.external_id, coalesce(a.external_id, ''), c.external_id, e.occurred_at, e.received_at,
+SELECT 'e', e.id, e.external_id, e.account_id, e.customer_id, NULL, e.occurred_at, e.received_at,
        e.kind, '', '', '', '', '', '', e.payload::text,
-       false, '', NULL, '', NULL, '', NULL,
-       '', '', 0, NULL,
-       e.account_id, e.customer_id
+       false, '', '', '', 0, NULL
   FROM speculapro.account_events e
-  JOIN speculapro.customers c ON c.id = e.customer_id
-  LEFT JOIN speculapro.accounts a ON a.id = e.account_id
  WHERE e.workspace_id = $1 AND e.occurred_at >= $2 AND e.received_at <= $3
- ORDER BY 7, 6, 2`
+ ORDER BY 8, 7, 2`
 
 // lastAcceptedQuery is when the last event of the period [$2, $3) was
 // accepted: events accepted after it cannot have changed what any event
@@ -73,59 +64,74 @@ type row struct {
 
 // rowReader scans historyQuery's rows into rows, reusing its buffers.
 type rowReader struct {
-	kind, account, customer, typ, amount, currency, direction, status   string
-	reference, channel, object, cpName, cpKind, cpMasked, dOut, dReason string
-	hasCP                                                               bool
-	cpFP, cpEnc, cpIdentFP                                              []byte
-	dScore                                                              float64
-	decided                                                             *time.Time
-	accountID                                                           *event.UUID
-	dest                                                                []any
-	r                                                                   *row
+	parties                                           *parties
+	kind, typ, amount, currency, direction, status    string
+	reference, channel, object, cpName, dOut, dReason string
+	hasCP                                             bool
+	dScore                                            float64
+	decided                                           *time.Time
+	accountID, counterpartyID                         *event.UUID
+	dest                                              []any
+	r                                                 *row
 	// slab holds the rows to come, allocated a batch at a time: one
 	// allocation a batch rather than one an event.
 	slab []row
 }
 
-func newRowReader() *rowReader {
-	x := &rowReader{r: &row{}}
+func newRowReader(p *parties) *rowReader {
+	x := &rowReader{parties: p, r: &row{}}
 	e := &x.r.env
-	x.dest = []any{&x.kind, &e.ID, &e.ExternalID, &x.account, &x.customer, &e.OccurredAt, &e.ReceivedAt,
-		&x.typ, &x.amount, &x.currency, &x.direction, &x.status, &x.reference, &x.channel, &x.object,
-		&x.hasCP, &x.cpName, &x.cpFP, &x.cpKind, &x.cpEnc, &x.cpMasked, &x.cpIdentFP,
-		&x.dOut, &x.dReason, &x.dScore, &x.decided, &x.accountID, &x.r.customer}
+	x.dest = []any{&x.kind, &e.ID, &e.ExternalID, &x.accountID, &x.r.customer, &x.counterpartyID, &e.OccurredAt,
+		&e.ReceivedAt, &x.typ, &x.amount, &x.currency, &x.direction, &x.status, &x.reference, &x.channel, &x.object,
+		&x.hasCP, &x.cpName, &x.dOut, &x.dReason, &x.dScore, &x.decided}
 	return x
 }
 
-// scan reads the current row of rows into a new row of workspace ws.
+// scan reads the current row of rows into a new row of workspace ws; nil
+// for an event whose account or customer the workspace does not hold (the
+// stream never saw it: the persister stores an event's parties with it).
 func (x *rowReader) scan(rows pgx.Rows, ws event.UUID) (*row, error) {
 	if len(x.slab) == 0 {
 		x.slab = make([]row, batchSize)
 	}
-	x.r, x.slab = &x.slab[0], x.slab[1:]
-	e := &x.r.env
-	x.dest[1], x.dest[2], x.dest[5], x.dest[6], x.dest[27] = &e.ID, &e.ExternalID, &e.OccurredAt, &e.ReceivedAt, &x.r.customer
-	x.accountID, x.decided = nil, nil
+	r := &x.slab[0]
+	e := &r.env
+	x.dest[1], x.dest[2], x.dest[4], x.dest[6], x.dest[7] = &e.ID, &e.ExternalID, &r.customer, &e.OccurredAt, &e.ReceivedAt
+	x.accountID, x.counterpartyID, x.decided = nil, nil, nil
 	if err := rows.Scan(x.dest...); err != nil {
 		return nil, fmt.Errorf("reading a stored event: %w", err)
 	}
-	e.V, e.WorkspaceID = event.Version, ws
-	e.OccurredAt, e.ReceivedAt = e.OccurredAt.UTC(), e.ReceivedAt.UTC()
-	e.CustomerExternalID, e.AccountExternalID, e.Type = x.customer, x.account, x.typ
-	if x.accountID != nil {
-		x.r.account = *x.accountID
+	var ok bool
+	if e.CustomerExternalID, ok = x.parties.customers[r.customer]; !ok {
+		*r = row{} // the slot serves the next row
+		return nil, nil
 	}
+	if x.accountID != nil {
+		r.account = *x.accountID
+		if e.AccountExternalID, ok = x.parties.accounts[r.account]; !ok && x.kind == "t" {
+			*r = row{}
+			return nil, nil
+		}
+	}
+	x.slab = x.slab[1:]
+	e.V, e.WorkspaceID, e.Type = event.Version, ws, x.typ
+	e.OccurredAt, e.ReceivedAt = e.OccurredAt.UTC(), e.ReceivedAt.UTC()
 	if x.kind == "e" {
 		e.Kind, e.Attributes = event.KindAccountEvent, object(x.object)
-		return x.r, nil
+		return r, nil
 	}
 	e.Kind, e.Metadata = event.KindTransaction, object(x.object)
 	e.Amount, e.Currency, e.Direction = x.amount, x.currency, event.Direction(x.direction)
 	e.Status, e.Reference, e.Channel = x.status, x.reference, x.channel
 	if x.hasCP {
-		e.Counterparty = &event.Counterparty{Name: x.cpName, IdentifierKind: x.cpKind,
-			IdentifierEnc: string(x.cpEnc), IdentifierMasked: x.cpMasked,
-			IdentifierFP: fingerprintText(x.cpIdentFP), Fingerprint: fingerprintText(x.cpFP)}
+		cp := event.Counterparty{Name: x.cpName}
+		if x.counterpartyID != nil {
+			if known := x.parties.counterparties[*x.counterpartyID]; known != nil {
+				cp = *known
+				cp.Name = x.cpName
+			}
+		}
+		e.Counterparty = &cp
 	}
 	if x.dOut != "" {
 		d := &event.Decision{Outcome: event.Outcome(x.dOut), Score: x.dScore}
@@ -137,7 +143,7 @@ func (x *rowReader) scan(rows pgx.Rows, ws event.UUID) (*row, error) {
 		}
 		e.Decision = d
 	}
-	return x.r, nil
+	return r, nil
 }
 
 // object is a jsonb column's text as the envelope's raw object: the empty

@@ -15,8 +15,8 @@ import (
 
 // Sources of a rule in a report.
 const (
-	SourceFile = "file" // a rule of the files under test
-	SourceLive = "live" // a live rule of the workspace, for comparison
+	SourceFile      = "file"      // a rule of the files under test
+	SourceWorkspace = "workspace" // an enabled rule of the workspace (live or shadow), for comparison
 )
 
 // Report is what a backtest found.
@@ -41,34 +41,38 @@ type Report struct {
 	// PeakRSS is the process's peak resident memory when the replay
 	// ended (Linux; 0 elsewhere).
 	PeakRSS int64 `json:"peak_rss_bytes"`
-	// LiveAlerted is how many events of the period the live rules raised
-	// an alert for.
+	// LiveAlerted is how many events of the period the workspace's live
+	// rules raised an alert for (a shadow rule raises none).
 	LiveAlerted int           `json:"live_alerted_events"`
 	Rules       []*RuleResult `json:"rules"`
 
 	alerted map[event.UUID]bool
-	byName  [2]map[string]*RuleResult // by source (0 file, 1 live)
+	byName  [2]map[string]*RuleResult // by source (0 file, 1 workspace)
 }
 
 // RuleResult is one rule's figures over the period.
 type RuleResult struct {
-	Name      string     `json:"name"`
-	Source    string     `json:"source"` // SourceFile or SourceLive
-	Version   int        `json:"version,omitempty"`
+	Name    string `json:"name"`
+	Source  string `json:"source"` // SourceFile or SourceWorkspace
+	Version int    `json:"version,omitempty"`
+	// Mode is rules.ModeLive or rules.ModeShadow: a shadow rule's hits are
+	// counted like a live rule's, but it raises no alert.
+	Mode      string     `json:"mode"`
 	AppliesTo event.Kind `json:"applies_to"`
 	Alert     bool       `json:"alert"`
 	// Hits: events it fired on; Accounts and Customers: distinct ones hit.
 	Hits      int64 `json:"hits"`
 	Accounts  int   `json:"accounts"`
 	Customers int   `json:"customers"`
-	// Alerts it would have raised; Overlap: of those, events the live
-	// rules alerted on already; New: the others.
+	// Alerts it would have raised (none for a shadow rule); Overlap: of
+	// those, events the live rules alerted on already; New: the others.
 	Alerts  int64 `json:"alerts"`
 	Overlap int64 `json:"overlap"`
 	New     int64 `json:"new"`
 	// Errors: events it could not decide (a type error, a missing field).
 	Errors int64 `json:"errors"`
-	// Stored: for a live rule, the hits the stream stored over the period.
+	// Stored: for a workspace rule, the hits the stream stored for it
+	// over the period (shadow hits for a shadow rule), any version.
 	Stored  int64      `json:"stored,omitempty"`
 	PerDay  []DayHits  `json:"per_day"`
 	Samples []HitTrace `json:"samples,omitempty"`
@@ -91,21 +95,21 @@ type HitTrace struct {
 	Reads      map[string]any `json:"reads"`
 }
 
-// prepareReport loads what the report compares with: the live rules (as
-// the stream loads them), the events the live rules alerted on and the
-// hits they stored in the period.
+// prepareReport loads what the report compares with: the workspace's
+// rules, live and shadow (as the stream loads them), the events the live
+// rules alerted on and the hits every rule stored in the period.
 func prepareReport(ctx context.Context, tx pgx.Tx, o Options) (*Report, []rules.Rule, error) {
 	rep := &Report{Workspace: o.Workspace, From: o.From.UTC(), To: o.To.UTC(), alerted: map[event.UUID]bool{},
 		byName: [2]map[string]*RuleResult{{}, {}}}
 	for i := range o.Rules {
 		rep.add(&o.Rules[i], SourceFile)
 	}
-	live, err := liveRules(ctx, tx, o.Workspace)
+	live, err := workspaceRules(ctx, tx, o.Workspace)
 	if err != nil {
 		return nil, nil, err
 	}
 	for i := range live {
-		rep.add(&live[i], SourceLive)
+		rep.add(&live[i], SourceWorkspace)
 	}
 	if err := rep.loadLive(ctx, tx); err != nil {
 		return nil, nil, err
@@ -114,9 +118,9 @@ func prepareReport(ctx context.Context, tx pgx.Tx, o Options) (*Report, []rules.
 }
 
 func (rep *Report) add(r *rules.Rule, source string) {
-	rr := &RuleResult{Name: r.Name, Source: source, AppliesTo: r.AppliesTo, Alert: r.Alert,
+	rr := &RuleResult{Name: r.Name, Source: source, Mode: r.ModeOrLive(), AppliesTo: r.AppliesTo, Alert: r.Alert,
 		accounts: map[event.UUID]struct{}{}, customers: map[event.UUID]struct{}{}, days: map[int64]int64{}}
-	if source == SourceLive {
+	if source == SourceWorkspace {
 		rr.Version = r.Version
 	}
 	rep.Rules = append(rep.Rules, rr)
@@ -124,14 +128,15 @@ func (rep *Report) add(r *rules.Rule, source string) {
 }
 
 func sourceIndex(source string) int {
-	if source == SourceLive {
+	if source == SourceWorkspace {
 		return 1
 	}
 	return 0
 }
 
-// liveRules are the workspace's enabled rules, as the stream loads them.
-func liveRules(ctx context.Context, tx pgx.Tx, ws event.UUID) ([]rules.Rule, error) {
+// workspaceRules are the workspace's enabled rules, live and shadow, as the
+// stream loads them.
+func workspaceRules(ctx context.Context, tx pgx.Tx, ws event.UUID) ([]rules.Rule, error) {
 	all, err := rules.LoadEnabled(ctx, tx)
 	if err != nil {
 		return nil, err
@@ -139,8 +144,9 @@ func liveRules(ctx context.Context, tx pgx.Tx, ws event.UUID) ([]rules.Rule, err
 	return all[ws], nil
 }
 
-// loadLive reads the events of the period the live rules alerted on, and
-// each live rule's stored hits.
+// loadLive reads the events of the period the live rules alerted on (only
+// a live rule's hit raises an alert), and each workspace rule's stored
+// hits.
 func (rep *Report) loadLive(ctx context.Context, tx pgx.Tx) error {
 	rows, err := tx.Query(ctx, `
 SELECT DISTINCT a.event_id FROM speculapro.alerts a
@@ -158,7 +164,7 @@ SELECT DISTINCT a.event_id FROM speculapro.alerts a
 SELECT r.name, count(*) FROM speculapro.rule_hits h JOIN speculapro.rules r ON r.id = h.rule_id
  WHERE h.workspace_id = $1 AND h.event_occurred_at >= $2 AND h.event_occurred_at < $3 GROUP BY r.name`, rep.Workspace, rep.From, rep.To)
 	if err != nil {
-		return fmt.Errorf("counting the live rules' stored hits: %w", err)
+		return fmt.Errorf("counting the workspace rules' stored hits: %w", err)
 	}
 	var name string
 	var n int64
@@ -169,7 +175,7 @@ SELECT r.name, count(*) FROM speculapro.rule_hits h JOIN speculapro.rules r ON r
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("counting the live rules' stored hits: %w", err)
+		return fmt.Errorf("counting the workspace rules' stored hits: %w", err)
 	}
 	return nil
 }
@@ -186,7 +192,7 @@ func (rep *Report) record(source int, h *rules.Hit, r *row, explain int) *RuleRe
 	}
 	rr.customers[r.customer] = struct{}{}
 	rr.days[r.env.OccurredAt.Unix()/86400]++
-	if rr.Alert {
+	if rr.Alert && rr.Mode != rules.ModeShadow {
 		rr.Alerts++
 		if rep.alerted[r.env.ID] {
 			rr.Overlap++
