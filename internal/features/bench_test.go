@@ -7,8 +7,6 @@ import (
 	"os"
 	"runtime"
 	"strconv"
-	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -16,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/speculapro/speculapro/devtools/loadgen"
+	"github.com/speculapro/speculapro/devtools/testenv"
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/identity"
 )
@@ -89,32 +88,7 @@ func benchmarkApply(b *testing.B, tg target) {
 // redisCPU is the CPU time (user + system) the Redis servers behind c have
 // used: INFO cpu of each master.
 func redisCPU(b *testing.B, c redis.UniversalClient) time.Duration {
-	ctx := context.Background()
-	var total atomic.Int64
-	one := func(ctx context.Context, n *redis.Client) error {
-		info, err := n.Info(ctx, "cpu").Result()
-		if err != nil {
-			return err
-		}
-		for _, line := range strings.Split(info, "\r\n") {
-			k, v, _ := strings.Cut(line, ":")
-			if k == "used_cpu_user" || k == "used_cpu_sys" {
-				f, _ := strconv.ParseFloat(v, 64)
-				total.Add(int64(f * 1e6))
-			}
-		}
-		return nil
-	}
-	var err error
-	if cc, ok := c.(*redis.ClusterClient); ok {
-		err = cc.ForEachMaster(ctx, one)
-	} else {
-		err = one(ctx, c.(*redis.Client))
-	}
-	if err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(total.Load()) * time.Microsecond
+	return testenv.ReadRedisUsage(b, c).CPU
 }
 
 // BenchmarkApplyLoadgen applies what the stream benchmark drains (loadgen's
@@ -158,7 +132,7 @@ func BenchmarkApplyLoadgen(b *testing.B) {
 		runtime.GC()
 		var ms0, ms1 runtime.MemStats
 		runtime.ReadMemStats(&ms0)
-		cpu0, rcpu0 := processCPU(b), redisCPU(b, c)
+		cpu0, ru0 := processCPU(b), testenv.ReadRedisUsage(b, c)
 		var peak uint64
 		b.StartTimer()
 		for off := 0; off < n; off += 5000 {
@@ -179,7 +153,9 @@ func BenchmarkApplyLoadgen(b *testing.B) {
 		runtime.GC()
 		runtime.ReadMemStats(&live)
 		b.ReportMetric(float64((processCPU(b)-cpu0).Microseconds())/float64(n), "cpu-µs/event")
-		b.ReportMetric(float64((redisCPU(b, c)-rcpu0).Microseconds())/float64(n), "redis-µs/event")
+		ru := testenv.ReadRedisUsage(b, c).Since(ru0)
+		b.Logf("per event: %s", ru.PerOp(n))
+		b.ReportMetric(float64(ru.CPU.Microseconds())/float64(n), "redis-µs/event")
 		b.ReportMetric(float64(ms1.TotalAlloc-ms0.TotalAlloc)/float64(n), "alloc-B/event")
 		b.ReportMetric(float64(peak)/(1<<20), "heap-inuse-MB")
 		b.ReportMetric(float64(int64(live.HeapAlloc)-int64(ms0.HeapAlloc))/(1<<20), "live-heap-MB")
