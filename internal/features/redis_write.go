@@ -59,12 +59,15 @@ var cas, create = redis.NewScript(casLua), redis.NewScript(createLua)
 // key and that string (same hash tag). ARGV: TTL (s), then per entity: mode
 // ("n" new key, "c" compare, "a" compare and append: the value is then a
 // delta record, delta.go, "A" the same without refreshing the key's TTL,
-// which this process did within keyTTLRefresh), generation read ("" for
+// which this process did within keyTTLRefresh; followed by "x" when the
+// snapshot string is expected new: SET NX PXAT, APPEND when it was not),
+// generation read ("" for
 // "n"), the offset GETRANGE reads it at ("-8" or, a value of an older
 // format, "0": genAt), value (for "a" and "A" a delta record and the new
 // generation, ONE APPEND), the snapshot records ("" for none), and the
 // unix ms at which the snapshot string expires, set when this APPEND
-// created it (the string's slot is fixed, so is its end).
+// created it, or by the SET NX PXAT of mode "x" (the string's slot is
+// fixed, so is its end).
 // It returns one 1 (written) or 0 (lost to another writer) per entity.
 // A single Redis writes up to perCall entities per call (one script call
 // costs about as much as the commands it runs).
@@ -73,15 +76,16 @@ local res = {}
 local a = 2
 for k = 1, #KEYS, 2 do
   local key, mode = KEYS[k], ARGV[a]
+  local w, sn = string.sub(mode, 1, 1), string.sub(mode, 2)
   local ok
-  if mode == 'n' then
+  if w == 'n' then
     ok = redis.call('SET', key, ARGV[a + 3], 'NX', 'EX', ttl)
   else
     local o = tonumber(ARGV[a + 2])
     if redis.call('GETRANGE', key, o, o + 7) == ARGV[a + 1] then
-      if mode == 'a' or mode == 'A' then
+      if w == 'a' or w == 'A' then
         ok = redis.call('APPEND', key, ARGV[a + 3])
-        if mode == 'a' then
+        if w == 'a' then
           redis.call('EXPIRE', key, ttl)
         end
       else
@@ -90,9 +94,14 @@ for k = 1, #KEYS, 2 do
     end
   end
   if ok then
-    local snaps = ARGV[a + 4]
-    if #snaps > 0 and redis.call('APPEND', KEYS[k + 1], snaps) == #snaps then
-      redis.call('PEXPIREAT', KEYS[k + 1], ARGV[a + 5])
+    local snaps, skey = ARGV[a + 4], KEYS[k + 1]
+    if #snaps == 0 then
+    elseif sn == 'x' then
+      if not redis.call('SET', skey, snaps, 'NX', 'PXAT', ARGV[a + 5]) then
+        redis.call('APPEND', skey, snaps)
+      end
+    elseif redis.call('APPEND', skey, snaps) == #snaps then
+      redis.call('PEXPIREAT', skey, ARGV[a + 5])
     end
     res[#res + 1] = 1
   else
@@ -168,6 +177,44 @@ func reuse[T any](b []T, n int) []T {
 	return b[:0]
 }
 
+// writeMode is e's mode in writeLua: how its value is written ("n" a new
+// key, "c" compared and set, "a" compared and appended, "A" the same
+// without refreshing the TTL), then "x" when its snapshot string is
+// expected new (entity.snew: created with its expiry, SET NX PXAT, one
+// command where an APPEND that created it needs its PEXPIREAT too).
+func writeMode(e *entity) string {
+	w := byte('n')
+	if e.exists {
+		w = 'c'
+		if e.appended && e.corrupt == nil {
+			w = 'a'
+			if !e.refreshTTL {
+				w = 'A'
+			}
+		}
+	}
+	if e.snew && len(e.snaps) > 0 {
+		switch w {
+		case 'n':
+			return "nx"
+		case 'c':
+			return "cx"
+		case 'a':
+			return "ax"
+		}
+		return "Ax"
+	}
+	switch w {
+	case 'n':
+		return "n"
+	case 'c':
+		return "c"
+	case 'a':
+		return "a"
+	}
+	return "A"
+}
+
 // write stores every changed entity and its snapshots in one pipeline of
 // script calls, each entity only if nobody wrote it since it was read, and
 // returns those somebody did.
@@ -224,17 +271,11 @@ func (s *Store) write(ctx context.Context, ents []*entity) ([]*entity, error) {
 		}
 		args = append(args, num(ttlArg))
 		for _, e := range c.ents {
-			mode, gen, off := "n", "", "0"
+			mode, gen, off := writeMode(e), "", "0"
 			if e.exists {
-				mode, gen = "c", e.gen
+				gen = e.gen
 				if e.goff != 0 {
 					off = "-8"
-				}
-				if e.appended && e.corrupt == nil {
-					mode = "a"
-					if !e.refreshTTL {
-						mode = "A"
-					}
 				}
 			}
 			start := len(blob)

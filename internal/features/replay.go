@@ -178,14 +178,18 @@ const snapSuffix = ":r:"
 
 // snapKeyOf is snapKey for e, the string built once per slot for as long
 // as e's cache entry lives: only the batch holding the entry uses it.
-func (s *Store) snapKeyOf(e *entity, exp int64) (string, int64) {
+// It also says whether the string is new to e as far as the cache knows
+// (entity.snew).
+func (s *Store) snapKeyOf(e *entity, exp int64) (string, int64, bool) {
 	x := e.cx
 	if x == nil {
-		return s.snapKey(e.key, exp)
+		k, until := s.snapKey(e.key, exp)
+		return k, until, true
 	}
 	n, until := s.snapSlotOf(exp)
-	if x.skey == "" || x.skeyN != n {
+	fresh := x.skey == "" || x.skeyN != n
+	if fresh {
 		x.skey, x.skeyN = snapKeyIn(e.key, n), n
 	}
-	return x.skey, until
+	return x.skey, until, fresh
 }
