@@ -11,6 +11,22 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// snapLua is the scripts' snapshot write: APPEND of the records to the
+// entity's snapshot string of their expiry's slot, and its PEXPIREAT when
+// that APPEND created it; or, when the string is expected new
+// (entity.snew), SET NX PXAT, and APPEND when it was there after all.
+const snapLua = `local function snap(skey, snaps, at, new)
+  if #snaps == 0 then
+  elseif new then
+    if not redis.call('SET', skey, snaps, 'NX', 'PXAT', at) then
+      redis.call('APPEND', skey, snaps)
+    end
+  elseif redis.call('APPEND', skey, snaps) == #snaps then
+    redis.call('PEXPIREAT', skey, at)
+  end
+end
+`
+
 // casLua (a Cluster: one entity per call, keys of different slots cannot
 // share one; writeLua is slower there) writes a value only if the key still
 // holds the generation it was read with (at ARGV[7]: its last 8 bytes, -8,
@@ -18,33 +34,31 @@ import (
 // same call appends the entity's replay snapshots (doc.go "Replays") to
 // KEYS[2], its snapshot string of the events' expiry slot (same hash tag).
 // ARGV: generation, value, TTL (s), "a" to append (the value is then a
-// delta record and the new generation: delta.go) or "0", the snapshot
+// delta record and the new generation: delta.go) or "0", followed by "x"
+// when the snapshot string is expected new (snapLua), the snapshot
 // records ("" for none), the unix ms at which a new snapshot string
 // expires, the generation's offset.
-const casLua = `local o = tonumber(ARGV[7])
+const casLua = snapLua + `local o = tonumber(ARGV[7])
 if redis.call('GETRANGE', KEYS[1], o, o + 7) ~= ARGV[1] then
   return 0
 end
-if ARGV[4] == 'a' then
+if string.sub(ARGV[4], 1, 1) == 'a' then
   redis.call('APPEND', KEYS[1], ARGV[2])
   redis.call('EXPIRE', KEYS[1], ARGV[3])
 else
   redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3])
 end
-if #ARGV[5] > 0 and redis.call('APPEND', KEYS[2], ARGV[5]) == #ARGV[5] then
-  redis.call('PEXPIREAT', KEYS[2], ARGV[6])
-end
+snap(KEYS[2], ARGV[5], ARGV[6], string.sub(ARGV[4], 2) == 'x')
 return 1`
 
 // createLua is casLua for a key that did not exist: SET NX instead of the
 // generation compare. ARGV: value, TTL (s), the snapshot records, the
-// snapshot string's expiry (unix ms).
-const createLua = `if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[2]) then
+// snapshot string's expiry (unix ms), "x" when that string is expected
+// new, else "0".
+const createLua = snapLua + `if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[2]) then
   return 0
 end
-if #ARGV[3] > 0 and redis.call('APPEND', KEYS[2], ARGV[3]) == #ARGV[3] then
-  redis.call('PEXPIREAT', KEYS[2], ARGV[4])
-end
+snap(KEYS[2], ARGV[3], ARGV[4], ARGV[5] == 'x')
 return 1`
 
 // cas is loaded once per Redis node and called with EVALSHA; a node that
@@ -71,7 +85,7 @@ var cas, create = redis.NewScript(casLua), redis.NewScript(createLua)
 // It returns one 1 (written) or 0 (lost to another writer) per entity.
 // A single Redis writes up to perCall entities per call (one script call
 // costs about as much as the commands it runs).
-const writeLua = `local ttl = ARGV[1]
+const writeLua = snapLua + `local ttl = ARGV[1]
 local res = {}
 local a = 2
 for k = 1, #KEYS, 2 do
@@ -94,15 +108,7 @@ for k = 1, #KEYS, 2 do
     end
   end
   if ok then
-    local snaps, skey = ARGV[a + 4], KEYS[k + 1]
-    if #snaps == 0 then
-    elseif sn == 'x' then
-      if not redis.call('SET', skey, snaps, 'NX', 'PXAT', ARGV[a + 5]) then
-        redis.call('APPEND', skey, snaps)
-      end
-    elseif redis.call('APPEND', skey, snaps) == #snaps then
-      redis.call('PEXPIREAT', skey, ARGV[a + 5])
-    end
+    snap(KEYS[k + 1], ARGV[a + 4], ARGV[a + 5], sn == 'x')
     res[#res + 1] = 1
   else
     res[#res + 1] = 0
@@ -369,15 +375,22 @@ func (s *Store) writeEach(ctx context.Context, ents []*entity) ([]*entity, error
 		}
 		snaps := appendSnaps(nil, e.snaps)
 		x := w{e: e, sc: cas, keys: []string{e.key, skey}}
+		snew := "0"
+		if e.snew && len(snaps) > 0 {
+			snew = "x"
+		}
 		if e.exists {
 			mode := "0"
 			if e.appended && e.corrupt == nil {
 				mode = "a"
 			}
+			if snew == "x" {
+				mode += snew
+			}
 			x.args = []any{e.gen, e.val, ttlArg, mode, snaps, e.skeyAt, e.goff}
 		} else {
 			x.sc = create
-			x.args = []any{e.val, ttlArg, snaps, e.skeyAt}
+			x.args = []any{e.val, ttlArg, snaps, e.skeyAt, snew}
 		}
 		x.cas = x.sc.EvalSha(ctx, pipe, x.keys, x.args...)
 		ws = append(ws, x)
