@@ -123,7 +123,9 @@
 // Options.CacheBytes as estimated, least recently used out first and a
 // batch's busiest entities kept longest, checked by the write's CAS; an
 // entity only read is always read), on a Cluster one pipeline per node, in
-// parallel. Go decodes each value it read or took from the cache (a large
+// parallel; ApplyValuesUnless adds a GET per event of a key of the
+// caller's (the decision API's remembered answers) and applies only the
+// events whose key holds nothing. Go decodes each value it read or took from the cache (a large
 // entity's state from the cache is computed on in place, by the one batch
 // that holds it),
 // applies the entity's events in order and records
@@ -137,7 +139,10 @@
 // generation and EXPIRE), and only
 // if that wrote, APPEND of its events' snapshots to the snapshot string of
 // their expiry's slot (all events a batch counts share one expiry) and,
-// when that APPEND created it, its PEXPIREAT, all in one script call. On a single Redis one call writes
+// when that APPEND created it, its PEXPIREAT (or, when the cache knows of
+// no write of this process to that slot of the entity, SET NX PXAT, which
+// creates it with its expiry in one command, and APPEND only when it was
+// there after all), all in one script call. On a single Redis one call writes
 // up to 100 entities (the call itself costs about as much as its
 // commands); on a Cluster, whose scripts cannot span slots, one call per
 // entity. Within one process, a batch holds the entities it writes while
