@@ -43,11 +43,7 @@ type entity struct {
 	// of their expiry's slot), skeyAt when it expires (unix ms).
 	skey   string
 	skeyAt int64
-	// snew: as far as the cache knows, this process has not written to
-	// skey yet (its slot is new to the entity), so the write creates it
-	// (writeMode "x").
-	snew bool
-	ops  []op
+	ops    []op
 	// base is the value as read (a base and the delta records after it,
 	// delta.go), until decoded; a state taken from the cache has none.
 	base   string

@@ -198,7 +198,7 @@ func (s *Store) encodeWrite(e *entity, nowMs, ttlMs int64) {
 	if len(e.snaps) > 0 {
 		// Every event counted now is remembered until nowMs + ttlMs:
 		// its snapshot goes to that slot's string.
-		e.skey, e.skeyAt, e.snew = s.snapKeyOf(e, nowMs+ttlMs)
+		e.skey, e.skeyAt = s.snapKeyOf(e, nowMs+ttlMs)
 	}
 	// Every write takes a random generation, never the one read plus
 	// one: two writers that read the same value (a batch of this

@@ -139,10 +139,7 @@
 // generation and EXPIRE), and only
 // if that wrote, APPEND of its events' snapshots to the snapshot string of
 // their expiry's slot (all events a batch counts share one expiry) and,
-// when that APPEND created it, its PEXPIREAT (or, when the cache knows of
-// no write of this process to that slot of the entity, SET NX PXAT, which
-// creates it with its expiry in one command, and APPEND only when it was
-// there after all), all in one script call. On a single Redis one call writes
+// when that APPEND created it, its PEXPIREAT, all in one script call. On a single Redis one call writes
 // up to 100 entities (the call itself costs about as much as its
 // commands); on a Cluster, whose scripts cannot span slots, one call per
 // entity. Within one process, a batch holds the entities it writes while

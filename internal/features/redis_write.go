@@ -11,22 +11,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// snapLua is the scripts' snapshot write: APPEND of the records to the
-// entity's snapshot string of their expiry's slot, and its PEXPIREAT when
-// that APPEND created it; or, when the string is expected new
-// (entity.snew), SET NX PXAT, and APPEND when it was there after all.
-const snapLua = `local function snap(skey, snaps, at, new)
-  if #snaps == 0 then
-  elseif new then
-    if not redis.call('SET', skey, snaps, 'NX', 'PXAT', at) then
-      redis.call('APPEND', skey, snaps)
-    end
-  elseif redis.call('APPEND', skey, snaps) == #snaps then
-    redis.call('PEXPIREAT', skey, at)
-  end
-end
-`
-
 // casLua (a Cluster: one entity per call, keys of different slots cannot
 // share one; writeLua is slower there) writes a value only if the key still
 // holds the generation it was read with (at ARGV[7]: its last 8 bytes, -8,
@@ -34,31 +18,33 @@ end
 // same call appends the entity's replay snapshots (doc.go "Replays") to
 // KEYS[2], its snapshot string of the events' expiry slot (same hash tag).
 // ARGV: generation, value, TTL (s), "a" to append (the value is then a
-// delta record and the new generation: delta.go) or "0", followed by "x"
-// when the snapshot string is expected new (snapLua), the snapshot
+// delta record and the new generation: delta.go) or "0", the snapshot
 // records ("" for none), the unix ms at which a new snapshot string
 // expires, the generation's offset.
-const casLua = snapLua + `local o = tonumber(ARGV[7])
+const casLua = `local o = tonumber(ARGV[7])
 if redis.call('GETRANGE', KEYS[1], o, o + 7) ~= ARGV[1] then
   return 0
 end
-if string.sub(ARGV[4], 1, 1) == 'a' then
+if ARGV[4] == 'a' then
   redis.call('APPEND', KEYS[1], ARGV[2])
   redis.call('EXPIRE', KEYS[1], ARGV[3])
 else
   redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3])
 end
-snap(KEYS[2], ARGV[5], ARGV[6], string.sub(ARGV[4], 2) == 'x')
+if #ARGV[5] > 0 and redis.call('APPEND', KEYS[2], ARGV[5]) == #ARGV[5] then
+  redis.call('PEXPIREAT', KEYS[2], ARGV[6])
+end
 return 1`
 
 // createLua is casLua for a key that did not exist: SET NX instead of the
 // generation compare. ARGV: value, TTL (s), the snapshot records, the
-// snapshot string's expiry (unix ms), "x" when that string is expected
-// new, else "0".
-const createLua = snapLua + `if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[2]) then
+// snapshot string's expiry (unix ms).
+const createLua = `if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[2]) then
   return 0
 end
-snap(KEYS[2], ARGV[3], ARGV[4], ARGV[5] == 'x')
+if #ARGV[3] > 0 and redis.call('APPEND', KEYS[2], ARGV[3]) == #ARGV[3] then
+  redis.call('PEXPIREAT', KEYS[2], ARGV[4])
+end
 return 1`
 
 // cas is loaded once per Redis node and called with EVALSHA; a node that
@@ -73,33 +59,29 @@ var cas, create = redis.NewScript(casLua), redis.NewScript(createLua)
 // key and that string (same hash tag). ARGV: TTL (s), then per entity: mode
 // ("n" new key, "c" compare, "a" compare and append: the value is then a
 // delta record, delta.go, "A" the same without refreshing the key's TTL,
-// which this process did within keyTTLRefresh; followed by "x" when the
-// snapshot string is expected new: SET NX PXAT, APPEND when it was not),
-// generation read ("" for
+// which this process did within keyTTLRefresh), generation read ("" for
 // "n"), the offset GETRANGE reads it at ("-8" or, a value of an older
 // format, "0": genAt), value (for "a" and "A" a delta record and the new
 // generation, ONE APPEND), the snapshot records ("" for none), and the
 // unix ms at which the snapshot string expires, set when this APPEND
-// created it, or by the SET NX PXAT of mode "x" (the string's slot is
-// fixed, so is its end).
+// created it (the string's slot is fixed, so is its end).
 // It returns one 1 (written) or 0 (lost to another writer) per entity.
 // A single Redis writes up to perCall entities per call (one script call
 // costs about as much as the commands it runs).
-const writeLua = snapLua + `local ttl = ARGV[1]
+const writeLua = `local ttl = ARGV[1]
 local res = {}
 local a = 2
 for k = 1, #KEYS, 2 do
   local key, mode = KEYS[k], ARGV[a]
-  local w, sn = string.sub(mode, 1, 1), string.sub(mode, 2)
   local ok
-  if w == 'n' then
+  if mode == 'n' then
     ok = redis.call('SET', key, ARGV[a + 3], 'NX', 'EX', ttl)
   else
     local o = tonumber(ARGV[a + 2])
     if redis.call('GETRANGE', key, o, o + 7) == ARGV[a + 1] then
-      if w == 'a' or w == 'A' then
+      if mode == 'a' or mode == 'A' then
         ok = redis.call('APPEND', key, ARGV[a + 3])
-        if w == 'a' then
+        if mode == 'a' then
           redis.call('EXPIRE', key, ttl)
         end
       else
@@ -108,7 +90,10 @@ for k = 1, #KEYS, 2 do
     end
   end
   if ok then
-    snap(KEYS[k + 1], ARGV[a + 4], ARGV[a + 5], sn == 'x')
+    local snaps = ARGV[a + 4]
+    if #snaps > 0 and redis.call('APPEND', KEYS[k + 1], snaps) == #snaps then
+      redis.call('PEXPIREAT', KEYS[k + 1], ARGV[a + 5])
+    end
     res[#res + 1] = 1
   else
     res[#res + 1] = 0
@@ -183,44 +168,6 @@ func reuse[T any](b []T, n int) []T {
 	return b[:0]
 }
 
-// writeMode is e's mode in writeLua: how its value is written ("n" a new
-// key, "c" compared and set, "a" compared and appended, "A" the same
-// without refreshing the TTL), then "x" when its snapshot string is
-// expected new (entity.snew: created with its expiry, SET NX PXAT, one
-// command where an APPEND that created it needs its PEXPIREAT too).
-func writeMode(e *entity) string {
-	w := byte('n')
-	if e.exists {
-		w = 'c'
-		if e.appended && e.corrupt == nil {
-			w = 'a'
-			if !e.refreshTTL {
-				w = 'A'
-			}
-		}
-	}
-	if e.snew && len(e.snaps) > 0 {
-		switch w {
-		case 'n':
-			return "nx"
-		case 'c':
-			return "cx"
-		case 'a':
-			return "ax"
-		}
-		return "Ax"
-	}
-	switch w {
-	case 'n':
-		return "n"
-	case 'c':
-		return "c"
-	case 'a':
-		return "a"
-	}
-	return "A"
-}
-
 // write stores every changed entity and its snapshots in one pipeline of
 // script calls, each entity only if nobody wrote it since it was read, and
 // returns those somebody did.
@@ -277,11 +224,17 @@ func (s *Store) write(ctx context.Context, ents []*entity) ([]*entity, error) {
 		}
 		args = append(args, num(ttlArg))
 		for _, e := range c.ents {
-			mode, gen, off := writeMode(e), "", "0"
+			mode, gen, off := "n", "", "0"
 			if e.exists {
-				gen = e.gen
+				mode, gen = "c", e.gen
 				if e.goff != 0 {
 					off = "-8"
+				}
+				if e.appended && e.corrupt == nil {
+					mode = "a"
+					if !e.refreshTTL {
+						mode = "A"
+					}
 				}
 			}
 			start := len(blob)
@@ -375,22 +328,15 @@ func (s *Store) writeEach(ctx context.Context, ents []*entity) ([]*entity, error
 		}
 		snaps := appendSnaps(nil, e.snaps)
 		x := w{e: e, sc: cas, keys: []string{e.key, skey}}
-		snew := "0"
-		if e.snew && len(snaps) > 0 {
-			snew = "x"
-		}
 		if e.exists {
 			mode := "0"
 			if e.appended && e.corrupt == nil {
 				mode = "a"
 			}
-			if snew == "x" {
-				mode += snew
-			}
 			x.args = []any{e.gen, e.val, ttlArg, mode, snaps, e.skeyAt, e.goff}
 		} else {
 			x.sc = create
-			x.args = []any{e.val, ttlArg, snaps, e.skeyAt, snew}
+			x.args = []any{e.val, ttlArg, snaps, e.skeyAt}
 		}
 		x.cas = x.sc.EvalSha(ctx, pipe, x.keys, x.args...)
 		ws = append(ws, x)

@@ -178,18 +178,14 @@ const snapSuffix = ":r:"
 
 // snapKeyOf is snapKey for e, the string built once per slot for as long
 // as e's cache entry lives: only the batch holding the entry uses it.
-// It also says whether the string is new to e as far as the cache knows
-// (entity.snew).
-func (s *Store) snapKeyOf(e *entity, exp int64) (string, int64, bool) {
+func (s *Store) snapKeyOf(e *entity, exp int64) (string, int64) {
 	x := e.cx
 	if x == nil {
-		k, until := s.snapKey(e.key, exp)
-		return k, until, true
+		return s.snapKey(e.key, exp)
 	}
 	n, until := s.snapSlotOf(exp)
-	fresh := x.skey == "" || x.skeyN != n
-	if fresh {
+	if x.skey == "" || x.skeyN != n {
 		x.skey, x.skeyN = snapKeyIn(e.key, n), n
 	}
-	return x.skey, until, fresh
+	return x.skey, until
 }
