@@ -22,7 +22,13 @@ func (s *Store) load(ctx context.Context, ents []*entity, unless []string) ([][]
 	}
 	s.hits.Add(int64(len(ents) - reads))
 	s.reads.Add(int64(reads))
-	if reads == 0 && len(unless) == 0 {
+	checks := 0
+	for _, e := range ents {
+		if e.hit && e.check {
+			checks++
+		}
+	}
+	if reads == 0 && checks == 0 && len(unless) == 0 {
 		return nil, nil
 	}
 	gets := make([]*redis.StringCmd, len(unless))
@@ -31,8 +37,11 @@ func (s *Store) load(ctx context.Context, ents []*entity, unless []string) ([][]
 			gets[i] = p.Get(ctx, k)
 		}
 		for i, e := range ents {
-			if !e.hit {
+			switch {
+			case !e.hit:
 				cmds[i] = p.Get(ctx, e.key)
+			case e.check:
+				cmds[i] = p.GetRange(ctx, e.key, int64(e.goff), int64(e.goff)+genLen-1)
 			}
 		}
 		return nil
@@ -54,6 +63,9 @@ func (s *Store) load(ctx context.Context, ents []*entity, unless []string) ([][]
 			held[i] = b
 		}
 	}
+	if err := s.recheck(ctx, ents, cmds); err != nil {
+		return nil, err
+	}
 	for i, e := range ents {
 		if e.hit {
 			continue
@@ -71,6 +83,41 @@ func (s *Store) load(ctx context.Context, ents []*entity, unless []string) ([][]
 		}
 	}
 	return held, nil
+}
+
+// recheck keeps the cached state of each entity only read whose generation
+// in Redis (cmds[i], GETRANGE) is the cache's, and reads the others whole
+// in one more pipeline (another writer changed them), into cmds.
+func (s *Store) recheck(ctx context.Context, ents []*entity, cmds []*redis.StringCmd) error {
+	var stale []int
+	for i, e := range ents {
+		if !e.hit || !e.check {
+			continue
+		}
+		g, err := cmds[i].Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return fmt.Errorf("features: redis: checking a %s: %w", kindName(e.eid.kind), err)
+		}
+		if g != e.gen {
+			e.hit, e.st, e.cval = false, nil, nil
+			stale = append(stale, i)
+		}
+	}
+	if len(stale) == 0 {
+		return nil
+	}
+	s.hits.Add(-int64(len(stale)))
+	s.reads.Add(int64(len(stale)))
+	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, i := range stale {
+			cmds[i] = p.Get(ctx, ents[i].key)
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("features: redis: reading %d entities: %w", len(stale), err)
+	}
+	return nil
 }
 
 // read returns one entity's state (empty when it has no key).

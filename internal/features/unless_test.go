@@ -82,3 +82,38 @@ func TestApplyValuesUnlessSkipsTheHeld(t *testing.T) {
 		}
 	}
 }
+
+// A counterparty only read (paying in) comes from the cache when Redis
+// still holds the generation the cache does (one GETRANGE, not its whole
+// value), and from Redis when another writer changed it since.
+func TestReadOnlyEntityFromCacheIsChecked(t *testing.T) {
+	c, prefix, cnt := open(t, targets[0])
+	ctx := context.Background()
+	s, other := New(c, Options{KeyPrefix: prefix}), New(c, Options{KeyPrefix: prefix})
+	at := time.Now().UTC().Add(-time.Minute)
+	paid := func(s *Store, ext string, dir event.Direction) map[string]any {
+		t.Helper()
+		out, err := s.Apply(ctx, []*event.Envelope{txn(ext, "acc-"+ext, "", "payee", "10.00", "EUR", dir, at)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out[0]["counterparty"].(map[string]any)
+	}
+	paid(s, "1", event.DirectionOut) // written by s: in its cache
+	cnt.reset()
+	hits0, reads0 := s.CacheStats()
+	if got := paid(s, "2", event.DirectionIn)["paid_count_24h"]; got != int64(1) {
+		t.Fatalf("paid_count_24h %v after one payment, want 1", got)
+	}
+	if hits, reads := s.CacheStats(); hits-hits0 != 1 || reads-reads0 != 1 {
+		// The payee from the cache; the new account read.
+		t.Errorf("cache hits %d, reads %d; want the payee from the cache", hits-hits0, reads-reads0)
+	}
+	paid(other, "3", event.DirectionOut) // another writer: s's cache is behind
+	if got := paid(s, "4", event.DirectionIn)["paid_count_24h"]; got != int64(2) {
+		t.Fatalf("paid_count_24h %v after another writer's payment, want 2", got)
+	}
+	if got := paid(s, "5", event.DirectionIn)["paid_count_24h"]; got != int64(2) {
+		t.Fatalf("paid_count_24h %v, want 2", got)
+	}
+}
