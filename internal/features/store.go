@@ -273,10 +273,8 @@ func (s *Store) applyValues(ctx context.Context, events []*event.Envelope, unles
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		unless = nil
-		if held != nil {
-			s.cache.abort(pending)
-			return nil, nil, held, nil
+		if unless = nil; held != nil {
+			return nil, nil, held, nil // takeOrLoad let go of pending
 		}
 		r.now = s.now()
 		s.computeAll(pending, r)
@@ -307,14 +305,7 @@ func (s *Store) applyValues(ctx context.Context, events []*event.Envelope, unles
 		if attempt == maxAttempts {
 			return nil, nil, nil, fmt.Errorf("features: %d of %d entities still changed by another writer after %d attempts", len(lost), len(ents), attempt)
 		}
-		for _, e := range reread {
-			e.reread = false
-		}
-		lost = append(lost, reread...)
-		for _, e := range lost {
-			e.hit = false
-		}
-		pending = lost
+		pending = again(lost, reread)
 		// Another writer changed them between our read and write: read them
 		// again, after a short random pause so two writers fall out of step.
 		select {
@@ -334,7 +325,7 @@ func (s *Store) applyValues(ctx context.Context, events []*event.Envelope, unles
 
 // takeOrLoad gives pending their values: from the cache when fromCache and
 // it holds them (cache.go), else read from Redis in one pipeline, with
-// unless (load).
+// unless (load); when one of those holds a value it lets go of pending.
 func (s *Store) takeOrLoad(ctx context.Context, pending []*entity, fromCache bool, unless []string) ([][]byte, error) {
 	s.cache.take(pending, fromCache)
 	for _, e := range pending {
@@ -343,11 +334,25 @@ func (s *Store) takeOrLoad(ctx context.Context, pending []*entity, fromCache boo
 		}
 	}
 	held, err := s.load(ctx, pending, unless)
-	if err != nil {
+	if err != nil || held != nil {
+		// Failed, or nothing to apply this round (ApplyValuesUnless).
 		s.cache.abort(pending)
-		return nil, err
 	}
-	return held, nil
+	return held, err
+}
+
+// again is what the next round of a batch reads, recomputes and writes:
+// the entities whose write was lost and those whose cached value did not
+// decode, read from Redis.
+func again(lost, reread []*entity) []*entity {
+	for _, e := range reread {
+		e.reread = false
+	}
+	lost = append(lost, reread...)
+	for _, e := range lost {
+		e.hit = false
+	}
+	return lost
 }
 
 // dropRereads lets go of the entities whose cached value did not decode, to
