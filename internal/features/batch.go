@@ -55,8 +55,11 @@ type entity struct {
 	goff int
 	v3   bool
 	// hit: the value came from the cache instead of Redis; the write's
-	// CAS checks it is still current.
-	hit bool
+	// CAS checks it is still current, or, for an entity only read (check),
+	// load compares its generation in Redis (the cache's state is then
+	// dropped and the entity read when they differ).
+	hit   bool
+	check bool
 	// cx: the cache's entry this batch holds the entity by (cache.go),
 	// nil when it holds none; ro: the batch only reads it.
 	cx      *cached

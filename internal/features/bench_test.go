@@ -8,7 +8,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/speculapro/speculapro/devtools/loadgen"
+	"github.com/speculapro/speculapro/devtools/testenv"
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/identity"
 )
@@ -89,32 +89,7 @@ func benchmarkApply(b *testing.B, tg target) {
 // redisCPU is the CPU time (user + system) the Redis servers behind c have
 // used: INFO cpu of each master.
 func redisCPU(b *testing.B, c redis.UniversalClient) time.Duration {
-	ctx := context.Background()
-	var total atomic.Int64
-	one := func(ctx context.Context, n *redis.Client) error {
-		info, err := n.Info(ctx, "cpu").Result()
-		if err != nil {
-			return err
-		}
-		for _, line := range strings.Split(info, "\r\n") {
-			k, v, _ := strings.Cut(line, ":")
-			if k == "used_cpu_user" || k == "used_cpu_sys" {
-				f, _ := strconv.ParseFloat(v, 64)
-				total.Add(int64(f * 1e6))
-			}
-		}
-		return nil
-	}
-	var err error
-	if cc, ok := c.(*redis.ClusterClient); ok {
-		err = cc.ForEachMaster(ctx, one)
-	} else {
-		err = one(ctx, c.(*redis.Client))
-	}
-	if err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(total.Load()) * time.Microsecond
+	return testenv.ReadRedisUsage(b, c).CPU
 }
 
 // BenchmarkApplyLoadgen applies what the stream benchmark drains (loadgen's
@@ -158,7 +133,7 @@ func BenchmarkApplyLoadgen(b *testing.B) {
 		runtime.GC()
 		var ms0, ms1 runtime.MemStats
 		runtime.ReadMemStats(&ms0)
-		cpu0, rcpu0 := processCPU(b), redisCPU(b, c)
+		cpu0, ru0 := processCPU(b), testenv.ReadRedisUsage(b, c)
 		var peak uint64
 		b.StartTimer()
 		for off := 0; off < n; off += 5000 {
@@ -179,7 +154,9 @@ func BenchmarkApplyLoadgen(b *testing.B) {
 		runtime.GC()
 		runtime.ReadMemStats(&live)
 		b.ReportMetric(float64((processCPU(b)-cpu0).Microseconds())/float64(n), "cpu-µs/event")
-		b.ReportMetric(float64((redisCPU(b, c)-rcpu0).Microseconds())/float64(n), "redis-µs/event")
+		ru := testenv.ReadRedisUsage(b, c).Since(ru0)
+		b.Logf("per event: %s", ru.PerOp(n))
+		b.ReportMetric(float64(ru.CPU.Microseconds())/float64(n), "redis-µs/event")
 		b.ReportMetric(float64(ms1.TotalAlloc-ms0.TotalAlloc)/float64(n), "alloc-B/event")
 		b.ReportMetric(float64(peak)/(1<<20), "heap-inuse-MB")
 		b.ReportMetric(float64(int64(live.HeapAlloc)-int64(ms0.HeapAlloc))/(1<<20), "live-heap-MB")
@@ -195,4 +172,75 @@ func processCPU(b *testing.B) time.Duration {
 		b.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkScriptCommandCost is what bounds the running totals' Redis CPU:
+// the same commands (per entity a GETRANGE of 8 bytes and two APPENDs of
+// 60 bytes, on keys that exist), 100 entities a call, sent as a pipeline
+// and run by a script (redis.call), and the script's call and arguments
+// alone (script-bare), reported as Redis CPU per entity
+// (INFO cpu; precise on a Redis of the benchmark's own, SP_REDIS_URL).
+func BenchmarkScriptCommandCost(b *testing.B) {
+	c, prefix, _ := open(b, targets[0])
+	ctx := context.Background()
+	const n = 100
+	keys := make([]string, 2*n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("%s{e%d}:%d", prefix, i/2, i%2)
+		if err := c.Set(ctx, keys[i], "01234567", time.Hour).Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	rec := strings.Repeat("r", 60)
+	sc := redis.NewScript(`for k = 1, #KEYS, 2 do
+  if redis.call('GETRANGE', KEYS[k], 0, 7) == ARGV[1] then
+    redis.call('APPEND', KEYS[k], ARGV[2])
+    redis.call('APPEND', KEYS[k + 1], ARGV[2])
+  end
+end
+return 1`)
+	// The script's call and arguments alone, no command run.
+	bare := redis.NewScript(`for k = 1, #KEYS, 2 do
+  if KEYS[k] == ARGV[1] then
+    return 0
+  end
+end
+return 1`)
+	for _, how := range []string{"pipeline", "script", "script-bare"} {
+		b.Run(how, func(b *testing.B) {
+			cpu0 := redisCPU(b, c)
+			for i := 0; i < b.N; i++ {
+				// Every key back to 8 bytes now and then, outside the
+				// measure's commands only by its share.
+				if i%50 == 0 {
+					_, _ = c.Pipelined(ctx, func(p redis.Pipeliner) error {
+						for _, k := range keys {
+							p.Set(ctx, k, "01234567", time.Hour)
+						}
+						return nil
+					})
+				}
+				var err error
+				switch how {
+				case "script":
+					err = sc.Run(ctx, c, keys, "01234567", rec).Err()
+				case "script-bare":
+					err = bare.Run(ctx, c, keys, "01234567", rec).Err()
+				default:
+					_, err = c.Pipelined(ctx, func(p redis.Pipeliner) error {
+						for k := 0; k < len(keys); k += 2 {
+							p.GetRange(ctx, keys[k], 0, 7)
+							p.Append(ctx, keys[k], rec)
+							p.Append(ctx, keys[k+1], rec)
+						}
+						return nil
+					})
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64((redisCPU(b, c)-cpu0).Nanoseconds())/1e3/float64(b.N*n), "redis-µs/entity")
+		})
+	}
 }

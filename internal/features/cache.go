@@ -21,7 +21,9 @@ import (
 // It is only ever a guess: the write's CAS compares the generation, and an
 // entity somebody else wrote since is read again and recomputed, exactly as
 // after a lost race. An entity only read in a batch (a counterparty paying
-// in) is always read, since nothing would check a cached state of it.
+// in) is not written, so no CAS would check a cached state of it: load
+// compares its generation in Redis (GETRANGE, 8 bytes) with the cache's
+// instead, and reads it whole only when they differ.
 //
 // A state or value in the cache belongs to the cache: take moves it out to
 // the one batch that holds the entity, which computes on it in place (a
@@ -185,9 +187,12 @@ func (c *cache) take(ents []*entity, fromCache bool) {
 		if ok && e.key == "" {
 			e.key = x.key
 		}
-		if e.ro {
-			continue
+		if e.ro && (!ok || !fromCache || !x.inRing || x.holder >= 0) {
+			continue // read from Redis
 		}
+		// (An entity only read that the cache holds is taken like the
+		// others; load checks its generation in Redis: entity.check.)
+		e.check = e.ro
 		if !ok {
 			x = &cached{eid: e.eid}
 			c.m[e.eid] = x

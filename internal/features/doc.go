@@ -122,8 +122,12 @@
 // entities their decoded states, kept between batches within
 // Options.CacheBytes as estimated, least recently used out first and a
 // batch's busiest entities kept longest, checked by the write's CAS; an
-// entity only read is always read), on a Cluster one pipeline per node, in
-// parallel. Go decodes each value it read or took from the cache (a large
+// entity only read is checked instead: GETRANGE of its generation, read
+// whole when Redis' differs from the cache's, recheck), on a Cluster one
+// pipeline per node, in
+// parallel; ApplyValuesUnless adds a GET per event of a key of the
+// caller's (the decision API's remembered answers) and applies only the
+// events whose key holds nothing. Go decodes each value it read or took from the cache (a large
 // entity's state from the cache is computed on in place, by the one batch
 // that holds it),
 // applies the entity's events in order and records

@@ -200,16 +200,64 @@ func (s *Store) ApplyReplays(ctx context.Context, events []*event.Envelope) ([]m
 // into maps only as far as the caller asks (rule_eval: the features its
 // rules name).
 func (s *Store) ApplyValues(ctx context.Context, events []*event.Envelope) ([]*Values, []bool, error) {
+	out, replayed, _, err := s.applyValues(ctx, events, nil)
+	return out, replayed, err
+}
+
+// ApplyValuesUnless is ApplyValues for events that each come with a key
+// (unless[i]) read in the same pipeline as the entities (round trip 1): an
+// event whose key holds a value is not applied; held[i] is that value, and
+// its Values nil. The decision API's remembered answers: a repeat is
+// answered as before, and the batch's reads cost one round trip, not two.
+// When one is held the others are applied in a batch of their own (the
+// reads of the first are dropped: a repeat is rare).
+func (s *Store) ApplyValuesUnless(ctx context.Context, events []*event.Envelope, unless []string) ([]*Values, [][]byte, error) {
+	if len(unless) != len(events) {
+		return nil, nil, fmt.Errorf("features: %d keys for %d events", len(unless), len(events))
+	}
+	out, _, held, err := s.applyValues(ctx, events, unless)
+	if err != nil || held == nil {
+		return out, nil, err
+	}
+	rest := make([]*event.Envelope, 0, len(events))
+	for i, e := range events {
+		if held[i] == nil {
+			rest = append(rest, e)
+		}
+	}
+	out = make([]*Values, len(events))
+	if len(rest) == 0 {
+		return out, held, nil
+	}
+	vals, _, err := s.ApplyValues(ctx, rest)
+	if vals == nil {
+		return nil, nil, err
+	}
+	j := 0
+	for i := range events {
+		if held[i] == nil {
+			out[i] = vals[j]
+			j++
+		}
+	}
+	return out, held, err
+}
+
+// applyValues is ApplyValues, reading unless (nil: none) with the
+// entities; when one of those keys holds a value it applies nothing and
+// returns their values (ApplyValuesUnless).
+func (s *Store) applyValues(ctx context.Context, events []*event.Envelope, unless []string) ([]*Values, []bool, [][]byte, error) {
 	var ents []*entity
 	// Every return below is the end of the batch's entities.
 	defer func() { releaseEntities(ents) }()
 	preps, out, reads, err := prepare(events, &ents)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	replayed := make([]bool, len(events))
 	if len(ents) == 0 {
-		return out, replayed, nil
+		// Every event touches an entity: nothing to read or apply.
+		return out, replayed, nil, nil
 	}
 	r := &run{events: events, preps: preps, out: out, replayed: replayed}
 	if reads {
@@ -221,8 +269,12 @@ func (s *Store) ApplyValues(ctx context.Context, events []*event.Envelope) ([]*V
 	// of theirs.
 	pending := ents
 	for attempt := 1; ; attempt++ {
-		if err := s.takeOrLoad(ctx, pending, attempt == 1); err != nil {
-			return nil, nil, err
+		held, err := s.takeOrLoad(ctx, pending, attempt == 1, unless)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		if unless = nil; held != nil {
+			return nil, nil, held, nil // takeOrLoad let go of pending
 		}
 		r.now = s.now()
 		s.computeAll(pending, r)
@@ -243,7 +295,7 @@ func (s *Store) ApplyValues(ctx context.Context, events []*event.Envelope) ([]*V
 		s.cache.done(turn)
 		if err != nil {
 			s.cache.invalidate(pending)
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		if len(lost) == 0 && len(reread) == 0 {
 			break
@@ -251,47 +303,56 @@ func (s *Store) ApplyValues(ctx context.Context, events []*event.Envelope) ([]*V
 		s.cache.invalidate(lost)
 		s.conflicts.Add(int64(len(lost)))
 		if attempt == maxAttempts {
-			return nil, nil, fmt.Errorf("features: %d of %d entities still changed by another writer after %d attempts", len(lost), len(ents), attempt)
+			return nil, nil, nil, fmt.Errorf("features: %d of %d entities still changed by another writer after %d attempts", len(lost), len(ents), attempt)
 		}
-		for _, e := range reread {
-			e.reread = false
-		}
-		lost = append(lost, reread...)
-		for _, e := range lost {
-			e.hit = false
-		}
-		pending = lost
+		pending = again(lost, reread)
 		// Another writer changed them between our read and write: read them
 		// again, after a short random pause so two writers fall out of step.
 		select {
 		case <-ctx.Done():
-			return nil, nil, fmt.Errorf("features: %w", ctx.Err())
+			return nil, nil, nil, fmt.Errorf("features: %w", ctx.Err())
 		case <-time.After(time.Duration(rand.Int64N(int64(attempt) * int64(time.Millisecond)))):
 		}
 	}
 	if err := s.restore(ctx, ents, r); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if ce := corruptIn(ents); ce != nil {
-		return out, replayed, ce
+		return out, replayed, nil, ce
 	}
-	return out, replayed, nil
+	return out, replayed, nil, nil
 }
 
 // takeOrLoad gives pending their values: from the cache when fromCache and
-// it holds them (cache.go), else read from Redis in one pipeline.
-func (s *Store) takeOrLoad(ctx context.Context, pending []*entity, fromCache bool) error {
+// it holds them (cache.go), else read from Redis in one pipeline, with
+// unless (load); when one of those holds a value it lets go of pending.
+func (s *Store) takeOrLoad(ctx context.Context, pending []*entity, fromCache bool, unless []string) ([][]byte, error) {
 	s.cache.take(pending, fromCache)
 	for _, e := range pending {
 		if e.key == "" { // not in the cache
 			e.key = s.key(e.eid.kind, e.eid.id)
 		}
 	}
-	if err := s.load(ctx, pending); err != nil {
+	held, err := s.load(ctx, pending, unless)
+	if err != nil || held != nil {
+		// Failed, or nothing to apply this round (ApplyValuesUnless).
 		s.cache.abort(pending)
-		return err
 	}
-	return nil
+	return held, err
+}
+
+// again is what the next round of a batch reads, recomputes and writes:
+// the entities whose write was lost and those whose cached value did not
+// decode, read from Redis.
+func again(lost, reread []*entity) []*entity {
+	for _, e := range reread {
+		e.reread = false
+	}
+	lost = append(lost, reread...)
+	for _, e := range lost {
+		e.hit = false
+	}
+	return lost
 }
 
 // dropRereads lets go of the entities whose cached value did not decode, to

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -16,10 +15,10 @@ import (
 // A decision's Redis work goes in batches with the other decisions arriving
 // meanwhile, one loop each for its two steps:
 //
-//   - applyLoop: the remembered answers of the batch's external_ids (one
-//     pipeline of GETs), then the others applied to the running totals (one
-//     features.Store.Apply: one Redis pipeline, every entity read and
-//     CAS-written once per batch);
+//   - applyLoop: the batch applied to the running totals, but for the
+//     external_ids answered before (features.Store.ApplyValuesUnless: the
+//     remembered answers read in the same pipeline as the entities, then
+//     one pipeline CAS-writing every entity once per batch);
 //   - rememberLoop: the batch's answers remembered (one pipeline of SET NX,
 //     and of GETs for the twins that lost).
 //
@@ -74,51 +73,66 @@ func (a *decisionAPI) applyBatch(ctx context.Context, batch []applyReq) {
 	// The breaker hears Redis' answers here, where they arrive, so an
 	// answer counts even when every decision of the batch has given up.
 	a.breaker.asking()
-	gets := make([]*goredis.StringCmd, len(batch))
-	_, err := a.redis.Pipelined(ctx, func(p goredis.Pipeliner) error {
-		for i, r := range batch {
-			gets[i] = p.Get(ctx, r.key)
-		}
-		return nil
-	})
-	if err != nil && !errors.Is(err, goredis.Nil) {
-		fail(batch, fmt.Errorf("reading remembered decisions: %w", err))
+	envs, keys := make([]*event.Envelope, len(batch)), make([]string, len(batch))
+	for i, r := range batch {
+		envs[i], keys[i] = r.env, r.key
+	}
+	// Values, not maps: the rules build only the features they name. The
+	// remembered answers are read with the entities (one round trip); a
+	// repeat is not applied.
+	feats, held, err := a.store.ApplyValuesUnless(ctx, envs, keys)
+	if err = applyErr(err); err != nil {
+		fail(batch, err)
 		return
 	}
 	a.breaker.ok()
-	var fresh []applyReq
+	var again []applyReq
 	for i, r := range batch {
-		if b, err := gets[i].Bytes(); err == nil {
+		if held != nil && held[i] != nil {
 			var prev decisionResponse
-			if json.Unmarshal(b, &prev) == nil {
+			if json.Unmarshal(held[i], &prev) == nil {
 				r.done <- applyRes{prev: &prev}
-				continue
+			} else {
+				again = append(again, r) // unreadable: decided again
 			}
+			continue
 		}
-		// Not remembered (or unreadable: decided again).
-		fresh = append(fresh, r)
+		r.done <- applyRes{features: feats[i]}
 	}
-	if len(fresh) == 0 {
-		return
+	if len(again) > 0 {
+		a.applyAgain(ctx, again)
 	}
-	envs := make([]*event.Envelope, len(fresh))
-	for i, r := range fresh {
+}
+
+// applyErr is the running totals' err as the decision sees it: none for
+// an entity whose value did not decode (counted from empty, as the stream
+// does).
+func applyErr(err error) error {
+	var corrupt *features.CorruptError
+	if errors.As(err, &corrupt) {
+		return nil
+	}
+	return err
+}
+
+// applyAgain applies the decisions whose remembered answer did not read
+// back, as if none were remembered.
+func (a *decisionAPI) applyAgain(ctx context.Context, reqs []applyReq) {
+	envs := make([]*event.Envelope, len(reqs))
+	for i, r := range reqs {
 		envs[i] = r.env
 	}
 	a.breaker.asking()
-	// Values, not maps: the rules build only the features they name.
 	feats, _, err := a.store.ApplyValues(ctx, envs)
-	var corrupt *features.CorruptError
-	if errors.As(err, &corrupt) {
-		err = nil // counted from empty, as the stream does
+	if err = applyErr(err); err == nil {
+		a.breaker.ok()
 	}
-	if err != nil {
-		fail(fresh, err)
-		return
-	}
-	a.breaker.ok()
-	for i, r := range fresh {
-		r.done <- applyRes{features: feats[i]}
+	for i, r := range reqs {
+		if err != nil {
+			r.done <- applyRes{err: err}
+		} else {
+			r.done <- applyRes{features: feats[i]}
+		}
 	}
 }
 

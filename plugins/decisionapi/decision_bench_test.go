@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"strconv"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 
+	"github.com/speculapro/speculapro/devtools/testenv"
 	"github.com/speculapro/speculapro/internal/apirequest"
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/identity"
@@ -26,7 +29,10 @@ import (
 // remembered and written, the decided transaction encoded and queued.
 // 5,000 accounts pay 13 payees. cpu_us/decision is the process's CPU
 // (getrusage) per decision, which a machine shared with other work
-// disturbs less than the time per decision.
+// disturbs less than the time per decision; redis_cpu_us/decision is
+// Redis' (INFO cpu), with its commands' share logged (INFO commandstats).
+// SP_TEST_BENCH_INFLIGHT sets the decisions in flight per core (default
+// 32: large batches; a few, as at 2,000/s, make small ones).
 func BenchmarkDecisionHandler(b *testing.B) {
 	a := batchAPIOn(b, fmt.Sprintf("t-bench-%d:", time.Now().UnixNano()))
 	a.MaxBody, a.timeout, a.fallback = daMaxBodyDefault, 250*time.Millisecond, event.OutcomeReview
@@ -88,11 +94,16 @@ func BenchmarkDecisionHandler(b *testing.B) {
 	for range 2000 { // the accounts' keys made, the cache warm
 		decideOne()
 	}
+	inflight := 32 // decisions in flight per core, batched together
+	if v, err := strconv.Atoi(os.Getenv("SP_TEST_BENCH_INFLIGHT")); err == nil && v > 0 {
+		inflight = v
+	}
 	var before, after syscall.Rusage
+	ru0 := testenv.ReadRedisUsage(b, a.redis)
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &before)
 	b.ReportAllocs()
 	b.ResetTimer()
-	b.SetParallelism(32) // decisions in flight, batched together
+	b.SetParallelism(inflight)
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			decideOne()
@@ -102,6 +113,11 @@ func BenchmarkDecisionHandler(b *testing.B) {
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &after)
 	cpu := time.Duration(after.Utime.Nano() + after.Stime.Nano() - before.Utime.Nano() - before.Stime.Nano())
 	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu_us/decision")
+	// Redis' CPU (INFO cpu) and its commands' time (INFO commandstats):
+	// precise on a Redis of the benchmark's own (SP_REDIS_URL).
+	ru := testenv.ReadRedisUsage(b, a.redis).Since(ru0)
+	b.ReportMetric(float64(ru.CPU.Microseconds())/float64(b.N), "redis_cpu_us/decision")
+	b.Logf("per decision (%d): %s", b.N, ru.PerOp(b.N))
 	b.ReportMetric(float64(degraded.Load()), "degraded")
 	if f := failed.Load(); f > 0 {
 		b.Errorf("%d decisions failed", f)
