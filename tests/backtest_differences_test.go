@@ -96,8 +96,9 @@ func TestBacktestDifferencesFromTheStream(t *testing.T) {
 	}
 	d := newDiffEvents(time.Now().UTC().Add(-2 * time.Hour).Truncate(time.Second))
 	p := diffWsPartitions
-	d.txn("A", p, "acc-a1", "cust-a", "payee-a1", "10", 0) // applied after B
-	d.txn("B", p, "acc-a2", "cust-a", "payee-a2", "10", 1) // same customer, other partition
+	d.txn("A", p, "acc-a1", "cust-a", "payee-a1", "10", 1) // accepted before B, applied after it
+	d.txn("B", p, "acc-a2", "cust-a", "payee-a2", "10", 0) // same customer, other partition; occurred first, accepted late
+	d.accepted("B", d.envs["A"].ReceivedAt.Add(time.Second))
 	d.txn("C", p, "acc-c3", "cust-c3", "payee-c", "10", 2) // applied after D
 	d.txn("D", p, "acc-c4", "cust-c4", "payee-c", "10", 3) // same payee, other partition
 	d.accountEvent("E", p, "cust-e", "sim_swap", 4)        // applied after T
@@ -154,8 +155,10 @@ func TestBacktestDifferencesFromTheStream(t *testing.T) {
 	// customer's transactions against its account events are fed from
 	// several partitions (two topics for the last). The stream applied B
 	// before A, D before C and T before E, each the reverse of their
-	// acceptance; the replay follows received_at, so the second hit moves to
-	// the other event and the SIM swap's is found only by the replay.
+	// acceptance; the replay follows received_at (not occurred_at: B, a
+	// minute late, occurred before A), so the customer's and the payee's
+	// second payment is the other event, and the SIM swap's hit is found only
+	// by the replay.
 	t.Run("entities_fed_from_several_partitions", func(t *testing.T) {
 		if d.partition["A"] == d.partition["B"] || d.partition["C"] == d.partition["D"] {
 			t.Fatalf("accounts meant for different partitions share one: %v", d.partition)
@@ -278,6 +281,13 @@ func newDiffEvents(base time.Time) *diffEvents {
 
 func (d *diffEvents) add(name string, e event.Envelope) {
 	d.envs[name], d.ids[name], d.byID[e.ID] = e, e.ID, name
+}
+
+// accepted sets when the named event was accepted (its received_at).
+func (d *diffEvents) accepted(name string, at time.Time) {
+	e := d.envs[name]
+	e.ReceivedAt = at
+	d.envs[name] = e
 }
 
 // txn is a payment out of acct (of cust, "" for none) to payee.
