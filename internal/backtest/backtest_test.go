@@ -201,3 +201,40 @@ VALUES ($1, $2, 'transaction', $3, 'high', 'alert', true, 'shadow', 1)`, ws, sec
 		}
 	}
 }
+
+// A transaction stored with the placeholder customer named after its account
+// (sent without its customer, the account not stored yet) is replayed with
+// no customer, as the stream counted it: a customer rule fails on it rather
+// than count it; a real customer is counted on.
+func TestReplayTakesAnOrphanPlaceholderForNoCustomer(t *testing.T) {
+	h := newHistory(t)
+	orphan := event.CustomerID(ws, event.OrphanCustomerPrefix+"acc-2")
+	if _, err := h.conn.Exec(context.Background(), `
+WITH c AS (INSERT INTO speculapro.customers (id, workspace_id, external_id, placeholder) VALUES ($1, $2, $3, true) RETURNING id)
+INSERT INTO speculapro.accounts (id, workspace_id, external_id, customer_id, placeholder) SELECT $4, $2, 'acc-2', id, true FROM c`,
+		orphan, ws, event.OrphanCustomerPrefix+"acc-2", event.AccountID(ws, "acc-2")); err != nil {
+		t.Fatal(err)
+	}
+	base := time.Date(2026, 11, 10, 12, 0, 0, 0, time.UTC)
+	for i := range 2 {
+		at := base.Add(time.Duration(i) * time.Minute)
+		h.insert(t, at, at) // acc-1, of cust-1
+		if _, err := h.conn.Exec(context.Background(), `
+INSERT INTO speculapro.transactions (id, workspace_id, external_id, account_id, customer_id, amount, currency, direction,
+  occurred_at, received_at) VALUES ($1, $2, $3, $4, $5, 100, 'EUR', 'out', $6, $6)`,
+			event.TransactionID(ws, fmt.Sprintf("o-%d", i), at), ws, fmt.Sprintf("o-%d", i), event.AccountID(ws, "acc-2"), orphan, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	customerRule := second
+	customerRule.Name, customerRule.Expression = "customer_second", `features.customer.out_count_1h >= 2`
+	rep, hits, err := run(t, h, base, base.Add(time.Hour), func(o *Options) { o.Rules = []rules.Rule{customerRule} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rep.Rules[0]
+	if len(hits) != 1 || r.Hits != 1 || r.Errors != 2 || rep.Events != 4 {
+		t.Fatalf("%d hits (%d), %d errors of %d events; want cust-1's second payment only, the rule failing on both of acc-2's",
+			len(hits), r.Hits, r.Errors, rep.Events)
+	}
+}

@@ -28,4 +28,13 @@
 // two pipelines apply) see their events in the order the stream's
 // processes happened to apply them, which received_at follows up to the
 // stream's lag.
+//
+// # Customers
+//
+// A transaction sent without its customer was counted by the stream on no
+// customer; the persister stored it with its account's customer, or, when
+// the account was not stored yet, with a placeholder customer named after
+// the account (event.OrphanCustomerPrefix). The replay takes such a
+// placeholder for no customer, as the stream did; a real customer it cannot
+// tell from one the transaction named, and counts the transaction on it.
 package backtest

@@ -121,6 +121,10 @@ func (x *rowReader) scan(rows pgx.Rows, ws event.UUID) (*row, error) {
 		return r, nil
 	}
 	e.Kind, e.Metadata = event.KindTransaction, object(x.object)
+	if x.parties.orphans[r.customer] {
+		// Sent without its customer: the stream counted it on none.
+		e.CustomerExternalID = ""
+	}
 	e.Amount, e.Currency, e.Direction = x.amount, x.currency, event.Direction(x.direction)
 	e.Status, e.Reference, e.Channel = x.status, x.reference, x.channel
 	if x.hasCP {

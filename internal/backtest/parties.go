@@ -3,6 +3,7 @@ package backtest
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -16,6 +17,10 @@ import (
 // do, not with the events.
 type parties struct {
 	accounts, customers map[event.UUID]string // id → external id
+	// orphans are the placeholder customers the persister stored
+	// transactions naming no customer with (event.OrphanCustomerPrefix):
+	// the stream counted those transactions on no customer.
+	orphans map[event.UUID]bool
 	// counterparties hold what the envelope carries of a counterparty but
 	// its name (the transaction's own).
 	counterparties map[event.UUID]*event.Counterparty
@@ -24,15 +29,23 @@ type parties struct {
 // loadParties reads workspace ws's parties.
 func loadParties(ctx context.Context, tx pgx.Tx, ws event.UUID) (*parties, error) {
 	p := &parties{accounts: map[event.UUID]string{}, customers: map[event.UUID]string{},
-		counterparties: map[event.UUID]*event.Counterparty{}}
+		orphans: map[event.UUID]bool{}, counterparties: map[event.UUID]*event.Counterparty{}}
 	var id event.UUID
 	var ext string
+	var placeholder bool
 	for what, into := range map[string]map[event.UUID]string{"accounts": p.accounts, "customers": p.customers} {
-		rows, err := tx.Query(ctx, `SELECT id, external_id FROM speculapro.`+what+` WHERE workspace_id = $1`, ws)
+		rows, err := tx.Query(ctx, `SELECT id, external_id, placeholder FROM speculapro.`+what+` WHERE workspace_id = $1`, ws)
 		if err != nil {
 			return nil, fmt.Errorf("reading the %s: %w", what, err)
 		}
-		if _, err := pgx.ForEachRow(rows, []any{&id, &ext}, func() error { into[id] = ext; return nil }); err != nil {
+		_, err = pgx.ForEachRow(rows, []any{&id, &ext, &placeholder}, func() error {
+			into[id] = ext
+			if placeholder && what == "customers" && strings.HasPrefix(ext, event.OrphanCustomerPrefix) {
+				p.orphans[id] = true
+			}
+			return nil
+		})
+		if err != nil {
 			return nil, fmt.Errorf("reading the %s: %w", what, err)
 		}
 	}

@@ -189,6 +189,13 @@ func CustomerID(workspace UUID, externalID string) UUID {
 	return nameBasedID(workspace, "customer:", externalID)
 }
 
+// OrphanCustomerPrefix starts the external id of the placeholder customer
+// the persister stores a transaction with when the transaction names no
+// customer and its account is not stored yet: OrphanCustomerPrefix + the
+// account's external id. The stream counts such a transaction on no
+// customer; a backtest, reading it back, does the same.
+const OrphanCustomerPrefix = "account:"
+
 // AccountID is UUIDv5(workspace, "account:" + externalID).
 func AccountID(workspace UUID, externalID string) UUID {
 	return nameBasedID(workspace, "account:", externalID)

@@ -284,7 +284,10 @@ func writeTransactions(ctx context.Context, tx pgx.Tx, rows []*event.Envelope, m
 		case owner[accountID] != event.UUID{}:
 			customerID = owner[accountID]
 		default:
-			customerID = ph.customer(e.WorkspaceID, orphanCustomerPrefix+e.AccountExternalID)
+			// A placeholder customer named after the account; the
+			// account's real record, when it arrives, points the
+			// account at its real customer.
+			customerID = ph.customer(e.WorkspaceID, event.OrphanCustomerPrefix+e.AccountExternalID)
 		}
 		if !accountKnown {
 			ph.accountOf(accountID, e.WorkspaceID, e.AccountExternalID, customerID)
@@ -408,11 +411,6 @@ func copyRows(ctx context.Context, tx pgx.Tx, b *pgx.Batch, mode writeMode, tabl
 	})
 	return nil
 }
-
-// orphanCustomerPrefix names the placeholder customer of an account that a
-// transaction names without its customer; the account's real record, when
-// it arrives, points the account at its real customer.
-const orphanCustomerPrefix = "account:"
 
 // writeAccountEvents stores rows (already de-duplicated by ID) in tx; see
 // writeTransactions.
