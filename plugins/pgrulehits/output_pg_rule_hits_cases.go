@@ -64,6 +64,9 @@ const (
 	// pass over the hits and no lookup of the case. A case the statement
 	// inserted has version 1; one it joined has a higher one. Groups are
 	// written in key order, so two processes lock cases in the same order.
+	// fresh is read from the statement's snapshot: an alert another process
+	// stores after it began still looks new here, and the statement's last
+	// column counts it (insertAlertsAndOutbox).
 	// case_of holds the case ids as a jsonb object keyed by workspace and
 	// group, looked up per alert, and case_bodies the cases by id, looked
 	// up per step only when a webhook endpoint wants it: a join between
