@@ -1,10 +1,15 @@
 package pgwritetest
 
 import (
+	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/speculapro/speculapro/internal/caseevent"
 )
 
 // caseChecks are what must hold of the cases the stream wrote, each a query
@@ -75,4 +80,35 @@ func CaseFaults(t testing.TB, conn *pgx.Conn) []string {
 		}
 	}
 	return faults
+}
+
+// CaseBodyFault says how a case.* webhook body differs from caseevent's one
+// shape (its keys BodyKeys, its case's CaseKeys, its event's EventKeys, the
+// type 'case.' and the event's kind), nil when it has it.
+func CaseBodyFault(body []byte) error {
+	var b struct {
+		Type  string         `json:"type"`
+		Case  map[string]any `json:"case"`
+		Event map[string]any `json:"event"`
+	}
+	var top map[string]any
+	if err := json.Unmarshal(body, &top); err != nil {
+		return fmt.Errorf("not a JSON object: %w", err)
+	}
+	if err := json.Unmarshal(body, &b); err != nil {
+		return fmt.Errorf("case or event not an object: %w", err)
+	}
+	for _, k := range []struct {
+		what string
+		got  map[string]any
+		want []string
+	}{{"body", top, caseevent.BodyKeys}, {"case", b.Case, caseevent.CaseKeys}, {"event", b.Event, caseevent.EventKeys}} {
+		if got, want := slices.Sorted(maps.Keys(k.got)), slices.Sorted(slices.Values(k.want)); !slices.Equal(got, want) {
+			return fmt.Errorf("%s keys %v, want %v", k.what, got, want)
+		}
+	}
+	if kind, _ := b.Event["kind"].(string); b.Type != "case."+kind {
+		return fmt.Errorf("type %q for an event of kind %q", b.Type, kind)
+	}
+	return nil
 }
