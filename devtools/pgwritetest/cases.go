@@ -27,6 +27,11 @@ SELECT count(*) FROM speculapro.alerts a
        WHEN w.case_grouping <> 'alert' AND a.account_id IS NOT NULL THEN 'account:' || a.account_id::text
        WHEN w.case_grouping = 'account' AND a.customer_id IS NOT NULL THEN 'customer:' || a.customer_id::text
        ELSE 'alert:' || a.id::text END`},
+	{"alerts or case events of a case that does not exist", `
+SELECT (SELECT count(*) FROM speculapro.alerts a
+         WHERE a.case_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM speculapro.cases c WHERE c.id = a.case_id))
+     + (SELECT count(*) FROM speculapro.case_events e
+         WHERE NOT EXISTS (SELECT 1 FROM speculapro.cases c WHERE c.id = e.case_id))`},
 	{"cases holding no alert", `
 SELECT count(*) FROM speculapro.cases c
  WHERE NOT EXISTS (SELECT 1 FROM speculapro.alerts a WHERE a.case_id = c.id)`},
@@ -67,7 +72,7 @@ SELECT count(*) FROM speculapro.webhook_deliveries d
 
 // CaseFaults checks the cases, case events and case deliveries in conn's
 // database: every alert in exactly one case, the open case of its group;
-// every case holding an alert; each case opened once; one 'alert_attached' event per alert; at most one
+// every case holding an alert; no alert or case event of a missing case; each case opened once; one 'alert_attached' event per alert; at most one
 // open case per group; each case's priority its most severe open alert's;
 // each case event delivered once to each subscribed endpoint and to no
 // other. It returns one line per broken rule, none when all hold.
