@@ -82,14 +82,7 @@ func raceWrite(t *testing.T, closeIt bool) {
 	if err := analyst.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-doneB:
-		if err != nil {
-			t.Fatalf("process B: %v", err)
-		}
-	case <-ctx.Done():
-		t.Fatal("process B did not finish")
-	}
+	awaitWrite(ctx, t, doneB, "process B's write")
 
 	// X's case: the one A opened, at the version A (and the close) left.
 	want := map[string]int{"alerts": 3, "cases": 2, "case_events": 2 + 3}
@@ -167,4 +160,18 @@ func (h *hitsHarness) waitBlockedBy(ctx context.Context, pid int, stmt string, d
 		}
 	}
 	h.t.Fatalf("no statement %q waited for session %d in 30 s", stmt, pid)
+}
+
+// awaitWrite fails t unless a write reports on done, without an error,
+// before ctx ends.
+func awaitWrite(ctx context.Context, t *testing.T, done <-chan error, what string) {
+	t.Helper()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	case <-ctx.Done():
+		t.Fatalf("%s did not end: %v", what, ctx.Err())
+	}
 }
