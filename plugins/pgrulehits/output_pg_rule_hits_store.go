@@ -203,7 +203,7 @@ WITH ` + batchHits + `, new_alerts AS (
         ON CONFLICT (workspace_id, dedupe_key) DO NOTHING
     RETURNING id, workspace_id, rule_id, event_id, customer_id, account_id, severity, title, details, case_id, created_at
 ), ` + alertOutbox + `
-SELECT (SELECT count(*) FROM new_alerts), (SELECT count(*) FROM deliveries), (SELECT count(*) FROM notes), 0, 0`
+SELECT (SELECT count(*) FROM new_alerts), (SELECT count(*) FROM deliveries), (SELECT count(*) FROM notes), 0`
 )
 
 // writeHits writes rows, their alerts, the alerts' cases and the outbox rows
