@@ -18,7 +18,6 @@ import (
 
 	"github.com/speculapro/speculapro/devtools/pgwritetest"
 	"github.com/speculapro/speculapro/devtools/testenv"
-	"github.com/speculapro/speculapro/internal/caseevent"
 	"github.com/speculapro/speculapro/internal/dbmigrate/dbtest"
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/identity"
@@ -395,11 +394,16 @@ func lifecycleDeliveries(t *testing.T, s *lifecycleStack) {
 	now := time.Now()
 	desk := s.rcv.requests("/desk")
 	seen := map[string]int{}
-	caseKeys := slices.Sorted(slices.Values(caseevent.CaseKeys))
+	// The keys of the bodies the stream wrote and of those the API wrote,
+	// by path (type, case.id, event.kind, …): one set for both.
+	keysBy := map[bool]map[string]bool{true: {}, false: {}}
 	for _, r := range desk {
 		seen[r.key]++
 		if err := webhook.Verify(r.header, r.body, s.deskSecret, now, 10*time.Minute); err != nil {
 			t.Errorf("desk delivery %s does not verify: %v", r.key, err)
+		}
+		if err := pgwritetest.CaseBodyFault(r.body); err != nil {
+			t.Errorf("desk delivery %s (%s) is not the one body of a case event: %v\n%s", r.key, r.event, err, r.body)
 		}
 		var body struct {
 			Type  string         `json:"type"`
@@ -410,25 +414,36 @@ func lifecycleDeliveries(t *testing.T, s *lifecycleStack) {
 				Actor string         `json:"actor"`
 				Body  map[string]any `json:"body"`
 			} `json:"event"`
-			Alert map[string]any `json:"alert"`
 		}
-		var top map[string]any
+		var top map[string]json.RawMessage
 		if json.Unmarshal(r.body, &body) != nil || json.Unmarshal(r.body, &top) != nil {
 			t.Fatalf("desk delivery %s: %s", r.key, r.body)
 		}
 		e, ok := events[body.ID]
-		wantTop := []string{"case", "created_at", "event", "id", "type", "workspace_id"}
-		if body.Type == "case.alert_attached" {
-			wantTop = []string{"alert", "case", "created_at", "event", "id", "type", "workspace_id"}
-		}
 		if !ok || r.key != body.ID || r.event != body.Type || body.Type != "case."+e.kind ||
-			!slices.Equal(slices.Sorted(maps.Keys(top)), wantTop) || !slices.Equal(slices.Sorted(maps.Keys(body.Case)), caseKeys) ||
 			body.Event.Kind != e.kind || body.Event.Actor != e.actor || fmt.Sprint(body.Event.Body) != fmt.Sprint(e.body) {
 			t.Errorf("desk delivery %s (%s, stored as %+v):\n%s", r.key, r.event, e, r.body)
 		}
-		if body.Type == "case.alert_attached" && (body.Alert["id"] != e.body["alert_id"] || body.Alert["case_id"] != body.Case["id"]) {
-			t.Errorf("case.alert_attached %s names alert %v of case %v, the event alert %v", r.key, body.Alert["id"], body.Alert["case_id"], e.body["alert_id"])
+		byStream := body.Event.Actor == "stream"
+		for k := range top {
+			keysBy[byStream][k] = true
 		}
+		for k := range body.Case {
+			keysBy[byStream]["case."+k] = true
+		}
+		for _, k := range []string{"kind", "actor", "body"} {
+			keysBy[byStream]["event."+k] = true
+		}
+		if body.Type != "case.alert_attached" {
+			continue
+		}
+		if n := s.count(t, `SELECT count(*) FROM speculapro.alerts WHERE id::text = $1 AND case_id::text = $2`,
+			body.Event.Body["alert_id"], body.Case["id"]); n != 1 {
+			t.Errorf("case.alert_attached %s: event.body.alert_id %v is not an alert of case %v", r.key, body.Event.Body["alert_id"], body.Case["id"])
+		}
+	}
+	if stream, api := slices.Sorted(maps.Keys(keysBy[true])), slices.Sorted(maps.Keys(keysBy[false])); len(stream) == 0 || !slices.Equal(stream, api) {
+		t.Errorf("the stream's case bodies have the keys %v, the API's %v: want one set", stream, api)
 	}
 	for id, e := range events {
 		if seen[id] != 1 {

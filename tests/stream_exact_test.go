@@ -124,6 +124,7 @@ func (x *exactRun) checkHits(t *testing.T, what string) {
 		persistCountAny(t, x.s, "SELECT count(*) FROM speculapro.case_events"),
 		persistCountAny(t, x.s, "SELECT count(*) FROM speculapro.webhook_deliveries WHERE event_type LIKE 'case.%'"))
 	failDiffs(t, what+": cases", pgwritetest.CaseFaults(t, x.s.super))
+	failDiffs(t, what+": case counts", x.caseCountDiffs(t, wantAlerts))
 }
 
 // persistCountAny runs a count query on the stack's database.

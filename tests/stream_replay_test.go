@@ -8,6 +8,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 
+	"github.com/speculapro/speculapro/devtools/pgwritetest"
 	"github.com/speculapro/speculapro/devtools/testenv"
 )
 
@@ -116,6 +117,15 @@ func TestStreamReplayBeyondWindow(t *testing.T) {
 	}
 	t.Logf("after the replay beyond the window: %d hits (%d new, fired on counts the replay inflated; by rule now %v), %d alerts",
 		len(hits), more, countByRule(hits), len(alerts))
+
+	// Cases: the new alerts joined their groups' cases, opened nothing
+	// twice, and the first run's cases and steps are there once.
+	stored := map[proofHit]bool{}
+	for h := range alerts {
+		stored[h] = true
+	}
+	failDiffs(t, "cases after a replay beyond the window", pgwritetest.CaseFaults(t, x.s.super))
+	failDiffs(t, "case counts after a replay beyond the window", x.caseCountDiffs(t, stored))
 
 	// Totals: the inflation, shown and exact.
 	x.logInflation(t)

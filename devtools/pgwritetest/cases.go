@@ -1,10 +1,15 @@
 package pgwritetest
 
 import (
+	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/speculapro/speculapro/internal/caseevent"
 )
 
 // caseChecks are what must hold of the cases the stream wrote, each a query
@@ -22,6 +27,14 @@ SELECT count(*) FROM speculapro.alerts a
        WHEN w.case_grouping <> 'alert' AND a.account_id IS NOT NULL THEN 'account:' || a.account_id::text
        WHEN w.case_grouping = 'account' AND a.customer_id IS NOT NULL THEN 'customer:' || a.customer_id::text
        ELSE 'alert:' || a.id::text END`},
+	{"alerts or case events of a case that does not exist", `
+SELECT (SELECT count(*) FROM speculapro.alerts a
+         WHERE a.case_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM speculapro.cases c WHERE c.id = a.case_id))
+     + (SELECT count(*) FROM speculapro.case_events e
+         WHERE NOT EXISTS (SELECT 1 FROM speculapro.cases c WHERE c.id = e.case_id))`},
+	{"cases holding no alert", `
+SELECT count(*) FROM speculapro.cases c
+ WHERE NOT EXISTS (SELECT 1 FROM speculapro.alerts a WHERE a.case_id = c.id)`},
 	{"cases without exactly one 'opened' event", `
 SELECT count(*) FROM speculapro.cases c
  WHERE (SELECT count(*) FROM speculapro.case_events e WHERE e.case_id = c.id AND e.kind = 'opened') <> 1`},
@@ -59,7 +72,7 @@ SELECT count(*) FROM speculapro.webhook_deliveries d
 
 // CaseFaults checks the cases, case events and case deliveries in conn's
 // database: every alert in exactly one case, the open case of its group;
-// each case opened once; one 'alert_attached' event per alert; at most one
+// every case holding an alert; no alert or case event of a missing case; each case opened once; one 'alert_attached' event per alert; at most one
 // open case per group; each case's priority its most severe open alert's;
 // each case event delivered once to each subscribed endpoint and to no
 // other. It returns one line per broken rule, none when all hold.
@@ -72,4 +85,35 @@ func CaseFaults(t testing.TB, conn *pgx.Conn) []string {
 		}
 	}
 	return faults
+}
+
+// CaseBodyFault says how a case.* webhook body differs from caseevent's one
+// shape (its keys BodyKeys, its case's CaseKeys, its event's EventKeys, the
+// type 'case.' and the event's kind), nil when it has it.
+func CaseBodyFault(body []byte) error {
+	var b struct {
+		Type  string         `json:"type"`
+		Case  map[string]any `json:"case"`
+		Event map[string]any `json:"event"`
+	}
+	var top map[string]any
+	if err := json.Unmarshal(body, &top); err != nil {
+		return fmt.Errorf("not a JSON object: %w", err)
+	}
+	if err := json.Unmarshal(body, &b); err != nil {
+		return fmt.Errorf("case or event not an object: %w", err)
+	}
+	for _, k := range []struct {
+		what string
+		got  map[string]any
+		want []string
+	}{{"body", top, caseevent.BodyKeys}, {"case", b.Case, caseevent.CaseKeys}, {"event", b.Event, caseevent.EventKeys}} {
+		if got, want := slices.Sorted(maps.Keys(k.got)), slices.Sorted(slices.Values(k.want)); !slices.Equal(got, want) {
+			return fmt.Errorf("%s keys %v, want %v", k.what, got, want)
+		}
+	}
+	if kind, _ := b.Event["kind"].(string); b.Type != "case."+kind {
+		return fmt.Errorf("type %q for an event of kind %q", b.Type, kind)
+	}
+	return nil
 }

@@ -1,5 +1,13 @@
 package caseevent
 
+// BodyKeys are the keys of a case.* body: the event type ('case.' and the
+// case event's kind), the case event's id (the receiver's idempotency key),
+// the workspace, when the case event was written, the case (CaseKeys) and
+// the case event (EventKeys). Every case.* body has these and no other, so
+// what a step concerns (the alert it attached, the assignee it set) is in
+// the event's body.
+var BodyKeys = []string{"type", "id", "workspace_id", "created_at", "case", "event"}
+
 // CaseKeys are the keys of a body's case object, in the order written: the
 // case as it is after the change, each key a column of speculapro.cases of
 // the same name.
@@ -20,8 +28,7 @@ var EventKeys = []string{"kind", "actor", "body"}
 //	jsonb_build_object('type', 'case.' || <kind>, 'id', <case event id>, 'workspace_id', …, 'created_at', …,
 //	                   'case', CaseSQL, 'event', jsonb_build_object('kind', …, 'actor', …, 'body', …))
 //
-// with, for case.alert_attached, the alert beside them as alert.created
-// carries it.
+// and nothing else (BodyKeys), whichever the kind.
 const CaseSQL = `jsonb_build_object('id', c.id, 'title', c.title, 'status', c.status, 'priority', c.priority,
                    'assignee', c.assignee, 'customer_id', c.customer_id, 'account_id', c.account_id,
                    'group_key', c.group_key, 'disposition', c.disposition, 'opened_at', c.opened_at,

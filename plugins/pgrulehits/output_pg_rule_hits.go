@@ -90,7 +90,10 @@ one statement per hit):
 
 So a replayed event, a batch written again after a crash, or the same event written by two stream processes at
 once (a rebalance) creates no second hit, alert, case, case event, delivery or notification: the unique keys decide,
-and the cases, case events and outbox rows follow only the alerts actually inserted. The output reports a batch done, and the input commits its offsets,
+and the cases, case events and outbox rows follow only the alerts actually inserted. When another process stores one
+of the batch's alerts after the batch's statement began (its case already opened or joined for it), the transaction
+is rolled back and written again, and the new attempt leaves that alert's case alone: a case always holds an alert,
+and changes only with a case event. The output reports a batch done, and the input commits its offsets,
 only after the transaction has committed. A batch without hits and without `+"`kafka_franz`"+` metadata touches no database.
 
 ### Failures

@@ -64,6 +64,9 @@ const (
 	// pass over the hits and no lookup of the case. A case the statement
 	// inserted has version 1; one it joined has a higher one. Groups are
 	// written in key order, so two processes lock cases in the same order.
+	// fresh is read from the statement's snapshot: an alert another process
+	// stores after it began still looks new here, and the statement's last
+	// column counts it (insertAlertsAndOutbox).
 	// case_of holds the case ids as a jsonb object keyed by workspace and
 	// group, looked up per alert, and case_bodies the cases by id, looked
 	// up per step only when a webhook endpoint wants it: a join between
@@ -108,19 +111,19 @@ const (
 	// 'stream'); case_deliveries queues each for every enabled webhook
 	// endpoint of the workspace subscribed to its type ('case.' and the
 	// kind), the step's id as the delivery's event_id, with the case as it
-	// is after this transaction and the step (caseevent's one shape of a
-	// case.* body) and, when attached, the alert.
+	// is after this transaction and the step: caseevent's one shape of a
+	// case.* body, the same as the case API's. The alert an alert_attached
+	// step attached is named in the step's body, as the API names what its
+	// changes change; its own alert.created delivery carries it whole.
 	caseSteps = `step_rows AS MATERIALIZED (
     SELECT gen_random_uuid() AS id, s.*
       FROM (SELECT c.workspace_id, c.id AS case_id, 'opened' AS kind, 0 AS step, NULL::uuid AS alert_id,
-                   jsonb_build_object('group_key', c.group_key, 'priority', c.priority) AS body,
-                   NULL::jsonb AS alert
+                   jsonb_build_object('group_key', c.group_key, 'priority', c.priority) AS body
               FROM touched c
              WHERE c.opened
             UNION ALL
             SELECT p.workspace_id, p.case_id, 'alert_attached', 1, p.id,
-                   jsonb_build_object('alert_id', p.id, 'rule_id', p.alert -> 'rule_id', 'severity', p.severity),
-                   p.alert
+                   jsonb_build_object('alert_id', p.id, 'rule_id', p.alert -> 'rule_id', 'severity', p.severity)
               FROM payloads p) s
 ), steps AS (
     INSERT INTO speculapro.case_events (id, workspace_id, case_id, kind, actor, body)
@@ -134,7 +137,6 @@ const (
            jsonb_build_object('type', 'case.' || s.kind, 'id', s.id, 'workspace_id', s.workspace_id, 'created_at', now(),
                               'case', (SELECT bodies FROM case_bodies) -> s.case_id::text,
                               'event', jsonb_build_object('kind', s.kind, 'actor', '` + caseActor + `', 'body', s.body))
-           || CASE WHEN s.alert IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('alert', s.alert) END
       FROM step_rows s
       JOIN speculapro.webhook_endpoints e
         ON e.workspace_id = s.workspace_id AND e.enabled

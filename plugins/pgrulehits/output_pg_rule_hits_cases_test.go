@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/speculapro/speculapro/devtools/pgwritetest"
 	"github.com/speculapro/speculapro/internal/event"
 )
@@ -117,9 +119,27 @@ SELECT count(*) = 1 AND bool_and(d.payload ->> 'type' = 'case.opened' AND d.payl
 		t.Errorf("case.opened delivery as expected: %v (err %v)", payloadOK, err)
 	}
 	if got := h.count(`SELECT count(*) FROM speculapro.webhook_deliveries d JOIN speculapro.alerts a
-    ON a.id::text = d.payload -> 'alert' ->> 'id' AND a.case_id::text = d.payload -> 'case' ->> 'id'
+    ON a.id::text = d.payload -> 'event' -> 'body' ->> 'alert_id' AND a.case_id::text = d.payload -> 'case' ->> 'id'
+   AND a.rule_id::text = d.payload -> 'event' -> 'body' ->> 'rule_id' AND a.severity = d.payload -> 'event' -> 'body' ->> 'severity'
  WHERE d.event_type = 'case.alert_attached'`); got != 5 {
-		t.Errorf("%d case.alert_attached deliveries naming their alert and its case, want 5", got)
+		t.Errorf("%d case.alert_attached deliveries naming their alert (in the event's body) and its case, want 5", got)
+	}
+	// caseevent's one shape for every kind.
+	rows, err := h.conn.Query(context.Background(), `SELECT event_type, payload FROM speculapro.webhook_deliveries WHERE endpoint_id = $1`, ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bodies, err := pgx.CollectRows(rows, pgx.RowToStructByPos[struct {
+		Type string
+		Body []byte
+	}])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range bodies {
+		if err := pgwritetest.CaseBodyFault(b.Body); err != nil {
+			t.Errorf("%s body %s: %v", b.Type, b.Body, err)
+		}
 	}
 	failFaults(t, pgwritetest.CaseFaults(t, h.conn))
 

@@ -126,14 +126,7 @@ pg_rule_hits:
 		t.Fatalf("rule_hits = %d while PostgreSQL was unreachable, want the 5 written before", got)
 	}
 	restore()
-	select {
-	case err := <-produced:
-		if err != nil {
-			t.Fatalf("the batch after PostgreSQL came back: %v", err)
-		}
-	case <-ctx.Done():
-		t.Fatal("the engine did not write the batch within 30 s of PostgreSQL coming back")
-	}
+	awaitWrite(ctx, t, produced, "the batch after PostgreSQL came back (30 s at most)")
 	if got := h.rowCounts(); got["rule_hits"] != 15 || got["alerts"] != 15 {
 		t.Errorf("rows %v, want each of the 15 hits and alerts exactly once", got)
 	}

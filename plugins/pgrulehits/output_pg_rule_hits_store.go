@@ -3,6 +3,7 @@ package pgrulehits
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -42,7 +43,7 @@ func (o *pgRuleHits) store(ctx context.Context, rows []hitRow, progress partitio
 	actx, cancel := context.WithTimeout(ctx, o.attemptTimeout)
 	defer cancel()
 	var res hitsResult
-	err := pgwrite.InTx(actx, o.pool.Pool, func(tx pgx.Tx) error {
+	err := o.inTx(actx, func(tx pgx.Tx) error {
 		var err error
 		if res.stats, err = writeHits(actx, tx, rows, !o.withoutCases); err != nil {
 			return err
@@ -54,8 +55,8 @@ func (o *pgRuleHits) store(ctx context.Context, rows []hitRow, progress partitio
 	}
 	ictx, icancel := context.WithTimeout(ctx, pgwrite.IsolateTimeoutFactor*o.attemptTimeout)
 	defer icancel()
-	res = hitsResult{}
-	err = pgwrite.InTx(ictx, o.pool.Pool, func(tx pgx.Tx) error {
+	err = o.inTx(ictx, func(tx pgx.Tx) error {
+		res = hitsResult{}
 		if err := isolateHits(ictx, tx, rows, !o.withoutCases, &res); err != nil {
 			return err
 		}
@@ -123,10 +124,13 @@ SELECT count(*) FILTER (WHERE NOT shadow), count(*) FILTER (WHERE shadow) FROM n
 	// One statement for the alerts, their cases and their outbox rows. Each
 	// alert not stored yet is inserted under its dedupe key into the case
 	// casesOfAlerts opened or joined for its group, which stays locked until
-	// the commit (an alert another process stored meanwhile conflicts,
-	// whatever case its group has now). The outbox and the case steps read
-	// only new_alerts, the alerts this statement inserted, so an alert that
-	// already existed (a replay, the other process won) queues nothing.
+	// the commit. The outbox and the case steps read only new_alerts, the
+	// alerts this statement inserted, so an alert that already existed (a
+	// replay) queues nothing. An alert another process stored after this
+	// statement began looked new to fresh and conflicts on its insert, but
+	// its group's case was opened or joined for it already: the last column
+	// counts such alerts, and writeHits fails the transaction when there is
+	// one (see errAlertsStoredMeanwhile).
 	insertAlertsAndOutbox = `
 WITH ` + batchHits + `, ` + alertingHits + `, ` + casesOfAlerts + `, new_alerts AS (
     INSERT INTO speculapro.alerts
@@ -142,7 +146,8 @@ WITH ` + batchHits + `, ` + alertingHits + `, ` + casesOfAlerts + `, new_alerts 
     RETURNING id, workspace_id, rule_id, event_id, customer_id, account_id, severity, title, details, case_id, created_at
 ), ` + alertOutbox + `, ` + caseSteps + `
 SELECT (SELECT count(*) FROM new_alerts), (SELECT count(*) FROM deliveries) + (SELECT count(*) FROM case_deliveries),
-       (SELECT count(*) FROM notes), (SELECT count(*) FROM steps WHERE kind = 'opened')`
+       (SELECT count(*) FROM notes), (SELECT count(*) FROM steps WHERE kind = 'opened'),
+       (SELECT count(DISTINCT alert_id) FROM fresh) - (SELECT count(*) FROM new_alerts)`
 
 	// alertOutbox (CTEs after new_alerts): each new alert's payload, its
 	// webhook deliveries and its notifications.
@@ -238,10 +243,40 @@ func writeHits(ctx context.Context, tx pgx.Tx, rows []hitRow, cases bool) (hitsS
 		}
 		return s, nil
 	}
-	if err := tx.QueryRow(ctx, insertAlertsAndOutbox, aWS, aRules, aEvs).Scan(&s.alerts, &s.deliveries, &s.notifications, &s.casesOpened); err != nil {
+	var meanwhile int64
+	if err := tx.QueryRow(ctx, insertAlertsAndOutbox, aWS, aRules, aEvs).Scan(&s.alerts, &s.deliveries, &s.notifications, &s.casesOpened, &meanwhile); err != nil {
 		return s, fmt.Errorf("inserting alerts, their cases and outbox rows for %d hits: %w", len(aWS), err)
 	}
+	if meanwhile > 0 {
+		return s, fmt.Errorf("%w: %d of %d", errAlertsStoredMeanwhile, meanwhile, len(aWS))
+	}
 	return s, nil
+}
+
+// errAlertsStoredMeanwhile fails a transaction whose alert statement opened
+// or joined a case for an alert that another process (a rebalance hands a
+// record to two) stored after the statement began: committed, it would
+// leave a case opened with no alert (when the group's case was closed
+// meanwhile, there was none to join) or a case changed with no case event.
+// The transaction is rolled back and written again (inTx): the new
+// statement sees the other process's alert and leaves its case alone.
+var errAlertsStoredMeanwhile = errors.New("alerts stored by another process while this batch's were written")
+
+// meanwhileAttempts is how many times in all inTx writes a batch while
+// another process keeps storing its alerts first. Each time it does, that
+// process has committed them, so the next attempt is only raced by alerts
+// stored later still; past this, the batch goes back to the retry policy.
+const meanwhileAttempts = 4
+
+// inTx runs fn in a transaction, again while it fails with
+// errAlertsStoredMeanwhile (at most meanwhileAttempts times in all).
+func (o *pgRuleHits) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	for attempt := 1; ; attempt++ {
+		err := pgwrite.InTx(ctx, o.pool.Pool, fn)
+		if !errors.Is(err, errAlertsStoredMeanwhile) || attempt == meanwhileAttempts {
+			return err
+		}
+	}
 }
 
 // upsertProgress raises each partition's stored offset, never lowers it

@@ -304,7 +304,8 @@ SELECT count(*) FROM speculapro.webhook_deliveries d JOIN speculapro.cases c ON 
    AND d.payload->>'type' = d.event_type AND d.payload->'case'->>'priority' = c.priority
    AND (d.payload->'case'->>'version')::bigint = c.version AND d.payload->'case'->>'group_key' = c.group_key
    AND d.payload->'case'->>'status' = 'open' AND d.payload->'case' ? 'opened_at'
-   AND (d.event_type = 'case.opened') = (d.payload->'alert' IS NULL)`, ep); n != 2 {
+   AND NOT d.payload ? 'alert'
+   AND (d.event_type = 'case.opened') = (d.payload->'event'->'body'->>'alert_id' IS NULL)`, ep); n != 2 {
 		t.Errorf("case step deliveries of endpoint %s with the case as stored: %d, want 2", ep, n)
 	}
 	if n := h.count("SELECT count(*) FROM speculapro.notifications WHERE dedupe_key = $1 AND kind = 'alert.created' AND channel = 'email'",
