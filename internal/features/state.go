@@ -84,8 +84,6 @@ type state struct {
 	// strs are the currencies and event types the cells name by index
 	// (intern).
 	strs []string
-	// run holds the windows' totals as they change (running.go).
-	run running
 	// arena is the allocation a decoded state's arrays were carved from
 	// (decodeBufs.build; nil: none), kept so that the cache can hand it to
 	// the next decode once it lets the state go (arena.go). An array that
@@ -160,7 +158,6 @@ func (st *state) addSum(l int, n int64, k uint32, units int64) {
 	if !c.big {
 		if s := c.v + units; (units >= 0) == (s >= c.v) {
 			c.v = s
-			st.runAdd(l, n, k, units)
 			return
 		}
 	}
@@ -179,8 +176,6 @@ func (st *state) setSum(l int, c *cell, a amt) {
 		c.big, c.v = false, a.n
 		return
 	}
-	// The windows' totals run in int64 only (running.go).
-	st.run.ok = false
 	if st.bigs == nil {
 		st.bigs = map[bigKey]*big.Int{}
 	}
@@ -189,8 +184,7 @@ func (st *state) setSum(l int, c *cell, a amt) {
 
 func newState() *state {
 	st := statePool.Get().(*state)
-	// The running totals' array is kept for the next state (running.go).
-	*st = state{mx: none, lt: none, ls: [2]int64{none, none}, run: running{s: st.run.s[:0]}}
+	*st = state{mx: none, lt: none, ls: [2]int64{none, none}}
 	return st
 }
 
@@ -202,7 +196,7 @@ var statePool = sync.Pool{New: func() any { return new(state) }}
 // free recycles st's arena and st itself. Nothing may read st again.
 func (st *state) free() {
 	st.recycle()
-	*st = state{run: running{s: st.run.s[:0]}}
+	*st = state{}
 	statePool.Put(st)
 }
 
@@ -253,9 +247,6 @@ func (st *state) bucketAt(l int, n int64) *bucket {
 // advance moves the head to t when t is later.
 func (st *state) advance(t int64) {
 	if t > st.mx {
-		if st.run.ok {
-			st.slide(t)
-		}
 		st.mx = t
 	}
 }
@@ -298,10 +289,8 @@ func (st *state) applyTxn(t int64, in bool, cur string, units int64, sum bool, m
 		b := st.bucketAt(l, n)
 		if in {
 			b.ic++
-			st.runCount(l, n, counts{ic: 1})
 		} else {
 			b.oc++
-			st.runCount(l, n, counts{oc: 1})
 		}
 		if sum {
 			st.addSum(l, n, k, units)
@@ -333,26 +322,22 @@ func (st *state) applyTxn(t int64, in bool, cur string, units int64, sum bool, m
 					continue
 				}
 				if st.retained(l, bo) {
-					st.distinct(l, bo, in, -1)
+					st.bucketAt(l, bo).distinct(in, -1)
 				}
 			}
 			if st.retained(l, bn) {
-				st.distinct(l, bn, in, 1)
+				st.bucketAt(l, bn).distinct(in, 1)
 			}
 		}
 	}
 	return newcp, ssp
 }
 
-// distinct adds d to bucket n's count of other sides in direction in.
-func (st *state) distinct(l int, n int64, in bool, d int64) {
-	b := st.bucketAt(l, n)
+func (b *bucket) distinct(in bool, d int64) {
 	if in {
 		b.ds += d
-		st.runCount(l, n, counts{ds: d})
 	} else {
 		b.dp += d
-		st.runCount(l, n, counts{dp: d})
 	}
 }
 
@@ -396,10 +381,10 @@ func (w *totals) sum(in bool, a amt) {
 	}
 }
 
-// windowsScan returns the 1h, 24h, 7d and 30d totals in currency cur,
-// adding up the buckets inside each window (at most 60 + 24 + 30) and
-// their sums of cur: windows when the totals do not run (running.go).
-func (st *state) windowsScan(cur string) (w [4]totals) {
+// windows returns the 1h, 24h, 7d and 30d totals in currency cur, adding
+// up the buckets inside each window (at most 60 + 24 + 30) and their sums
+// of cur.
+func (st *state) windows(cur string) (w [4]totals) {
 	ci := st.strIndex(cur)
 	for l := range levels {
 		h := st.head(l)
@@ -548,7 +533,7 @@ func (st *state) size() int64 {
 	for d := range st.members {
 		n += st.members[d].size(unsafe.Sizeof(event.UUID{}), arr)
 	}
-	n += st.seen.size(8, arr) + st.runSize()
+	n += st.seen.size(8, arr)
 	if inArena {
 		n += int64(len(st.arena)) * 8
 	} else {
