@@ -26,7 +26,8 @@ func BenchmarkMemoryApply(b *testing.B) {
 	if v := os.Getenv("SP_TEST_BENCH_COUNT"); v != "" {
 		n, _ = strconv.Atoi(v)
 	}
-	evs := loadgenTransactions(b, n)
+	// As BenchmarkRulesBacktest stores them: one workspace.
+	evs := loadgenTransactions(b, n, 1, time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC))
 	b.ResetTimer()
 	var cpu time.Duration
 	var alloc uint64
@@ -52,18 +53,18 @@ func BenchmarkMemoryApply(b *testing.B) {
 	b.ReportMetric(float64(alloc)/float64(b.N*n), "alloc-B/event")
 }
 
-// loadgenTransactions are loadgen's first n transactions as
-// BenchmarkRulesBacktest stores them: 20,000 accounts, one workspace,
-// 5,000 counterparties, 48 hours.
-func loadgenTransactions(b *testing.B, n int) []*event.Envelope {
+// loadgenTransactions are loadgen's first n transactions over 20,000
+// accounts of the given number of workspaces, 5,000 counterparties, in the
+// 48 hours before start.
+func loadgenTransactions(b *testing.B, n, workspaces int, start time.Time) []*event.Envelope {
 	p, err := identity.NewProtector(identity.DevKeys())
 	if err != nil {
 		b.Fatal(err)
 	}
 	g, err := loadgen.New(loadgen.Config{
-		Seed: 7, Count: n, Accounts: 20000, Workspaces: 1, Counterparties: 5000,
+		Seed: 7, Count: n, Accounts: 20000, Workspaces: workspaces, Counterparties: 5000,
 		KnownAccountsRatio: 0.3, LinkedRatio: loadgen.DefaultLinkedRatio,
-		Start: time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC), Spread: 48 * time.Hour,
+		Start: start, Spread: 48 * time.Hour,
 	}, p)
 	if err != nil {
 		b.Fatal(err)
