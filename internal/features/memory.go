@@ -23,8 +23,8 @@ type Memory struct {
 	known map[entityID]*known
 	// batch numbers the Apply calls; list is this one's entities, in the
 	// order of their first event, each a Memory's own (spare holds them
-	// from batch to batch, with their arrays), and kept what Memory knows
-	// of each.
+	// from batch to batch, with their arrays); kept[i] is what Memory
+	// knows of list[i].
 	batch uint64
 	list  []*entity
 	kept  []*known
