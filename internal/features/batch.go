@@ -170,6 +170,9 @@ type run struct {
 	// read (paying in): it travels in the account's snapshot.
 	reads [][]byte
 	now   time.Time
+	// memory: Memory's run, with no Redis to write (no replay memory, no
+	// delta records, no snapshots: only the totals and the features).
+	memory bool
 }
 
 // idHash is the replay memory's 8-byte hash of an event id (doc.go: the
@@ -192,31 +195,72 @@ func mix64(x uint64) uint64 {
 	return x ^ (x >> 31)
 }
 
-// prepare reads what the batch needs of each event (its prep) and lists, in
-// *ents, the entities the events touch with each one's events in order; out
-// are the events' Values to fill, reads says a counterparty is only read
-// (paying in). It is Go alone, no Redis.
-func prepare(events []*event.Envelope, ents *[]*entity) (preps []prep, out []*Values, reads bool, err error) {
-	preps = make([]prep, len(events))
-	// By kind and id: an entity's key string is built once, not per event.
-	byID := make(map[entityID]*entity, len(events)*2)
+// grouping lists a batch's entities: entity returns the one named eid,
+// added to the batch on the first event that touches it.
+type grouping interface {
+	entity(eid entityID) *entity
+}
+
+// batchGrouping is the Store's grouping: the batch's entities by id, in
+// a map made for the batch (an entity's key string is built once, not per
+// event), listed in ents.
+type batchGrouping struct {
+	byID map[entityID]*entity
+	ents *[]*entity
+}
+
+func (g batchGrouping) entity(eid entityID) *entity {
+	e := g.byID[eid]
+	if e == nil {
+		e = getEntity(eid)
+		g.byID[eid] = e
+		*g.ents = append(*g.ents, e)
+	}
+	return e
+}
+
+// batchArrays are the per-event arrays of a batch, kept by a caller that
+// applies batch after batch (Memory) so that each batch does not allocate
+// them again (the Values are about a kilobyte an event).
+type batchArrays struct {
+	preps    []prep
+	vals     []Values
+	out      []*Values
+	replayed []bool
+}
+
+// take readies a's arrays for n events: every Values empty (its sections
+// are zeroed as they are set), every event not replayed.
+func (a *batchArrays) take(n int) {
+	if cap(a.vals) < n {
+		*a = batchArrays{preps: make([]prep, n), vals: make([]Values, n), out: make([]*Values, n), replayed: make([]bool, n)}
+		return
+	}
+	a.preps, a.vals, a.out, a.replayed = a.preps[:n], a.vals[:n], a.out[:n], a.replayed[:n]
+	for i := range a.vals {
+		v := &a.vals[i]
+		v.account, v.customer, v.cp = nil, nil, nil
+	}
+	clear(a.replayed)
+}
+
+// prepare reads what the batch needs of each event (its prep) into arrs
+// and groups the events by entity: g's entities, each with its events in
+// order; out are the events' Values to fill, reads says a counterparty is
+// only read (paying in). It is Go alone, no Redis.
+func prepare(events []*event.Envelope, g grouping, arrs *batchArrays) (out []*Values, reads bool, err error) {
+	arrs.take(len(events))
+	preps, vals := arrs.preps, arrs.vals
+	out = arrs.out
 	use := func(kind byte, id event.UUID, ev int, mode byte) {
-		e := byID[entityID{kind, id}]
-		if e == nil {
-			e = getEntity(entityID{kind, id})
-			byID[entityID{kind, id}] = e
-			*ents = append(*ents, e)
-		}
+		e := g.entity(entityID{kind, id})
 		e.ops = append(e.ops, op{ev: ev, mode: mode})
 	}
-	out = make([]*Values, len(events))
-	vals := make([]Values, len(events))
 	for i, e := range events {
 		out[i] = &vals[i]
 		vals[i].txn = e.Kind == event.KindTransaction
 		p := &preps[i]
-		p.at = e.OccurredAt.Unix()
-		p.idh = idHash(e.ID)
+		*p = prep{at: e.OccurredAt.Unix(), idh: idHash(e.ID)}
 		switch e.Kind {
 		case event.KindTransaction:
 			p.in = e.Direction == event.DirectionIn
@@ -245,8 +289,8 @@ func prepare(events []*event.Envelope, ents *[]*entity) (preps []prep, out []*Va
 		case event.KindAccountEvent:
 			use(entityCustomer, event.CustomerID(e.WorkspaceID, e.CustomerExternalID), i, modeEvent)
 		default:
-			return nil, nil, false, fmt.Errorf("features: event %d: unknown kind", i)
+			return nil, false, fmt.Errorf("features: event %d: unknown kind", i)
 		}
 	}
-	return preps, out, reads, nil
+	return out, reads, nil
 }

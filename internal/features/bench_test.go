@@ -14,10 +14,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/speculapro/speculapro/devtools/loadgen"
 	"github.com/speculapro/speculapro/devtools/testenv"
 	"github.com/speculapro/speculapro/internal/event"
-	"github.com/speculapro/speculapro/internal/identity"
 )
 
 // realistic makes n events of a live stream over accounts accounts: 90 %
@@ -109,23 +107,7 @@ func BenchmarkApplyLoadgen(b *testing.B) {
 	if v := os.Getenv("SP_TEST_BENCH_CACHE"); v != "" {
 		cacheBytes, _ = strconv.ParseInt(v, 10, 64)
 	}
-	p, err := identity.NewProtector(identity.DevKeys())
-	if err != nil {
-		b.Fatal(err)
-	}
-	g, err := loadgen.New(loadgen.Config{
-		Seed: 7, Count: n, Accounts: 20000, Workspaces: 4, Counterparties: 5000,
-		KnownAccountsRatio: 0.3, LinkedRatio: loadgen.DefaultLinkedRatio,
-		Start: time.Now().UTC().Truncate(time.Second), Spread: 48 * time.Hour,
-	}, p)
-	if err != nil {
-		b.Fatal(err)
-	}
-	evs := make([]*event.Envelope, n)
-	for i := range evs {
-		e := g.Envelope(i)
-		evs[i] = &e
-	}
+	evs := loadgenTransactions(b, n, 4, time.Now().UTC().Truncate(time.Second))
 	c, prefix, _ := open(b, targets[0])
 	ctx := context.Background()
 	for i := 0; i < b.N; i++ {

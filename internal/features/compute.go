@@ -112,81 +112,114 @@ func (e *entity) decodeState() bool {
 // applyOps applies e's events (its ops, in order) to its state and records,
 // per event, its features in r.out and, for each event counted, its
 // snapshot in e.snaps (e.replays for one counted before). It is the running
-// totals' computation alone: Go on the state in memory, no Redis.
+// totals' computation alone: Go on the state in memory, no Redis. Memory's
+// run (r.memory) keeps no replay memory, delta record or snapshot: it
+// writes nothing.
 func (e *entity) applyOps(r *run, nowMs, ttlMs int64) {
-	st := e.st
-	keep := func(ev int, idh uint64, start int) {
-		e.snaps = append(e.snaps, snap{idh: idh, ev: ev, b: e.arena[start:len(e.arena):len(e.arena)]})
-	}
 	for _, o := range e.ops {
-		ev, p := r.events[o.ev], &r.preps[o.ev]
 		switch o.mode {
 		case modeRead:
 			sv := r.out[o.ev].setSec(slotCP, secCP)
-			sv.tf.w = st.windows(ev.Currency)
-			r.reads[o.ev] = appendCPSnap(r.reads[o.ev][:0], &sv.tf.w)
+			sv.tf.w = e.st.windows(r.events[o.ev].Currency)
+			if !r.memory {
+				r.reads[o.ev] = appendCPSnap(r.reads[o.ev][:0], &sv.tf.w)
+			}
 		case modeEvent:
-			exp, seen := st.replay(p.idh, nowMs, ttlMs)
-			if !seen {
-				st.applyEvent(p.at, ev.Type)
-				e.d.event(p.idh, p.at, ev.Type)
-				e.changed = true
-			}
-			r.replayed[o.ev] = seen
-			sv := r.out[o.ev].setSec(slotCustomer, secEvents)
-			st.evFeat(&sv.ef, p.at)
-			if seen {
-				e.replays = append(e.replays, counted{o.ev, exp})
-			} else {
-				start := len(e.arena)
-				e.arena = appendEvSnap(append(e.arena, secEvents), &sv.ef)
-				keep(o.ev, p.idh, start)
-			}
+			e.eventOp(r, o.ev, nowMs, ttlMs)
 		case modeTxn:
-			exp, seen := st.replay(p.idh, nowMs, ttlMs)
-			newcp, ssp := false, int64(-1)
-			if !seen {
-				var member *event.UUID
-				switch {
-				case e.eid.kind == entityCounterparty:
-					member = &p.acct
-				case p.hasCP:
-					member = &p.cp
-				}
-				newcp, ssp = st.applyTxn(p.at, p.in, ev.Currency, p.units, p.sum, member)
-				e.d.txn(p.idh, p.at, p.in, ev.Currency, p.units, p.sum, member)
-				e.changed = true
-			}
-			start := len(e.arena)
-			switch e.eid.kind {
-			case entityAccount:
-				r.replayed[o.ev] = seen
-				sv := r.out[o.ev].setSec(slotAccount, secTxn)
-				st.txnFeat(&sv.tf, ev.Currency, newcp, ssp)
-				if !seen {
-					e.arena = appendTxnSnap(append(e.arena, secTxn), &sv.tf)
-				}
-			case entityCustomer:
-				sv := r.out[o.ev].setSec(slotCustomer, secTxn|secEvents)
-				st.txnFeat(&sv.tf, ev.Currency, newcp, ssp)
-				st.evFeat(&sv.ef, p.at)
-				if !seen {
-					e.arena = appendEvSnap(appendTxnSnap(append(e.arena, secTxn|secEvents), &sv.tf), &sv.ef)
-				}
-			case entityCounterparty:
-				sv := r.out[o.ev].setSec(slotCP, secCP)
-				sv.tf.w = st.windows(ev.Currency)
-				if !seen {
-					e.arena = appendCPSnap(append(e.arena, secCP), &sv.tf.w)
-				}
-			}
-			if seen {
-				e.replays = append(e.replays, counted{o.ev, exp})
-			} else {
-				keep(o.ev, p.idh, start)
-			}
+			e.txnOp(r, o.ev, nowMs, ttlMs)
 		}
 	}
+}
+
+// seen reports whether e counted event ev before (remembering it
+// otherwise) and until when it remembers it; never, in Memory's run.
+func (e *entity) seen(r *run, ev int, nowMs, ttlMs int64) (int64, bool) {
+	if r.memory {
+		return 0, false
+	}
+	return e.st.replay(r.preps[ev].idh, nowMs, ttlMs)
+}
+
+// snapped records event ev's snapshot, e.arena from start on (an event
+// counted now), or that it was counted before; nothing in Memory's run.
+func (e *entity) snapped(r *run, ev, start int, seen bool, exp int64) {
+	switch {
+	case r.memory:
+	case seen:
+		e.replays = append(e.replays, counted{ev, exp})
+	default:
+		e.snaps = append(e.snaps, snap{idh: r.preps[ev].idh, ev: ev, b: e.arena[start:len(e.arena):len(e.arena)]})
+	}
+}
+
+// eventOp applies account event ev to e (a customer) and records its
+// features.
+func (e *entity) eventOp(r *run, ev int, nowMs, ttlMs int64) {
+	st, env, p := e.st, r.events[ev], &r.preps[ev]
+	exp, seen := e.seen(r, ev, nowMs, ttlMs)
+	if !seen {
+		st.applyEvent(p.at, env.Type)
+		if !r.memory {
+			e.d.event(p.idh, p.at, env.Type)
+		}
+		e.changed = true
+	}
+	r.replayed[ev] = seen
+	sv := r.out[ev].setSec(slotCustomer, secEvents)
+	st.evFeat(&sv.ef, p.at)
+	start := len(e.arena)
+	if !seen && !r.memory {
+		e.arena = appendEvSnap(append(e.arena, secEvents), &sv.ef)
+	}
+	e.snapped(r, ev, start, seen, exp)
+}
+
+// txnOp applies transaction ev to e (its account, customer or the
+// counterparty it pays) and records e's section of its features.
+func (e *entity) txnOp(r *run, ev int, nowMs, ttlMs int64) {
+	st, env, p := e.st, r.events[ev], &r.preps[ev]
+	exp, seen := e.seen(r, ev, nowMs, ttlMs)
+	newcp, ssp := false, int64(-1)
+	if !seen {
+		var member *event.UUID
+		switch {
+		case e.eid.kind == entityCounterparty:
+			member = &p.acct
+		case p.hasCP:
+			member = &p.cp
+		}
+		newcp, ssp = st.applyTxn(p.at, p.in, env.Currency, p.units, p.sum, member)
+		if !r.memory {
+			e.d.txn(p.idh, p.at, p.in, env.Currency, p.units, p.sum, member)
+		}
+		e.changed = true
+	}
+	snap := !seen && !r.memory
+	start := len(e.arena)
+	switch e.eid.kind {
+	case entityAccount:
+		r.replayed[ev] = seen
+		sv := r.out[ev].setSec(slotAccount, secTxn)
+		st.txnFeat(&sv.tf, env.Currency, newcp, ssp)
+		if snap {
+			e.arena = appendTxnSnap(append(e.arena, secTxn), &sv.tf)
+		}
+	case entityCustomer:
+		sv := r.out[ev].setSec(slotCustomer, secTxn|secEvents)
+		st.txnFeat(&sv.tf, env.Currency, newcp, ssp)
+		st.evFeat(&sv.ef, p.at)
+		if snap {
+			e.arena = appendEvSnap(appendTxnSnap(append(e.arena, secTxn|secEvents), &sv.tf), &sv.ef)
+		}
+	case entityCounterparty:
+		sv := r.out[ev].setSec(slotCP, secCP)
+		sv.tf.w = st.windows(env.Currency)
+		if snap {
+			e.arena = appendCPSnap(append(e.arena, secCP), &sv.tf.w)
+		}
+	}
+	e.snapped(r, ev, start, seen, exp)
 }
 
 // encodeWrite readies what writing the changed e takes: its state pruned,

@@ -161,13 +161,15 @@
 // of GET, one per replayed entity and snapshot string, of their snapshots.
 //
 // The files follow these steps: store.go runs the rounds (ApplyValues);
-// batch.go groups the events by entity (prepare); redis_read.go is round
-// trip 1; compute.go is the computation, Go on the states in memory with no
-// Redis (decodeState, applyOps, and encodeWrite, which readies the value to
-// write); redis_write.go is round trip 2, with its scripts; replay.go is
-// round trip 3 and the snapshot strings' keys. memory.go (Memory) runs
-// the same computation (prepare, applyOps) on states held in memory, with
-// no Redis: a backtest replays stored history through it.
+// batch.go groups the events by entity (prepare, a map made for the batch);
+// redis_read.go is round trip 1; compute.go is the computation, Go on the
+// states in memory with no Redis (decodeState, applyOps, and encodeWrite,
+// which readies the value to write); redis_write.go is round trip 2, with
+// its scripts; replay.go is round trip 3 and the snapshot strings' keys.
+// memory.go (Memory) runs the same computation (prepare, applyOps) on
+// states it keeps with its entities from batch to batch (prepare groups
+// the events by them), with no Redis, so with no replay memory, delta
+// record or snapshot to keep: a backtest replays stored history through it.
 //
 // # Counted once
 //

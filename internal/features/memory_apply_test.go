@@ -80,3 +80,32 @@ func TestMemoryCountsOnceWhatTheStoreCountedAgain(t *testing.T) {
 		t.Fatalf("the replay of the table counted out_count_1h %v, want 2", got)
 	}
 }
+
+// Memory reuses its batch's Values: an event given where the batch before
+// had a transaction gets only its own sections (an account event: the
+// customer's alone), and an entity only read (a counterparty paying in)
+// keeps no state.
+func TestMemoryReusedValuesHoldOnlyTheirOwnSections(t *testing.T) {
+	at := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
+	m := NewMemory()
+	out, err := m.Apply([]*event.Envelope{txn("r1", "acc", "cust", "fp-in", "5.00", "EUR", event.DirectionIn, at)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !out[0].Has("account") || !out[0].Has("counterparty") || m.Entities() != 2 {
+		t.Fatalf("a transaction paid in: sections %v, %d entities kept (want account and customer)", out[0].Map(), m.Entities())
+	}
+	ae := &event.Envelope{V: 1, Kind: event.KindAccountEvent, ID: event.AccountEventID(testWorkspace, "r2", at),
+		WorkspaceID: testWorkspace, ExternalID: "r2", OccurredAt: at.Add(time.Minute), CustomerExternalID: "cust", Type: "sim_swap"}
+	out, err = m.Apply([]*event.Envelope{ae})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := out[0].Map()
+	if len(got) != 1 || got["customer"] == nil || out[0].Has("account") || out[0].Has("counterparty") {
+		t.Fatalf("an account event after a transaction in the same slot: %v", got)
+	}
+	if n := got["customer"].(map[string]any)["events_1h"].(map[string]any)["sim_swap"]; n != int64(1) {
+		t.Fatalf("sim_swap in the hour: %v, want 1", n)
+	}
+}

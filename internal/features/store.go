@@ -250,11 +250,12 @@ func (s *Store) applyValues(ctx context.Context, events []*event.Envelope, unles
 	var ents []*entity
 	// Every return below is the end of the batch's entities.
 	defer func() { releaseEntities(ents) }()
-	preps, out, reads, err := prepare(events, &ents)
+	var arrs batchArrays
+	out, reads, err := prepare(events, batchGrouping{byID: make(map[entityID]*entity, len(events)*2), ents: &ents}, &arrs)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	replayed := make([]bool, len(events))
+	preps, replayed := arrs.preps, arrs.replayed
 	if len(ents) == 0 {
 		// Every event touches an entity: nothing to read or apply.
 		return out, replayed, nil, nil
