@@ -93,36 +93,46 @@ func newCaseReadProbe(b *testing.B, db *dbtest.DB) *caseReadProbe {
 	go func() {
 		defer close(p.done)
 		defer sampler.Close(context.Background())
-		tick := time.NewTicker(20 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-p.stop:
-				return
-			case <-tick.C:
-			}
-			rows, err := sampler.Query(ctx, `
+		for p.waitTick() {
+			p.sample(ctx, sampler)
+		}
+	}()
+	b.Cleanup(p.finish)
+	return p
+}
+
+// waitTick waits for the next sample, 20 ms; false once the probe is
+// finished.
+func (p *caseReadProbe) waitTick() bool {
+	select {
+	case <-p.stop:
+		return false
+	case <-time.After(20 * time.Millisecond):
+		return true
+	}
+}
+
+// sample notes what the database's active backends, and every autovacuum
+// worker of the server, are doing now.
+func (p *caseReadProbe) sample(ctx context.Context, conn *pgx.Conn) {
+	rows, err := conn.Query(ctx, `
 SELECT backend_type, coalesce(wait_event_type || ':' || wait_event, 'CPU'),
        CASE WHEN datname <> $1 THEN 'other db: ' ELSE '' END || left(regexp_replace(query, '\s+', ' ', 'g'), 60),
        coalesce(extract(epoch FROM clock_timestamp() - query_start) * 1000, 0)::float8
   FROM pg_stat_activity
  WHERE (datname = $1 OR backend_type = 'autovacuum worker') AND state = 'active' AND pid <> pg_backend_pid()`, p.db)
-			if err != nil {
-				continue
-			}
-			now := time.Now()
-			var s activitySample
-			_, _ = pgx.ForEachRow(rows, []any{&s.backend, &s.wait, &s.query, &s.runMS}, func() error {
-				s.at = now
-				p.mu.Lock()
-				p.samples = append(p.samples, s)
-				p.mu.Unlock()
-				return nil
-			})
-		}
-	}()
-	b.Cleanup(p.finish)
-	return p
+	if err != nil {
+		return // the next tick tries again
+	}
+	now := time.Now()
+	var s activitySample
+	_, _ = pgx.ForEachRow(rows, []any{&s.backend, &s.wait, &s.query, &s.runMS}, func() error {
+		s.at = now
+		p.mu.Lock()
+		p.samples = append(p.samples, s)
+		p.mu.Unlock()
+		return nil
+	})
 }
 
 func (p *caseReadProbe) finish() {
