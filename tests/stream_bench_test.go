@@ -151,13 +151,18 @@ func redisUsedMemory(b *testing.B, s *proofStack) int64 {
 // SP_TEST_BENCH_HEAPPROFILE=<file> its heap every 5 s (<file>.5, .10, …);
 // SP_TEST_BENCH_REDIS_CLUSTER=1 keeps the totals on the local Redis Cluster;
 // SP_TEST_BENCH_REDIS_REPLICAS=1 measures instead what waiting for a Redis
-// replica costs (benchStreamReplicaWait);
+// replica costs (benchStreamReplicaWait); SP_TEST_BENCH_CASES=1 what cases
+// cost the stream's alert creation (benchStreamCases);
 // SP_TEST_BENCH_SET, SP_TEST_BENCH_GOGC and SP_TEST_BENCH_GOMEMLIMIT reach the
 // stream process as for the persister's benchmark.
 func BenchmarkStreamThroughput(b *testing.B) {
 	n := streamBenchCount(b)
 	if streamBenchReplicas() {
 		benchStreamReplicaWait(b, n)
+		return
+	}
+	if streamBenchCases() {
+		benchStreamCases(b)
 		return
 	}
 	testenv.Binary(b)
