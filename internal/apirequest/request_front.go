@@ -196,13 +196,11 @@ func (f *Front) lookupKey(ctx context.Context, hash []byte) (*keyGrant, error) {
 // rate), so the client reads the answer rather than a reset connection.
 func (f *Front) admitted(w http.ResponseWriter, r *http.Request, ws event.UUID, keyID string, handle func(*http.Request) int) int {
 	if f.Working != nil {
-		ctx, cancel := context.WithTimeout(r.Context(), f.ShareWait)
-		ok := f.WorkspaceWorking.acquire(ctx, ws.String(), 1)
-		cancel()
-		if !ok {
+		tenant := ws.String()
+		if !f.WorkspaceWorking.acquireWithin(r.Context(), tenant, 1, f.ShareWait) {
 			return f.throttle(w, r, ws, "workspace", fmt.Errorf("this workspace has too many requests being worked on (at most %d); send it again in a second", f.WorkspaceWorking.limit))
 		}
-		defer f.WorkspaceWorking.release(ws.String(), 1)
+		defer f.WorkspaceWorking.release(tenant, 1)
 		if !f.Working.TryAcquire(1) {
 			return f.refuse(w, r, http.StatusServiceUnavailable, errors.New("too many requests being worked on; send it again in a second"))
 		}
