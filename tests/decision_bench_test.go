@@ -116,6 +116,9 @@ VALUES ($1, $2, 'decision benchmark', 'transaction', $3, 'high', $4, false, 10)`
 	if profile != "" || allocProfile != "" || heapDir != "" {
 		args = append(args, "--set", "http.debug_endpoints=true")
 	}
+	if heapDir != "" {
+		args = append(args, "--set", "metrics.prometheus.add_go_metrics=true")
+	}
 	// One workspace measures the node's capacity, so its share is the whole
 	// node: the default share would answer the highest steps 429.
 	p := s.startDecision(b, "decision", withBenchGOGC(map[string]string{"SP_DECISION_WORKSPACE_SHARE": "1"}), args...)
@@ -225,6 +228,12 @@ func highestRate(b *testing.B, bases []string, key string, body func(run string)
 			profiled.Go(func() {
 				time.Sleep(4 * time.Second)
 				saveHeapProfile(b, p, fmt.Sprintf("%s/heap-%.0f.prof", heapDir, r))
+				if m, err := p.scrape(); err == nil {
+					b.Logf("at %.0f/s: %.0f goroutines, stacks %.0f MB, heap in use %.0f MB, heap held %.0f MB", r,
+						metricSum(m, "go_goroutines"), metricSum(m, "go_memstats_stack_inuse_bytes")/(1<<20),
+						metricSum(m, "go_memstats_heap_inuse_bytes")/(1<<20),
+						(metricSum(m, "go_memstats_heap_sys_bytes")-metricSum(m, "go_memstats_heap_released_bytes"))/(1<<20))
+				}
 			})
 		}
 		l, f, d := fixedRateOver(bases, key, int(r*5), r, body(fmt.Sprintf("step%.0f-%d", r, len(bases))))

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redpanda-data/benthos/v4/public/service"
+	"golang.org/x/net/netutil"
 	"golang.org/x/sync/semaphore"
 	"golang.org/x/time/rate"
 
@@ -79,6 +80,10 @@ type Front struct {
 	// Throttled (by share) those a tenant's share refused.
 	Overloaded, Throttled *service.MetricCounter
 	ThrottleLog           rate.Sometimes // the over-share WARN, at most every 10 s
+
+	// MaxConns (0: no limit) is the most connections the server holds
+	// open; beyond it a new one waits in the kernel's accept queue.
+	MaxConns int
 
 	// Answered records each request's outcome in the API's own metrics,
 	// labelled by the route, never by the path a client sent.
@@ -315,6 +320,9 @@ func (f *Front) Listen(addr string, h http.Handler) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("%s: listening on %s: %w", f.Component, addr, err)
+	}
+	if f.MaxConns > 0 {
+		ln = netutil.LimitListener(ln, f.MaxConns)
 	}
 	srv := &http.Server{
 		Handler:           h,
