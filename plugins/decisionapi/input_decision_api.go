@@ -3,7 +3,6 @@ package decisionapi
 import (
 	"context"
 	"fmt"
-	"math"
 	"strconv"
 	"sync"
 	"time"
@@ -48,11 +47,6 @@ const (
 	// daQueue is how many decided transactions may wait for the pipeline to
 	// take them; redis_spool takes each at once, so this only absorbs bursts.
 	daQueue = 10000
-	// daGather: how long the first decided transaction of a batch waits
-	// for others before the batch goes to the output (ReadBatch), and
-	// daBatchMax the most one batch holds.
-	daGather   = 5 * time.Millisecond
-	daBatchMax = 500
 	// daRedisPause: after Redis failed, decisions leave it alone this long
 	// (answered degraded at once instead of each waiting for the timeout).
 	daRedisPause = time.Second
@@ -339,13 +333,8 @@ func (a *decisionAPI) Connect(ctx context.Context) error {
 }
 
 // ReadBatch hands the pipeline the decided transactions queued so far (at
-// least one), gathering for daGather after the first: their answers are
-// given already, so the wait delays only their delivery (the Kafka
-// producer lingers longer anyway), and it spares the pipeline a
-// transaction, an acknowledgement and the output's bookkeeping per
-// decision at a rate that would otherwise hand them over one by one. The
-// ack has nothing to tell anyone (redis_spool owns their delivery and
-// accounts for every one).
+// least one). Their answers are given already; the ack has nothing to tell
+// anyone (redis_spool owns their delivery and accounts for every one).
 //
 // At shutdown the engine cancels ctx and reads no more after this call
 // returns, so it then stops the server, waits for the requests in flight to
@@ -355,12 +344,27 @@ func (a *decisionAPI) ReadBatch(ctx context.Context) (service.MessageBatch, serv
 	var batch service.MessageBatch
 	select {
 	case m := <-a.out:
-		batch = a.gather(ctx, append(batch, m))
+		batch = append(batch, m)
+		for len(batch) < 500 {
+			select {
+			case m := <-a.out:
+				batch = append(batch, m)
+				continue
+			default:
+			}
+			break
+		}
 	case <-ctx.Done():
-	}
-	if ctx.Err() != nil {
 		a.stopServing()
-		batch = a.drainOut(batch)
+		for {
+			select {
+			case m := <-a.out:
+				batch = append(batch, m)
+				continue
+			default:
+			}
+			break
+		}
 		if len(batch) == 0 {
 			return nil, nil, ctx.Err()
 		}
@@ -371,46 +375,6 @@ func (a *decisionAPI) ReadBatch(ctx context.Context) (service.MessageBatch, serv
 		}
 		return nil
 	}, nil
-}
-
-// gather adds to batch what the handlers queue within daGather, up to
-// daBatchMax, or until ctx ends.
-func (a *decisionAPI) gather(ctx context.Context, batch service.MessageBatch) service.MessageBatch {
-	batch = a.takeQueued(batch, daBatchMax)
-	if len(batch) >= daBatchMax {
-		return batch
-	}
-	t := time.NewTimer(daGather)
-	defer t.Stop()
-	for len(batch) < daBatchMax {
-		select {
-		case m := <-a.out:
-			batch = append(batch, m)
-		case <-t.C:
-			return batch
-		case <-ctx.Done():
-			return batch
-		}
-	}
-	return batch
-}
-
-// takeQueued adds to batch what is queued now, until it holds limit.
-func (a *decisionAPI) takeQueued(batch service.MessageBatch, limit int) service.MessageBatch {
-	for len(batch) < limit {
-		select {
-		case m := <-a.out:
-			batch = append(batch, m)
-		default:
-			return batch
-		}
-	}
-	return batch
-}
-
-// drainOut adds to batch everything queued.
-func (a *decisionAPI) drainOut(batch service.MessageBatch) service.MessageBatch {
-	return a.takeQueued(batch, math.MaxInt)
 }
 
 // stopServing stops taking requests and waits for those in flight.
