@@ -235,27 +235,9 @@ func newDecisionAPI(conf *service.ParsedConfig, mgr *service.Resources) (*decisi
 	}
 	a.MaxBody = int64(maxBody)
 	a.fallback = event.Outcome(fallback)
-	active, err := conf.FieldInt(daFieldActive)
-	if err != nil {
+	if err := a.budgetsFromParsed(conf); err != nil {
 		return nil, err
 	}
-	wsShare, err := conf.FieldFloat(daFieldWSShare)
-	if err != nil {
-		return nil, err
-	}
-	maxConns, err := conf.FieldInt(daFieldMaxConns)
-	if err != nil {
-		return nil, err
-	}
-	if active < 1 || maxConns < 1 || !(wsShare > 0 && wsShare <= 1) {
-		return nil, fmt.Errorf("decision_api: %s and %s must be at least 1, %s more than 0 and at most 1", daFieldActive, daFieldMaxConns, daFieldWSShare)
-	}
-	a.MaxConns = maxConns
-	a.Working = semaphore.NewWeighted(int64(active))
-	a.WorkspaceWorking = apirequest.NewTenantShares(apirequest.ShareOf(int64(active), wsShare, 1))
-	// Half the answer's time: a request that got its turn still has the
-	// other half to be decided.
-	a.ShareWait = a.timeout / 2
 	if a.MinBodyRate, a.RateWindow, err = apirequest.MinBodyRateFromParsed(conf); err != nil {
 		return nil, fmt.Errorf("decision_api: %w", err)
 	}
@@ -280,6 +262,33 @@ func newDecisionAPI(conf *service.ParsedConfig, mgr *service.Resources) (*decisi
 		return nil, fmt.Errorf("decision_api: %w", err)
 	}
 	return a, nil
+}
+
+// budgetsFromParsed reads the node's budgets: requests worked on at once
+// (by the node and by each workspace) and connections held open.
+func (a *decisionAPI) budgetsFromParsed(conf *service.ParsedConfig) error {
+	active, err := conf.FieldInt(daFieldActive)
+	if err != nil {
+		return err
+	}
+	wsShare, err := conf.FieldFloat(daFieldWSShare)
+	if err != nil {
+		return err
+	}
+	maxConns, err := conf.FieldInt(daFieldMaxConns)
+	if err != nil {
+		return err
+	}
+	if active < 1 || maxConns < 1 || !(wsShare > 0 && wsShare <= 1) {
+		return fmt.Errorf("decision_api: %s and %s must be at least 1, %s more than 0 and at most 1", daFieldActive, daFieldMaxConns, daFieldWSShare)
+	}
+	a.MaxConns = maxConns
+	a.Working = semaphore.NewWeighted(int64(active))
+	a.WorkspaceWorking = apirequest.NewTenantShares(apirequest.ShareOf(int64(active), wsShare, 1))
+	// Half the answer's time: a request that got its turn still has the
+	// other half to be decided.
+	a.ShareWait = a.timeout / 2
+	return nil
 }
 
 // Connect opens the listener, the pools and the Redis client, and starts
