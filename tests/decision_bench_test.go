@@ -107,10 +107,17 @@ VALUES ($1, $2, 'decision benchmark', 'transaction', $3, 'high', $4, false, 10)`
 	// SP_TEST_BENCH_CPUPROFILE=<file> saves a CPU profile of the decision
 	// process over the measured run, SP_TEST_BENCH_ALLOCPROFILE=<file> what
 	// it allocated meanwhile.
+	// SP_TEST_BENCH_HEAPDIR=<dir> saves a heap profile of the decision
+	// process 4 s into each step of the rate search (what holds its memory
+	// under overload).
 	profile, allocProfile := os.Getenv("SP_TEST_BENCH_CPUPROFILE"), os.Getenv("SP_TEST_BENCH_ALLOCPROFILE")
+	heapDir := os.Getenv("SP_TEST_BENCH_HEAPDIR")
 	var args []string
-	if profile != "" || allocProfile != "" {
+	if profile != "" || allocProfile != "" || heapDir != "" {
 		args = append(args, "--set", "http.debug_endpoints=true")
+	}
+	if heapDir != "" {
+		args = append(args, "--set", "metrics.prometheus.add_go_metrics=true")
 	}
 	// One workspace measures the node's capacity, so its share is the whole
 	// node: the default share would answer the highest steps 429.
@@ -181,7 +188,15 @@ VALUES ($1, $2, 'decision benchmark', 'transaction', $3, 'high', $4, false, 10)`
 	benchSummary(b, "decision process CPU per decision", fmt.Sprintf("%.0f µs", cpuPer), "", "", "")
 
 	// The highest rate whose p99 stays under the timeout (5 s per step).
-	best := highestRate(b, []string{"http://" + s.addr}, s.key, body, []float64{2000, 3000, 4000, 5000, 6000, 8000, 10000, 12000})
+	// SP_TEST_BENCH_OVERLOAD=<rate> replaces the search by one step at that
+	// rate and ends there: the peak RSS of a given overload, comparable
+	// between two builds.
+	rates := []float64{2000, 3000, 4000, 5000, 6000, 8000, 10000, 12000}
+	overload, _ := strconv.ParseFloat(os.Getenv("SP_TEST_BENCH_OVERLOAD"), 64)
+	if overload > 0 {
+		rates = []float64{overload}
+	}
+	best := highestRate(b, []string{"http://" + s.addr}, s.key, body, rates, p, heapDir)
 	b.ReportMetric(best, "max_rate_p99_under_timeout")
 	benchSummary(b, "decision highest rate with p99 under 250 ms (5 s steps)", fmt.Sprintf("%.0f/s", best), "", "", "")
 	rss := p.peakRSS(b)
@@ -189,6 +204,9 @@ VALUES ($1, $2, 'decision benchmark', 'transaction', $3, 'high', $4, false, 10)`
 	// The memory aim (peak RSS ≤ 200 MB) is for every role; the steps above
 	// are its full speed.
 	benchSummary(b, "decision peak RSS (up to the highest rate above)", fmt.Sprintf("%.0f MB", float64(rss)/(1<<20)), "", "", "≤ 200 MB")
+	if overload > 0 {
+		return
+	}
 
 	// Two decision processes on one Redis, the requests spread over their
 	// two addresses: what a second node adds on the cores left (on this
@@ -205,20 +223,39 @@ VALUES ($1, $2, 'decision benchmark', 'transaction', $3, 'high', $4, false, 10)`
 	cpu2 := (processCPU(b, p) + processCPU(b, p2) - cpu2Before) / float64(n) * 1e6
 	b.Logf("two decision processes at %.0f/s: p50 %.2f ms, p99 %.2f ms, p99.9 %.2f ms; %d degraded; CPU %.0f µs per decision (both)",
 		rate, q(two, 0.5), q(two, 0.99), q(two, 0.999), twoDegraded, cpu2)
-	best2 := highestRate(b, both, s.key, body, []float64{4000, 6000, 8000, 10000, 12000, 16000})
+	best2 := highestRate(b, both, s.key, body, []float64{4000, 6000, 8000, 10000, 12000, 16000}, nil, "")
 	benchSummary(b, "decision highest rate with p99 under 250 ms, two processes", fmt.Sprintf("%.0f/s", best2), fmt.Sprintf("one process %.0f/s", best), ratioOf(best2, best), "")
 }
 
 // highestRate raises the rate over rates, 5 s a step, and returns the
 // highest at which p99 stayed under the decision timeout with no failure
-// (0 when the first step did not).
-func highestRate(b *testing.B, bases []string, key string, body func(run string) func(i int) []byte, rates []float64) float64 {
+// (0 when the first step did not). With p it logs p's peak RSS so far after
+// each step, and with heapDir saves p's heap profile 4 s into each step.
+func highestRate(b *testing.B, bases []string, key string, body func(run string) func(i int) []byte, rates []float64, p *binProcess, heapDir string) float64 {
 	best := 0.0
 	for _, r := range rates {
+		var profiled sync.WaitGroup
+		if p != nil && heapDir != "" {
+			profiled.Go(func() {
+				time.Sleep(4 * time.Second)
+				saveHeapProfile(b, p, fmt.Sprintf("%s/heap-%.0f.prof", heapDir, r))
+				if m, err := p.scrape(); err == nil {
+					b.Logf("at %.0f/s: %.0f goroutines, stacks %.0f MB, heap in use %.0f MB, heap held %.0f MB", r,
+						metricSum(m, "go_goroutines"), metricSum(m, "go_memstats_stack_inuse_bytes")/(1<<20),
+						metricSum(m, "go_memstats_heap_inuse_bytes")/(1<<20),
+						(metricSum(m, "go_memstats_heap_sys_bytes")-metricSum(m, "go_memstats_heap_released_bytes"))/(1<<20))
+				}
+			})
+		}
 		l, f, d := fixedRateOver(bases, key, int(r*5), r, body(fmt.Sprintf("step%.0f-%d", r, len(bases))))
+		profiled.Wait()
 		p99 := quantileOf(l, 0.99)
-		b.Logf("step %.0f/s over %d processes: p50 %.2f ms, p99 %.2f ms, %d failed, %d degraded", r, len(bases),
-			float64(quantileOf(l, 0.5).Microseconds())/1000, float64(p99.Microseconds())/1000, f, d)
+		rss := ""
+		if p != nil {
+			rss = fmt.Sprintf("; peak RSS so far %d MB", p.peakRSS(b)>>20)
+		}
+		b.Logf("step %.0f/s over %d processes: p50 %.2f ms, p99 %.2f ms, %d failed, %d degraded%s", r, len(bases),
+			float64(quantileOf(l, 0.5).Microseconds())/1000, float64(p99.Microseconds())/1000, f, d, rss)
 		if p99 >= decisionTimeout || f > 0 {
 			break
 		}

@@ -91,6 +91,18 @@ func (s *tenantShares) acquire(ctx context.Context, tenant string, n int64) bool
 	return false
 }
 
+// acquireWithin is acquire waiting at most wait beyond ctx; the deadline's
+// context (a timer) is made only when the share is full, so a request that
+// finds room pays for no timer.
+func (s *tenantShares) acquireWithin(ctx context.Context, tenant string, n int64, wait time.Duration) bool {
+	if s.tryAcquire(tenant, n) {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	return s.acquire(ctx, tenant, n)
+}
+
 // release gives back n that tryAcquire or acquire took for tenant.
 func (s *tenantShares) release(tenant string, n int64) {
 	s.mu.Lock()

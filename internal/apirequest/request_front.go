@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redpanda-data/benthos/v4/public/service"
+	"golang.org/x/net/netutil"
 	"golang.org/x/sync/semaphore"
 	"golang.org/x/time/rate"
 
@@ -79,6 +80,10 @@ type Front struct {
 	// Throttled (by share) those a tenant's share refused.
 	Overloaded, Throttled *service.MetricCounter
 	ThrottleLog           rate.Sometimes // the over-share WARN, at most every 10 s
+
+	// MaxConns (0: no limit) is the most connections the server holds
+	// open; beyond it a new one waits in the kernel's accept queue.
+	MaxConns int
 
 	// Answered records each request's outcome in the API's own metrics,
 	// labelled by the route, never by the path a client sent.
@@ -196,13 +201,11 @@ func (f *Front) lookupKey(ctx context.Context, hash []byte) (*keyGrant, error) {
 // rate), so the client reads the answer rather than a reset connection.
 func (f *Front) admitted(w http.ResponseWriter, r *http.Request, ws event.UUID, keyID string, handle func(*http.Request) int) int {
 	if f.Working != nil {
-		ctx, cancel := context.WithTimeout(r.Context(), f.ShareWait)
-		ok := f.WorkspaceWorking.acquire(ctx, ws.String(), 1)
-		cancel()
-		if !ok {
+		tenant := ws.String()
+		if !f.WorkspaceWorking.acquireWithin(r.Context(), tenant, 1, f.ShareWait) {
 			return f.throttle(w, r, ws, "workspace", fmt.Errorf("this workspace has too many requests being worked on (at most %d); send it again in a second", f.WorkspaceWorking.limit))
 		}
-		defer f.WorkspaceWorking.release(ws.String(), 1)
+		defer f.WorkspaceWorking.release(tenant, 1)
 		if !f.Working.TryAcquire(1) {
 			return f.refuse(w, r, http.StatusServiceUnavailable, errors.New("too many requests being worked on; send it again in a second"))
 		}
@@ -317,6 +320,9 @@ func (f *Front) Listen(addr string, h http.Handler) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("%s: listening on %s: %w", f.Component, addr, err)
+	}
+	if f.MaxConns > 0 {
+		ln = netutil.LimitListener(ln, f.MaxConns)
 	}
 	srv := &http.Server{
 		Handler:           h,

@@ -39,6 +39,7 @@ const (
 	daFieldReload           = "reload_interval"
 	daFieldActive           = "max_active_requests"
 	daFieldWSShare          = "workspace_share"
+	daFieldMaxConns         = "max_connections"
 
 	// daMaxBodyDefault: one transaction is a few hundred bytes; its metadata
 	// at most 16 KiB.
@@ -110,6 +111,10 @@ Each decided transaction leaves as a message (the envelope with its `+"`decision
 				Description("SP_DECISION_MAX_ACTIVE_REQUESTS: the most requests worked on at once by the process, from the body's first byte to the answer; one beyond it is answered 503 with Retry-After at once instead of making every decision late. The default is about ten times what one node's two cores keep in flight at the rate they can decide.").
 				Default(config.DecisionMaxActive.DefaultInt()).
 				Example("${SP_DECISION_MAX_ACTIVE_REQUESTS:"+config.DecisionMaxActive.Default+"}"),
+			service.NewIntField(daFieldMaxConns).
+				Description("SP_DECISION_MAX_CONNECTIONS: the most client connections the process holds open. Beyond it a new connection waits in the kernel's accept queue until one closes, so an overload holds the connections (each a goroutine, its buffers and its request) there rather than in the process's memory. Keep it above the connections your load balancers or clients keep idle.").
+				Default(config.DecisionMaxConns.DefaultInt()).
+				Example("${SP_DECISION_MAX_CONNECTIONS:"+config.DecisionMaxConns.Default+"}"),
 			service.NewFloatField(daFieldWSShare).
 				Description("SP_DECISION_WORKSPACE_SHARE: the share (0 to 1) of `max_active_requests` one workspace's requests may take (at least one). A request beyond it waits, in arrival order, up to half the `timeout` for one of its workspace's own to end, and is then answered 429 with Retry-After: a workspace flooding the API is slowed to what its share decides, waiting rather than spinning through refusals on the cores every workspace shares, and the others' decisions stay on time.").
 				Default(0.125).
@@ -230,22 +235,9 @@ func newDecisionAPI(conf *service.ParsedConfig, mgr *service.Resources) (*decisi
 	}
 	a.MaxBody = int64(maxBody)
 	a.fallback = event.Outcome(fallback)
-	active, err := conf.FieldInt(daFieldActive)
-	if err != nil {
+	if err := a.budgetsFromParsed(conf); err != nil {
 		return nil, err
 	}
-	wsShare, err := conf.FieldFloat(daFieldWSShare)
-	if err != nil {
-		return nil, err
-	}
-	if active < 1 || !(wsShare > 0 && wsShare <= 1) {
-		return nil, fmt.Errorf("decision_api: %s must be at least 1, %s more than 0 and at most 1", daFieldActive, daFieldWSShare)
-	}
-	a.Working = semaphore.NewWeighted(int64(active))
-	a.WorkspaceWorking = apirequest.NewTenantShares(apirequest.ShareOf(int64(active), wsShare, 1))
-	// Half the answer's time: a request that got its turn still has the
-	// other half to be decided.
-	a.ShareWait = a.timeout / 2
 	if a.MinBodyRate, a.RateWindow, err = apirequest.MinBodyRateFromParsed(conf); err != nil {
 		return nil, fmt.Errorf("decision_api: %w", err)
 	}
@@ -270,6 +262,33 @@ func newDecisionAPI(conf *service.ParsedConfig, mgr *service.Resources) (*decisi
 		return nil, fmt.Errorf("decision_api: %w", err)
 	}
 	return a, nil
+}
+
+// budgetsFromParsed reads the node's budgets: requests worked on at once
+// (by the node and by each workspace) and connections held open.
+func (a *decisionAPI) budgetsFromParsed(conf *service.ParsedConfig) error {
+	active, err := conf.FieldInt(daFieldActive)
+	if err != nil {
+		return err
+	}
+	wsShare, err := conf.FieldFloat(daFieldWSShare)
+	if err != nil {
+		return err
+	}
+	maxConns, err := conf.FieldInt(daFieldMaxConns)
+	if err != nil {
+		return err
+	}
+	if active < 1 || maxConns < 1 || !(wsShare > 0 && wsShare <= 1) {
+		return fmt.Errorf("decision_api: %s and %s must be at least 1, %s more than 0 and at most 1", daFieldActive, daFieldMaxConns, daFieldWSShare)
+	}
+	a.MaxConns = maxConns
+	a.Working = semaphore.NewWeighted(int64(active))
+	a.WorkspaceWorking = apirequest.NewTenantShares(apirequest.ShareOf(int64(active), wsShare, 1))
+	// Half the answer's time: a request that got its turn still has the
+	// other half to be decided.
+	a.ShareWait = a.timeout / 2
+	return nil
 }
 
 // Connect opens the listener, the pools and the Redis client, and starts
