@@ -87,7 +87,20 @@ func (kp *kindProgram) run(env *event.Envelope, f Features, sc *Scratch) (hits [
 			outs[i] = outBlob
 			continue
 		}
-		v, err := fn(c)
+		if fn.b != nil {
+			// A boolean-typed rule (&&, ||, a comparison): a bool or a
+			// failure, never another type.
+			switch fn.b(c) {
+			case rTrue:
+				outs[i] = outHit
+			case rFalse:
+				outs[i] = outNo
+			default:
+				outs[i], blob = outBlob, true
+			}
+			continue
+		}
+		v, err := fn.v(c)
 		switch {
 		case err != nil:
 			outs[i], blob = outBlob, true
