@@ -75,18 +75,7 @@ func benchmarkEvaluate(b *testing.B, n int) {
 		b.Fatal(err)
 	}
 	env, features := benchInput()
-	hits, errs := p.Evaluate(env, features)
-	if len(errs) != 0 {
-		b.Fatalf("rule errors on the benchmark input: %v", errs)
-	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	cpu := processCPU()
-	for b.Loop() {
-		p.Evaluate(env, features)
-	}
-	reportCPU(b, cpu)
-	b.ReportMetric(float64(len(hits)), "hits/event")
+	runBenchmark(b, p, func() ([]Hit, []RuleError) { return p.Evaluate(env, features) })
 }
 
 // BenchmarkEvaluate12 is one event against a starter-pack-sized workspace.
@@ -109,17 +98,27 @@ func benchmarkEvaluateWith(b *testing.B, n int, native bool) {
 	}
 	env, features := benchInput()
 	var sc Scratch
-	hits, errs := p.EvaluateFeatures(env, MapFeatures(features), &sc)
+	runBenchmark(b, p, func() ([]Hit, []RuleError) { return p.EvaluateFeatures(env, MapFeatures(features), &sc) })
+}
+
+// runBenchmark runs eval, one evaluation of p, b.N times, and reports the
+// CPU time per evaluation (on a machine other processes share, wall time
+// also counts the time the benchmark waited for a core, CPU time does
+// not), the hits and how many rules run natively.
+func runBenchmark(b *testing.B, p *Program, eval func() ([]Hit, []RuleError)) {
+	hits, errs := eval()
 	if len(errs) != 0 {
 		b.Fatalf("rule errors on the benchmark input: %v", errs)
 	}
 	b.ReportAllocs()
-	b.ResetTimer()
-	cpu := processCPU()
+	var before, after syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &before)
 	for b.Loop() {
-		p.EvaluateFeatures(env, MapFeatures(features), &sc)
+		eval()
 	}
-	reportCPU(b, cpu)
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &after)
+	cpu := after.Utime.Nano() + after.Stime.Nano() - before.Utime.Nano() - before.Stime.Nano()
+	b.ReportMetric(float64(cpu)/float64(b.N), "cpu-ns/op")
 	b.ReportMetric(float64(len(hits)), "hits/event")
 	b.ReportMetric(float64(p.Native()), "native-rules")
 }
@@ -149,23 +148,6 @@ func BenchmarkInput(b *testing.B) {
 	}
 }
 
-// processCPU is the process's CPU time so far (user and system), in
-// nanoseconds.
-func processCPU() int64 {
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
-		return 0
-	}
-	return ru.Utime.Nano() + ru.Stime.Nano()
-}
-
-// reportCPU reports the CPU time per evaluation since cpu: on a machine
-// other processes share, wall time per operation also counts the time the
-// benchmark waited for a core, CPU time does not.
-func reportCPU(b *testing.B, cpu int64) {
-	b.ReportMetric(float64(processCPU()-cpu)/float64(b.N), "cpu-ns/op")
-}
-
 // quietInput is a loadgen-like ordinary transaction: a small payment to a
 // known payee on a quiet account, which most rules do not fire on (the
 // common case in a stream or a backtest).
@@ -189,14 +171,7 @@ func quietInput() (*event.Envelope, map[string]any) {
 // transaction, as the stream runs it: the cost of the evaluator itself, few
 // hits to report.
 func BenchmarkEvaluateStarterPack100(b *testing.B) {
-	paths, err := starterPackPaths()
-	if err != nil || len(paths) == 0 {
-		b.Fatalf("no starter pack files (%v)", err)
-	}
-	defs, err := ParseFiles(paths...)
-	if err != nil {
-		b.Fatal(err)
-	}
+	defs, _ := starterPack(b)
 	rs := make([]Rule, 100)
 	for i := range rs {
 		rs[i] = defs[i%len(defs)].Rule
@@ -208,17 +183,5 @@ func BenchmarkEvaluateStarterPack100(b *testing.B) {
 	}
 	env, features := quietInput()
 	var sc Scratch
-	hits, errs := p.EvaluateFeatures(env, MapFeatures(features), &sc)
-	if len(errs) != 0 {
-		b.Fatalf("rule errors on the benchmark input: %v", errs)
-	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	cpu := processCPU()
-	for b.Loop() {
-		p.EvaluateFeatures(env, MapFeatures(features), &sc)
-	}
-	reportCPU(b, cpu)
-	b.ReportMetric(float64(len(hits)), "hits/event")
-	b.ReportMetric(float64(p.Native()), "native-rules")
+	runBenchmark(b, p, func() ([]Hit, []RuleError) { return p.EvaluateFeatures(env, MapFeatures(features), &sc) })
 }
