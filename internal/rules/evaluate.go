@@ -80,8 +80,66 @@ func (kp *kindProgram) run(env *event.Envelope, f Features, sc *Scratch) (hits [
 	c := &sc.ctx
 	c.reset(env, f, kp.slots)
 	outs := sc.outcomes(len(kp.rules))
+	blob := kp.decideNative(c, outs, sc)
+	var in map[string]any
+	var results []any
+	if blob {
+		features := f.Map()
+		if !kp.allFeatures {
+			features = sc.features(kp, f)
+		}
+		in = sc.input(env, features, kp.fields)
+		if kp.exec != nil {
+			res, err := kp.exec.Query(in)
+			results, _ = res.([]any)
+			if err != nil || len(results) != len(kp.blobRules) {
+				// Cannot happen with every element caught; should it, each
+				// rule is decided alone rather than all of them lost.
+				results = make([]any, len(kp.blobRules))
+			}
+		}
+	}
+	nb, nt := 0, 0
+	for i, o := range outs {
+		switch o {
+		case outHit:
+			hits = append(hits, Hit{Rule: kp.rules[i], Reads: kp.readsOf(i, c)})
+		case outNotBool:
+			errs = append(errs, RuleError{Rule: kp.rules[i], Err: fmt.Errorf("%w: got %s", ErrNotBool, sc.types[nt])})
+			nt++
+		case outBlob:
+			var v any
+			if nb < len(kp.blobRules) && kp.blobRules[nb] == i {
+				v = results[nb]
+				nb++
+			}
+			if v == nil {
+				// The rule failed (inside its catch), yielded null, or was
+				// left to Bloblang: run it alone for the reason.
+				var err error
+				if v, err = kp.single[i].Query(in); err != nil {
+					errs = append(errs, RuleError{Rule: kp.rules[i], Err: err})
+					continue
+				}
+			}
+			b, isBool := v.(bool)
+			switch {
+			case !isBool:
+				errs = append(errs, RuleError{Rule: kp.rules[i], Err: fmt.Errorf("%w: got %s", ErrNotBool, typeName(v))})
+			case b:
+				hits = append(hits, Hit{Rule: kp.rules[i], Reads: kp.readsOf(i, c)})
+			}
+		}
+	}
+	return hits, errs
+}
+
+// decideNative decides the native rules of kp into outs (the types of
+// values that are not bools into sc.types), and reports whether any rule is
+// left to Bloblang.
+func (kp *kindProgram) decideNative(c *evalCtx, outs []outcome, sc *Scratch) (blob bool) {
 	types := sc.types[:0]
-	blob := len(kp.blobRules) > 0
+	blob = len(kp.blobRules) > 0
 	for i, fn := range kp.native {
 		if fn == nil {
 			outs[i] = outBlob
@@ -114,57 +172,7 @@ func (kp *kindProgram) run(env *event.Envelope, f Features, sc *Scratch) (hits [
 		}
 	}
 	sc.types = types
-	var in map[string]any
-	var results []any
-	if blob {
-		features := f.Map()
-		if !kp.allFeatures {
-			features = sc.features(kp, f)
-		}
-		in = sc.input(env, features, kp.fields)
-		if kp.exec != nil {
-			res, err := kp.exec.Query(in)
-			results, _ = res.([]any)
-			if err != nil || len(results) != len(kp.blobRules) {
-				// Cannot happen with every element caught; should it, each
-				// rule is decided alone rather than all of them lost.
-				results = make([]any, len(kp.blobRules))
-			}
-		}
-	}
-	nb, nt := 0, 0
-	for i, o := range outs {
-		switch o {
-		case outHit:
-			hits = append(hits, Hit{Rule: kp.rules[i], Reads: kp.readsOf(i, c)})
-		case outNotBool:
-			errs = append(errs, RuleError{Rule: kp.rules[i], Err: fmt.Errorf("%w: got %s", ErrNotBool, types[nt])})
-			nt++
-		case outBlob:
-			var v any
-			if nb < len(kp.blobRules) && kp.blobRules[nb] == i {
-				v = results[nb]
-				nb++
-			}
-			if v == nil {
-				// The rule failed (inside its catch), yielded null, or was
-				// left to Bloblang: run it alone for the reason.
-				var err error
-				if v, err = kp.single[i].Query(in); err != nil {
-					errs = append(errs, RuleError{Rule: kp.rules[i], Err: err})
-					continue
-				}
-			}
-			b, isBool := v.(bool)
-			switch {
-			case !isBool:
-				errs = append(errs, RuleError{Rule: kp.rules[i], Err: fmt.Errorf("%w: got %s", ErrNotBool, typeName(v))})
-			case b:
-				hits = append(hits, Hit{Rule: kp.rules[i], Reads: kp.readsOf(i, c)})
-			}
-		}
-	}
-	return hits, errs
+	return blob
 }
 
 // readsOf is the features.* values rule i's expression names, as the
