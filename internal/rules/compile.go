@@ -56,8 +56,8 @@ type kindProgram struct {
 	exec      *bloblang.Executor // nil when every rule is native
 	blobRules []int
 	rules     []*Rule
-	native    []evalFn // nil where the rule runs through Bloblang
-	slots     int      // the features the native rules read, numbered
+	native    []*compiled // nil where the rule runs through Bloblang
+	slots     int         // the features the native rules read, numbered
 	single    []*bloblang.Executor
 	reads     [][]readPath
 	// fields are the envelope fields the expressions name (event.<f>);
@@ -141,7 +141,7 @@ func compile(rules []Rule, native bool) (*Program, error) {
 			p.kinds[r.AppliesTo] = kp
 			slots[r.AppliesTo] = &slotTable{}
 		}
-		var fn evalFn
+		var fn *compiled
 		if native {
 			fn, _ = compileNative(r.Expression, slots[r.AppliesTo]) // nil: outside the subset
 		}

@@ -80,27 +80,7 @@ func (kp *kindProgram) run(env *event.Envelope, f Features, sc *Scratch) (hits [
 	c := &sc.ctx
 	c.reset(env, f, kp.slots)
 	outs := sc.outcomes(len(kp.rules))
-	types := sc.types[:0]
-	blob := len(kp.blobRules) > 0
-	for i, fn := range kp.native {
-		if fn == nil {
-			outs[i] = outBlob
-			continue
-		}
-		v, err := fn(c)
-		switch {
-		case err != nil:
-			outs[i], blob = outBlob, true
-		case v.k != vBool:
-			outs[i] = outNotBool
-			types = append(types, v.typeName())
-		case v.b:
-			outs[i] = outHit
-		default:
-			outs[i] = outNo
-		}
-	}
-	sc.types = types
+	blob := kp.decideNative(c, outs, sc)
 	var in map[string]any
 	var results []any
 	if blob {
@@ -125,7 +105,7 @@ func (kp *kindProgram) run(env *event.Envelope, f Features, sc *Scratch) (hits [
 		case outHit:
 			hits = append(hits, Hit{Rule: kp.rules[i], Reads: kp.readsOf(i, c)})
 		case outNotBool:
-			errs = append(errs, RuleError{Rule: kp.rules[i], Err: fmt.Errorf("%w: got %s", ErrNotBool, types[nt])})
+			errs = append(errs, RuleError{Rule: kp.rules[i], Err: fmt.Errorf("%w: got %s", ErrNotBool, sc.types[nt])})
 			nt++
 		case outBlob:
 			var v any
@@ -152,6 +132,47 @@ func (kp *kindProgram) run(env *event.Envelope, f Features, sc *Scratch) (hits [
 		}
 	}
 	return hits, errs
+}
+
+// decideNative decides the native rules of kp into outs (the types of
+// values that are not bools into sc.types), and reports whether any rule is
+// left to Bloblang.
+func (kp *kindProgram) decideNative(c *evalCtx, outs []outcome, sc *Scratch) (blob bool) {
+	types := sc.types[:0]
+	blob = len(kp.blobRules) > 0
+	for i, fn := range kp.native {
+		if fn == nil {
+			outs[i] = outBlob
+			continue
+		}
+		if fn.b != nil {
+			// A boolean-typed rule (&&, ||, a comparison): a bool or a
+			// failure, never another type.
+			switch fn.b(c) {
+			case rTrue:
+				outs[i] = outHit
+			case rFalse:
+				outs[i] = outNo
+			default:
+				outs[i], blob = outBlob, true
+			}
+			continue
+		}
+		v, err := fn.v(c)
+		switch {
+		case err != nil:
+			outs[i], blob = outBlob, true
+		case v.k != vBool:
+			outs[i] = outNotBool
+			types = append(types, v.typeName())
+		case v.b:
+			outs[i] = outHit
+		default:
+			outs[i] = outNo
+		}
+	}
+	sc.types = types
+	return blob
 }
 
 // readsOf is the features.* values rule i's expression names, as the

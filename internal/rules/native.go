@@ -78,6 +78,19 @@ func (c *evalCtx) feature(i int, sec, name string) *featSlot {
 	return s
 }
 
+// amountVal is event.amount (a json.Number, null when omitted), read once
+// per event.
+func (c *evalCtx) amountVal() *val {
+	if !c.gotAmt {
+		c.gotAmt = true
+		c.amount = val{}
+		if c.env.Amount != "" {
+			c.amount = numberVal(c.env.Amount)
+		}
+	}
+	return &c.amount
+}
+
 // slotTable numbers the features a program's rules read, section and name.
 type slotTable struct {
 	index map[[2]string]int
@@ -109,7 +122,7 @@ func both(c *evalCtx, l, r evalFn) (lv, rv val, err error) {
 }
 
 // compileNative compiles expr natively, or returns errNotNative.
-func compileNative(expr string, slots *slotTable) (evalFn, error) {
+func compileNative(expr string, slots *slotTable) (*compiled, error) {
 	n, err := parseNative(expr)
 	if err != nil {
 		return nil, err
@@ -119,8 +132,11 @@ func compileNative(expr string, slots *slotTable) (evalFn, error) {
 
 func lit(v val) evalFn { return func(*evalCtx) (val, error) { return v, nil } }
 
-func compileNode(n *node, slots *slotTable) (evalFn, error) {
-	var kids []evalFn
+// valueNode is a node only its value form computes.
+func valueNode(fn evalFn) *compiled { return &compiled{v: fn} }
+
+func compileNode(n *node, slots *slotTable) (*compiled, error) {
+	var kids []*compiled
 	for _, k := range n.kids {
 		fn, err := compileNode(k, slots)
 		if err != nil {
@@ -128,45 +144,24 @@ func compileNode(n *node, slots *slotTable) (evalFn, error) {
 		}
 		kids = append(kids, fn)
 	}
-	literal := func(i int) (val, bool) {
-		if n.kids[i].kind == nLit {
-			return n.kids[i].lit, true
-		}
-		return val{}, false
-	}
 	switch n.kind {
 	case nLit:
-		return lit(n.lit), nil
+		return valueNode(lit(n.lit)), nil
 	case nEvent:
-		return eventPath(n.segs), nil
+		return valueNode(eventPath(n.segs)), nil
 	case nFeat:
-		return featureFn(n.segs, slots), nil
+		return valueNode(featureFn(n.segs, slots)), nil
 	case nGet:
-		return compileGet(kids[0], n.segs), nil
+		return valueNode(compileGet(kids[0].v, n.segs)), nil
 	case nArith:
-		op, l, r := opcodes[n.op], kids[0], kids[1]
-		if lv, ok := literal(0); ok {
-			if rv, ok := literal(1); ok {
-				if v, err := arith(op, lv, rv); err == nil {
-					n.kind, n.lit, n.kids = nLit, v, nil // folded, as Bloblang folds literals
-					return lit(v), nil
-				}
-			}
-		}
-		return func(c *evalCtx) (val, error) {
-			lv, rv, err := both(c, l, r)
-			if err != nil {
-				return val{}, err
-			}
-			return arith(op, lv, rv)
-		}, nil
+		return valueNode(compileArith(n, kids[0].v, kids[1].v)), nil
 	case nCmp:
-		return compileCompare(n, kids), nil
+		return compileCompare(n, kids, slots), nil
 	case nAnd, nOr:
-		return compileLogic(kids[0], kids[1], n.kind == nAnd), nil
+		return compileLogic(n, kids), nil
 	case nCoalesce:
-		l, r := kids[0], kids[1]
-		return func(c *evalCtx) (val, error) {
+		l, r := kids[0].v, kids[1].v
+		return valueNode(func(c *evalCtx) (val, error) {
 			lv, err := l(c)
 			if err == errUnsup {
 				return val{}, err
@@ -175,23 +170,36 @@ func compileNode(n *node, slots *slotTable) (evalFn, error) {
 				return lv, nil
 			}
 			return r(c)
-		}, nil
+		}), nil
 	case nNot:
-		kid := kids[0]
-		return func(c *evalCtx) (val, error) {
-			v, err := kid(c)
-			if err != nil {
-				return val{}, err
-			}
-			if v.k != vBool {
-				return val{}, errBlob
-			}
-			return val{k: vBool, b: !v.b}, nil
-		}, nil
+		return compileNot(kids[0]), nil
 	case nMethod:
-		return compileMethod(n, kids)
+		fn, err := compileMethod(n, kids[0].v, kids)
+		if err != nil {
+			return nil, err
+		}
+		return valueNode(fn), nil
 	}
 	return nil, errNotNative
+}
+
+// compileArith is + - * / % on l and r, folded when both are literals (as
+// Bloblang folds them).
+func compileArith(n *node, l, r evalFn) evalFn {
+	op := opcodes[n.op]
+	if n.kids[0].kind == nLit && n.kids[1].kind == nLit {
+		if v, err := arith(op, n.kids[0].lit, n.kids[1].lit); err == nil {
+			n.kind, n.lit, n.kids = nLit, v, nil
+			return lit(v)
+		}
+	}
+	return func(c *evalCtx) (val, error) {
+		lv, rv, err := both(c, l, r)
+		if err != nil {
+			return val{}, err
+		}
+		return arith(op, lv, rv)
+	}
 }
 
 // compileGet reads segs below what kid yields (an object), null below
@@ -212,34 +220,8 @@ func compileGet(kid evalFn, segs []string) evalFn {
 	}
 }
 
-// compileLogic is && (and) or || on l and r with Bloblang's truthiness: r
-// is evaluated only when l does not decide.
-func compileLogic(l, r evalFn, and bool) evalFn {
-	return func(c *evalCtx) (val, error) {
-		lv, err := l(c)
-		if err != nil {
-			return val{}, err
-		}
-		b, ok := lv.boolean()
-		if !ok {
-			return val{}, errBlob
-		}
-		if b != and {
-			return val{k: vBool, b: b}, nil
-		}
-		rv, err := r(c)
-		if err != nil {
-			return val{}, err
-		}
-		if b, ok = rv.boolean(); !ok {
-			return val{}, errBlob
-		}
-		return val{k: vBool, b: b}, nil
-	}
-}
-
-func compileMethod(n *node, kids []evalFn) (evalFn, error) {
-	kid, method := kids[0], n.method
+func compileMethod(n *node, kid evalFn, kids []*compiled) (evalFn, error) {
+	method := n.method
 	switch method {
 	case "floor", "ceil", "round":
 		return func(c *evalCtx) (val, error) {
@@ -250,7 +232,7 @@ func compileMethod(n *node, kids []evalFn) (evalFn, error) {
 			return rounding(method, v)
 		}, nil
 	case "or":
-		alt := kids[1]
+		alt := kids[1].v
 		return func(c *evalCtx) (val, error) {
 			v, err := kid(c)
 			if err == errUnsup {
@@ -282,44 +264,6 @@ func compileMethod(n *node, kids []evalFn) (evalFn, error) {
 	return nil, errNotNative
 }
 
-// compileCompare compiles a comparison, with the common shapes (an
-// envelope string field or a feature against a literal) read without
-// building values they do not need.
-func compileCompare(n *node, kids []evalFn) evalFn {
-	op, l, r := opcodes[n.op], kids[0], kids[1]
-	if n.kids[1].kind == nLit {
-		rv := n.kids[1].lit
-		if ln := n.kids[0]; ln.kind == nEvent && len(ln.segs) == 1 && rv.k == vStr && stringField(ln.segs[0]) {
-			name, rs := ln.segs[0], rv.s
-			return func(c *evalCtx) (val, error) {
-				s, ok := envelopeString(c.env, name)
-				if !ok {
-					// A field the envelope omits is null: == false, != true,
-					// an order an error.
-					if op == opEq || op == opNe {
-						return val{k: vBool, b: op == opNe}, nil
-					}
-					return val{}, errBlob
-				}
-				return val{k: vBool, b: ordered(op, s, rs)}, nil
-			}
-		}
-		if n.kids[0].kind == nLit {
-			if b, err := compare(op, n.kids[0].lit, rv); err == nil {
-				return lit(val{k: vBool, b: b})
-			}
-		}
-	}
-	return func(c *evalCtx) (val, error) {
-		lv, rv, err := both(c, l, r)
-		if err != nil {
-			return val{}, err
-		}
-		b, err := compare(op, lv, rv)
-		return val{k: vBool, b: b}, err
-	}
-}
-
 // eventPath reads event.<segs…> as the input's event map holds it
 // (envelopeInto).
 func eventPath(segs []string) evalFn {
@@ -343,16 +287,7 @@ func eventPath(segs []string) evalFn {
 	}
 	switch {
 	case name == "amount":
-		return func(c *evalCtx) (val, error) {
-			if !c.gotAmt {
-				c.gotAmt = true
-				c.amount = val{}
-				if c.env.Amount != "" {
-					c.amount = numberVal(c.env.Amount)
-				}
-			}
-			return c.amount, nil
-		}
+		return func(c *evalCtx) (val, error) { return *c.amountVal(), nil }
 	case name == "v":
 		return func(c *evalCtx) (val, error) { return val{k: vInt, i: int64(c.env.V)}, nil }
 	case stringField(name):

@@ -72,7 +72,7 @@ func nativeCheckStats(t testing.TB, expr string, envs []*event.Envelope, feats [
 		in := Input(env, feats[k])
 		want := refOutcome(exec, in)
 		c.reset(env, MapFeatures(feats[k]), len(slots.index))
-		v, err := fn(&c)
+		v, err := fn.v(&c)
 		var got string
 		switch {
 		case err == errUnsup:

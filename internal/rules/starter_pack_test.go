@@ -98,7 +98,7 @@ func TestPrunedInputDecidesAsWhole(t *testing.T) {
 }
 
 // starterPack parses config/rules and compiles all its rules as one program.
-func starterPack(t *testing.T) ([]Definition, *Program) {
+func starterPack(t testing.TB) ([]Definition, *Program) {
 	t.Helper()
 	paths, err := starterPackPaths()
 	if err != nil || len(paths) == 0 {
