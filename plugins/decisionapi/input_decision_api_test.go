@@ -1,0 +1,77 @@
+package decisionapi
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redpanda-data/benthos/v4/public/service"
+
+	"github.com/speculapro/speculapro/devtools/testenv"
+	"github.com/speculapro/speculapro/internal/redisconn"
+	"github.com/speculapro/speculapro/plugins/redisspool"
+)
+
+// queueDecided puts decided transactions from..to-1 on a's queue, as the
+// handler does.
+func queueDecided(a *decisionAPI, from, to int) {
+	for i := from; i < to; i++ {
+		m := service.NewMessage(fmt.Appendf(nil, `{"external_id":"d-%d"}`, i))
+		m.MetaSetMut("ingest_key", "w:acc")
+		a.out <- m
+	}
+}
+
+// Close parks in redis_spool's spool exactly what the engine was not seen to
+// deliver: the batches it took and never acknowledged (it drops any batch
+// once its stop has begun), then what it never took, oldest first; an
+// acknowledged batch is not parked again.
+func TestDecisionCloseParksWhatTheEngineDropped(t *testing.T) {
+	rc, err := redisconn.Open(testenv.RedisURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := fmt.Sprintf("sptest:decision:park:%d:", time.Now().UnixNano())
+	key := prefix + redisspool.SpoolKey
+	t.Cleanup(func() { rc.Del(context.Background(), key); _ = rc.Close() })
+	a := newDecisionAPIMetered(service.MockResources())
+	a.redis, a.spoolPrefix = rc, prefix
+	ctx := context.Background()
+
+	queueDecided(a, 0, 5)
+	delivered, ack, err := a.ReadBatch(ctx)
+	if err != nil || len(delivered) != 5 {
+		t.Fatalf("ReadBatch: %d, %v; want the 5 queued", len(delivered), err)
+	}
+	_ = ack(ctx, nil)
+	queueDecided(a, 5, 8)
+	if dropped, _, err := a.ReadBatch(ctx); err != nil || len(dropped) != 3 { // never acknowledged
+		t.Fatalf("ReadBatch: %d, %v; want the 3 queued", len(dropped), err)
+	}
+	queueDecided(a, 8, 10) // never taken
+	if err := a.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := rc.LRange(ctx, key, 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range raw {
+		var e struct {
+			Meta  map[string]string `json:"meta"`
+			Value struct {
+				ExternalID string `json:"external_id"`
+			} `json:"value"`
+		}
+		if err := json.Unmarshal([]byte(r), &e); err != nil || e.Meta["ingest_key"] != "w:acc" {
+			t.Fatalf("spool entry %s: %v, want redis_spool's form with the metadata", r, err)
+		}
+		got = append(got, e.Value.ExternalID)
+	}
+	if want := "[d-5 d-6 d-7 d-8 d-9]"; fmt.Sprint(got) != want {
+		t.Errorf("parked %v, want %s", got, want)
+	}
+}
