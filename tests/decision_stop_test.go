@@ -139,7 +139,7 @@ func TestDecisionStopKeepsAnswered(t *testing.T) {
 	if !poll(time.Minute, 500*time.Millisecond, func() bool { return s.spoolLen(t) == 0 }) {
 		t.Fatalf("the new process left %d entries in the spool", s.spoolLen(t))
 	}
-	s.waitStored(t, len(run.answers), time.Minute)
+	s.waitStored(t, len(run.answers), 30*time.Second)
 	time.Sleep(2 * time.Second) // a second copy of one would have arrived by now
 	got := s.stored(t)
 	var lost, twice, differ []string

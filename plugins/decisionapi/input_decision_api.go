@@ -449,7 +449,10 @@ func (a *decisionAPI) undelivered() service.MessageBatch {
 // spool, where its next replay (this process's output, if it still runs, or
 // the next decision process's) delivers it. The engine closes an input only
 // after acknowledging every batch it took, so these are exactly the
-// answered decisions it dropped at the stop.
+// answered decisions it dropped at the stop. (When the engine's stop runs
+// out of time it closes without those acknowledgements: a batch may then be
+// parked both here and by the output, and is delivered twice, which storing,
+// idempotent by the transaction's ID, absorbs.)
 func (a *decisionAPI) parkUndelivered() {
 	left := a.undelivered()
 	if len(left) == 0 {

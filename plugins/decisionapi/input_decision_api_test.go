@@ -75,3 +75,21 @@ func TestDecisionCloseParksWhatTheEngineDropped(t *testing.T) {
 		t.Errorf("parked %v, want %s", got, want)
 	}
 }
+
+// BenchmarkDecisionReadBatch: the input's share of each decided
+// transaction's trip to the pipeline, one decision a batch (the batch size at
+// a modest rate) through ReadBatch and its acknowledgement.
+func BenchmarkDecisionReadBatch(b *testing.B) {
+	a := newDecisionAPIMetered(service.MockResources())
+	m := service.NewMessage([]byte(`{"external_id":"d"}`))
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		a.out <- m
+		batch, ack, err := a.ReadBatch(ctx)
+		if err != nil || len(batch) != 1 {
+			b.Fatal(len(batch), err)
+		}
+		_ = ack(ctx, nil)
+	}
+}
