@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"sort"
@@ -58,13 +57,7 @@ func (d *slowDecision) finish(into *decisionRun) {
 		if err != nil {
 			return 0, decisionAnswer{}, err
 		}
-		defer resp.Body.Close()
-		raw, _ := io.ReadAll(resp.Body)
-		var a decisionAnswer
-		if err := json.Unmarshal(raw, &a); err != nil {
-			return resp.StatusCode, a, fmt.Errorf("answer %d is not JSON: %.200s", resp.StatusCode, raw)
-		}
-		return resp.StatusCode, a, nil
+		return readDecisionAnswer(resp)
 	}()
 	into.mu.Lock()
 	defer into.mu.Unlock()

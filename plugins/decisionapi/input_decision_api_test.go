@@ -1,9 +1,13 @@
 package decisionapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -73,6 +77,59 @@ func TestDecisionCloseParksWhatTheEngineDropped(t *testing.T) {
 	}
 	if want := "[d-5 d-6 d-7 d-8 d-9]"; fmt.Sprint(got) != want {
 		t.Errorf("parked %v, want %s", got, want)
+	}
+}
+
+// lockedBuffer is a log sink a test reads while the code under test writes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// With Redis unreachable at Close, what the engine did not deliver is lost:
+// one ERROR line says how many, naming no transaction, and Close still ends
+// within its Redis bound.
+func TestDecisionCloseLogsTheLostCount(t *testing.T) {
+	rc, err := redisconn.Open("redis://127.0.0.1:1/0") // nothing listens there
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	var out lockedBuffer
+	log := service.NewLoggerFromSlog(slog.New(slog.NewTextHandler(&out, nil)))
+	a := newDecisionAPIMetered(service.MockResources(service.MockResourcesOptUseLogger(log)))
+	a.redis, a.spoolPrefix = rc, "sptest:decision:lost:"
+	ctx := context.Background()
+	queueDecided(a, 0, 4)
+	if _, _, err := a.ReadBatch(ctx); err != nil { // never acknowledged
+		t.Fatal(err)
+	}
+	queueDecided(a, 4, 7)
+	start := time.Now()
+	if err := a.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("Close took %v with Redis unreachable", took)
+	}
+	line := out.String()
+	if !strings.Contains(line, "level=ERROR") || !strings.Contains(line, "msg=\""+logStopLost+"\"") || !strings.Contains(line, "events=7") {
+		t.Errorf("log %q, want one ERROR %q with events=7", line, logStopLost)
+	}
+	if strings.Contains(line, "d-") {
+		t.Errorf("the LOST line names a transaction: %q", line)
 	}
 }
 
