@@ -281,6 +281,11 @@ func postDecision(base, key string, body []byte) (int, decisionAnswer, error) {
 	if err != nil {
 		return 0, decisionAnswer{}, err
 	}
+	return readDecisionAnswer(resp)
+}
+
+// readDecisionAnswer reads and closes an answer of the decision API.
+func readDecisionAnswer(resp *http.Response) (int, decisionAnswer, error) {
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
 	var a decisionAnswer

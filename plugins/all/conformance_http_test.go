@@ -290,6 +290,7 @@ func prepareDecisionAPI(t *testing.T) httpSetup {
 	h := newHTTPServices(t)
 	enc, fp := identity.DevKeys()
 	addr := testenv.FreeAddr(t)
+	unique := time.Now().UnixNano()
 	// Every decision, degraded or not, is delivered.
 	decided := func(degraded bool, reason string) answerCheck {
 		return func(code int, answer map[string]any) (bool, error) {
@@ -306,11 +307,12 @@ func prepareDecisionAPI(t *testing.T) httpSetup {
   rules_url: %s
   redis_url: %s
   key_prefix: "conformance-%d:"
+  spool_prefix: "conformance-%d:"
   reload_interval: 500ms
   max_active_requests: 16
   encryption_key: %s
   fingerprint_key: %s
-`, addr, h.appURL, h.pg.url, h.redisURL, time.Now().UnixNano(), enc, fp),
+`, addr, h.appURL, h.pg.url, h.redisURL, unique, unique, enc, fp),
 		base: "http://" + addr, key: h.key,
 		request: func(n int) (string, string, string) {
 			return http.MethodPost, "/v1/decisions", transactionItem(n)

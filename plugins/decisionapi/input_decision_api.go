@@ -3,6 +3,7 @@ package decisionapi
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/speculapro/speculapro/internal/apikey"
 	"github.com/speculapro/speculapro/internal/apirequest"
+	"github.com/speculapro/speculapro/internal/applog"
 	"github.com/speculapro/speculapro/internal/config"
 	"github.com/speculapro/speculapro/internal/event"
 	"github.com/speculapro/speculapro/internal/features"
@@ -22,6 +24,7 @@ import (
 	"github.com/speculapro/speculapro/internal/pgsystem"
 	"github.com/speculapro/speculapro/internal/procmem"
 	"github.com/speculapro/speculapro/internal/redisconn"
+	"github.com/speculapro/speculapro/plugins/redisspool"
 )
 
 const (
@@ -40,6 +43,7 @@ const (
 	daFieldActive           = "max_active_requests"
 	daFieldWSShare          = "workspace_share"
 	daFieldMaxConns         = "max_connections"
+	daFieldSpoolPrefix      = "spool_prefix"
 
 	// daMaxBodyDefault: one transaction is a few hundred bytes; its metadata
 	// at most 16 KiB.
@@ -100,6 +104,9 @@ Each decided transaction leaves as a message (the envelope with its `+"`decision
 			service.NewStringField(daFieldRulesFallbackURL).Description("The rules URL used when `rules_url` is empty; the pipeline sets it to `SP_DB_URL`, since `SP_DB_SYSTEM_URL` defaults to it.").Secret().Default(""),
 			service.NewStringField(daFieldRedisURL).Description("SP_REDIS_URL: the running totals and the remembered decisions.").Default(config.RedisURL.Default),
 			service.NewStringField(daFieldKeyPrefix).Description("Prefix of the running totals' keys (SP_REDIS_KEY_PREFIX): the stream's, so its pass is a replay.").Default(features.DefaultKeyPrefix),
+			service.NewStringField(daFieldSpoolPrefix).
+				Description("SP_DECISION_SPOOL_PREFIX: the `key_prefix` of the `redis_spool` behind this input. At a stop, the decided transactions the engine did not deliver (it takes no batch once the stop has begun) are parked in that spool, on `redis_url`, for its next replay.").
+				Default(""),
 			service.NewDurationField(daFieldReplayTTL).Description("SP_STREAM_REPLAY_TTL, as the stream.").Default("30m"),
 			service.NewDurationField(daFieldTimeout).Description("SP_DECISION_TIMEOUT: every answer within this of the request's arrival.").Default(config.DecisionTimeout.Default),
 			service.NewStringEnumField(daFieldFallback, string(event.OutcomeApprove), string(event.OutcomeReview), string(event.OutcomeDecline)).
@@ -148,6 +155,7 @@ type decisionAPI struct {
 	apirequest.Front
 
 	addr, dbURL, rulesURL, redisURL string
+	spoolPrefix                     string
 	timeout, remember, reload       time.Duration
 	fallback                        event.Outcome
 	fopts                           features.Options
@@ -175,8 +183,14 @@ type decisionAPI struct {
 	closing chan struct{}
 	closed  sync.Once
 	// handlers counts requests between arrival and their message queued,
-	// so Close hands every answered decision to the pipeline.
+	// so Close parks every answered decision the pipeline did not deliver.
 	handlers sync.WaitGroup
+
+	// pending holds the batches handed to the engine and not yet
+	// acknowledged, by number: at Close, those are the ones it dropped.
+	pendMu    sync.Mutex
+	pending   map[uint64]service.MessageBatch
+	nextBatch uint64
 }
 
 // newDecisionAPIMetered is a decision_api with its metrics and channels,
@@ -195,6 +209,7 @@ func newDecisionAPIMetered(mgr *service.Resources) *decisionAPI {
 		out:      make(chan *service.Message, daQueue),
 		applyCh:  make(chan applyReq, daQueue),
 		closing:  make(chan struct{}),
+		pending:  map[uint64]service.MessageBatch{},
 	}
 	a.Answered = func(_ string, code int, _ time.Time) { a.requests.Incr(1, strconv.Itoa(code)) }
 	return a
@@ -221,6 +236,7 @@ func newDecisionAPI(conf *service.ParsedConfig, mgr *service.Resources) (*decisi
 	}
 	str(daFieldRedisURL, &a.redisURL)
 	str(daFieldKeyPrefix, &a.fopts.KeyPrefix)
+	str(daFieldSpoolPrefix, &a.spoolPrefix)
 	str(daFieldFallback, &fallback)
 	dur(daFieldReplayTTL, &a.fopts.ReplayTTL)
 	dur(daFieldTimeout, &a.timeout)
@@ -342,13 +358,9 @@ func (a *decisionAPI) Connect(ctx context.Context) error {
 }
 
 // ReadBatch hands the pipeline the decided transactions queued so far (at
-// least one). Their answers are given already; the ack has nothing to tell
-// anyone (redis_spool owns their delivery and accounts for every one).
-//
-// At shutdown the engine cancels ctx and reads no more after this call
-// returns, so it then stops the server, waits for the requests in flight to
-// queue their transactions, and hands over everything left as one batch:
-// an answered decision is never dropped between the handler and the output.
+// least one). Their answers are given already. Each batch is held until the
+// engine acknowledges it (redis_spool then owns its delivery); Close parks
+// the ones never acknowledged.
 func (a *decisionAPI) ReadBatch(ctx context.Context) (service.MessageBatch, service.AckFunc, error) {
 	var batch service.MessageBatch
 	select {
@@ -364,24 +376,28 @@ func (a *decisionAPI) ReadBatch(ctx context.Context) (service.MessageBatch, serv
 			break
 		}
 	case <-ctx.Done():
+		// The stop has begun, and the engine drops any batch returned from
+		// now on without acknowledging it, so what is left stays in a.out
+		// for Close to park. The server stops here rather than in Close,
+		// which comes only after the engine's batches in flight are
+		// acknowledged: no request is taken during that wait.
 		a.stopServing()
-		for {
-			select {
-			case m := <-a.out:
-				batch = append(batch, m)
-				continue
-			default:
-			}
-			break
-		}
-		if len(batch) == 0 {
-			return nil, nil, ctx.Err()
-		}
+		return nil, nil, ctx.Err()
 	}
+	a.pendMu.Lock()
+	id := a.nextBatch
+	a.nextBatch++
+	a.pending[id] = batch
+	a.pendMu.Unlock()
 	return batch, func(_ context.Context, err error) error {
 		if err != nil {
+			// Still held: Close parks it.
 			a.Log.Errorf("decision_api: the output refused %d decided transactions: %v", len(batch), err)
+			return nil
 		}
+		a.pendMu.Lock()
+		delete(a.pending, id)
+		a.pendMu.Unlock()
 		return nil
 	}, nil
 }
@@ -402,14 +418,73 @@ func (a *decisionAPI) stopServing() {
 	})
 }
 
-// Close stops taking requests and closes the pools and Redis.
+// undelivered takes every decided transaction the engine was not seen to
+// deliver: the batches it never acknowledged, oldest first, then what is
+// left in a.out. Called once the handlers are done, so nothing follows.
+func (a *decisionAPI) undelivered() service.MessageBatch {
+	a.pendMu.Lock()
+	ids := make([]uint64, 0, len(a.pending))
+	for id := range a.pending {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	var left service.MessageBatch
+	for _, id := range ids {
+		left = append(left, a.pending[id]...)
+		delete(a.pending, id)
+	}
+	a.pendMu.Unlock()
+	for {
+		select {
+		case m := <-a.out:
+			left = append(left, m)
+			continue
+		default:
+		}
+		return left
+	}
+}
+
+// parkUndelivered parks what the engine did not deliver in redis_spool's
+// spool, where its next replay (this process's output, if it still runs, or
+// the next decision process's) delivers it. The engine closes an input only
+// after acknowledging every batch it took, so these are exactly the
+// answered decisions it dropped at the stop. (When the engine's stop runs
+// out of time it closes without those acknowledgements: a batch may then be
+// parked both here and by the output, and is delivered twice, which storing,
+// idempotent by the transaction's ID, absorbs.)
+func (a *decisionAPI) parkUndelivered() {
+	left := a.undelivered()
+	if len(left) == 0 {
+		return
+	}
+	if a.redis == nil {
+		applog.With(a.Log, "events", len(left), "err", "not connected to Redis").Error(logStopLost)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	n, err := redisspool.Park(ctx, a.redis, a.spoolPrefix, left)
+	if err != nil {
+		applog.With(a.Log, "events", len(left), "err", err.Error()).Error(logStopLost)
+		return
+	}
+	applog.With(a.Log, "events", len(left), "spool_events", n).Info(logStopParked)
+}
+
+// Log lines of a stop.
+const (
+	logStopParked = "decision: stopping, parked the answered decisions the pipeline had not delivered"
+	logStopLost   = "decision: stopping, answered decisions LOST: Redis did not take them"
+)
+
+// Close stops taking requests, parks what the pipeline did not deliver, and
+// closes the pools and Redis.
 func (a *decisionAPI) Close(ctx context.Context) error {
 	a.stopServing()
-	if n := len(a.out); n > 0 {
-		a.Log.Errorf("decision_api: closing with %d decided transactions the pipeline did not take", n)
-	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.parkUndelivered()
 	if a.Server == nil {
 		return nil
 	}

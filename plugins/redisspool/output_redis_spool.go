@@ -331,17 +331,9 @@ func (s *redisSpool) WriteBatch(ctx context.Context, batch service.MessageBatch)
 // when Redis refused them (the caller keeps them or, when it cannot, loses
 // them).
 func (s *redisSpool) park(entries []*spoolEntry, why string) []*spoolEntry {
-	vals := make([]any, len(entries))
-	for i, e := range entries {
-		b, err := json.Marshal(e)
-		if err != nil {
-			b = nil
-		}
-		vals[i] = b
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), redisOpTimeout)
 	defer cancel()
-	n, err := s.client.RPush(ctx, s.key, vals...).Result()
+	n, err := pushEntries(ctx, s.client, s.key, entries)
 	if err != nil {
 		s.warn("park", logSpoolFailed, "err", err.Error(), "events", len(entries))
 		return entries

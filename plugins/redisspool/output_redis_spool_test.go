@@ -265,3 +265,38 @@ func TestRedisSpoolReplaysOnlyWhileHoldingTheLock(t *testing.T) {
 		t.Errorf("the replay lock is still held after the spool was replayed: %q", client.Get(ctx, lockKey).Val())
 	}
 }
+
+// What Park puts in a spool (with its metadata) is replayed by a redis_spool
+// of the same key_prefix like anything it parked itself: the decision API
+// parks what the engine dropped at a stop this way.
+func TestParkIsReplayedBySpool(t *testing.T) {
+	r := testenv.PrivateRedis(t)
+	c, _ := redisOpenTest(r.URL())
+	defer c.Close()
+	batch := msgs(0, 20)
+	for _, m := range batch {
+		m.MetaSetMut("ingest_key", "w:acc")
+	}
+	batch = append(batch, service.NewMessage([]byte("not json")))
+	n, err := Park(context.Background(), c, "t5:", batch)
+	if err != nil || n != 21 {
+		t.Fatalf("Park: %d entries, %v; want 21", n, err)
+	}
+	sink.set(false)
+	s := newTestSpool(t, r.URL(), "t5:")
+	defer s.Close(context.Background())
+	if !poll(10*time.Second, func() bool { n, _ := sink.count(); return n == 21 }) {
+		n, _ := sink.count()
+		t.Fatalf("replayed %d of 21", n)
+	}
+	_, took := sink.count()
+	for _, m := range batch {
+		v, _ := m.AsBytes()
+		if took[string(v)] != 1 {
+			t.Errorf("%s replayed %d times, want 1", v, took[string(v)])
+		}
+	}
+	if !poll(5*time.Second, func() bool { return c.LLen(context.Background(), "t5:spool:{decisions}").Val() == 0 }) {
+		t.Fatal("the spool was not emptied after the replay")
+	}
+}
