@@ -112,7 +112,7 @@ var (
 	DecisionBufferBytes = Setting{"SP_DECISION_BUFFER_BYTES", "268435456", "Most bytes of decided transactions waiting in memory for Kafka (256 MiB)"}
 	DecisionSpoolPrefix = Setting{"SP_DECISION_SPOOL_PREFIX", "", "Prefix of the spool list spool:{decisions}; give each environment sharing one Redis its own"}
 	DecisionMaxActive   = Setting{"SP_DECISION_MAX_ACTIVE_REQUESTS", "256", "Most decision requests worked on at once by one process; beyond it 503 with Retry-After"}
-	DecisionMaxConns    = Setting{"SP_DECISION_MAX_CONNECTIONS", "1024", "Most client connections one decision process holds open; beyond it new connections wait in the kernel's accept queue, so an overload cannot grow the process's memory with connections"}
+	DecisionClientConns = Setting{"SP_DECISION_MAX_CLIENT_CONNECTIONS", "1024", "Most client connections one decision process holds open; beyond it new connections wait in the kernel's accept queue, so an overload cannot grow the process's memory with connections"}
 	DecisionWSShare     = Setting{"SP_DECISION_WORKSPACE_SHARE", "0.125", "Share (0 to 1) of SP_DECISION_MAX_ACTIVE_REQUESTS one workspace may take (32 of 256); a request beyond it waits up to half SP_DECISION_TIMEOUT for one of its workspace's to end, then is answered 429 with Retry-After; the other workspaces are unaffected"}
 
 	IngestWSShare       = Setting{"SP_INGEST_WORKSPACE_SHARE", "0.5", "Share (0 to 1) of the ingest API's in-flight body budget (32 MiB) one workspace's requests may announce; beyond it that workspace is answered 429 with Retry-After, the others unaffected"}
@@ -137,7 +137,7 @@ func All() []Setting {
 		WebhookBackoffInitial, WebhookBackoffMax, WebhookSuspendAfter, WebhookSuspendFailing, WebhookEndpointLimit, WebhookTenantLimit, WebhookSecretGrace,
 		WebhookAllowInsecure, WebhookAllowPrivate, WebhookLegacyHeaders, SMTPURL,
 		CaseAddr, CaseMaxConns, CaseQueryTimeout, DecisionAddr, DecisionTimeout, DecisionFallback, DecisionRemember, DecisionBufferCount, DecisionBufferBytes, DecisionSpoolPrefix,
-		DecisionMaxActive, DecisionMaxConns, DecisionWSShare, IngestWSShare, IngestKeyShare, IngestMinBodyRate, IngestMinRateWindow,
+		DecisionMaxActive, DecisionClientConns, DecisionWSShare, IngestWSShare, IngestKeyShare, IngestMinBodyRate, IngestMinRateWindow,
 		MemoryLimit, StreamMemoryLimit, IngestGOGC,
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i].Name < all[j].Name })

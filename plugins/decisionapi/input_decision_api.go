@@ -42,7 +42,7 @@ const (
 	daFieldReload           = "reload_interval"
 	daFieldActive           = "max_active_requests"
 	daFieldWSShare          = "workspace_share"
-	daFieldMaxConns         = "max_connections"
+	daFieldMaxClientConns   = "max_client_connections"
 	daFieldSpoolPrefix      = "spool_prefix"
 
 	// daMaxBodyDefault: one transaction is a few hundred bytes; its metadata
@@ -118,10 +118,10 @@ Each decided transaction leaves as a message (the envelope with its `+"`decision
 				Description("SP_DECISION_MAX_ACTIVE_REQUESTS: the most requests worked on at once by the process, from the body's first byte to the answer; one beyond it is answered 503 with Retry-After at once instead of making every decision late. The default is about ten times what one node's two cores keep in flight at the rate they can decide.").
 				Default(config.DecisionMaxActive.DefaultInt()).
 				Example("${SP_DECISION_MAX_ACTIVE_REQUESTS:"+config.DecisionMaxActive.Default+"}"),
-			service.NewIntField(daFieldMaxConns).
-				Description("SP_DECISION_MAX_CONNECTIONS: the most client connections the process holds open. Beyond it a new connection waits in the kernel's accept queue until one closes, so an overload holds the connections (each a goroutine, its buffers and its request) there rather than in the process's memory. Keep it above the connections your load balancers or clients keep idle.").
-				Default(config.DecisionMaxConns.DefaultInt()).
-				Example("${SP_DECISION_MAX_CONNECTIONS:"+config.DecisionMaxConns.Default+"}"),
+			service.NewIntField(daFieldMaxClientConns).
+				Description("SP_DECISION_MAX_CLIENT_CONNECTIONS: the most client connections the process holds open. Beyond it a new connection waits in the kernel's accept queue until one closes, so an overload holds the connections (each a goroutine, its buffers and its request) there rather than in the process's memory. Keep it above the connections your load balancers or clients keep idle.").
+				Default(config.DecisionClientConns.DefaultInt()).
+				Example("${SP_DECISION_MAX_CLIENT_CONNECTIONS:"+config.DecisionClientConns.Default+"}"),
 			service.NewFloatField(daFieldWSShare).
 				Description("SP_DECISION_WORKSPACE_SHARE: the share (0 to 1) of `max_active_requests` one workspace's requests may take (at least one). A request beyond it waits, in arrival order, up to half the `timeout` for one of its workspace's own to end, and is then answered 429 with Retry-After: a workspace flooding the API is slowed to what its share decides, waiting rather than spinning through refusals on the cores every workspace shares, and the others' decisions stay on time.").
 				Default(0.125).
@@ -291,12 +291,12 @@ func (a *decisionAPI) budgetsFromParsed(conf *service.ParsedConfig) error {
 	if err != nil {
 		return err
 	}
-	maxConns, err := conf.FieldInt(daFieldMaxConns)
+	maxConns, err := conf.FieldInt(daFieldMaxClientConns)
 	if err != nil {
 		return err
 	}
 	if active < 1 || maxConns < 1 || !(wsShare > 0 && wsShare <= 1) {
-		return fmt.Errorf("decision_api: %s and %s must be at least 1, %s more than 0 and at most 1", daFieldActive, daFieldMaxConns, daFieldWSShare)
+		return fmt.Errorf("decision_api: %s and %s must be at least 1, %s more than 0 and at most 1", daFieldActive, daFieldMaxClientConns, daFieldWSShare)
 	}
 	a.MaxConns = maxConns
 	a.Working = semaphore.NewWeighted(int64(active))
