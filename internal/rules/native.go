@@ -174,7 +174,7 @@ func compileNode(n *node, slots *slotTable) (*compiled, error) {
 	case nNot:
 		return compileNot(kids[0]), nil
 	case nMethod:
-		fn, err := compileMethod(n, kids[0].v, kids)
+		fn, err := compileMethod(n, kids)
 		if err != nil {
 			return nil, err
 		}
@@ -220,8 +220,8 @@ func compileGet(kid evalFn, segs []string) evalFn {
 	}
 }
 
-func compileMethod(n *node, kid evalFn, kids []*compiled) (evalFn, error) {
-	method := n.method
+func compileMethod(n *node, kids []*compiled) (evalFn, error) {
+	kid, method := kids[0].v, n.method
 	switch method {
 	case "floor", "ceil", "round":
 		return func(c *evalCtx) (val, error) {
