@@ -72,7 +72,8 @@ SELECT count(*) FROM speculapro.webhook_deliveries d
 
 // CaseFaults checks the cases, case events and case deliveries in conn's
 // database: every alert in exactly one case, the open case of its group;
-// every case holding an alert; no alert or case event of a missing case; each case opened once; one 'alert_attached' event per alert; at most one
+// every case holding an alert; no alert or case event of a missing case;
+// each case opened once; one 'alert_attached' event per alert; at most one
 // open case per group; each case's priority its most severe open alert's;
 // each case event delivered once to each subscribed endpoint and to no
 // other. It returns one line per broken rule, none when all hold.
